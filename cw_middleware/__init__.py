@@ -1,0 +1,69 @@
+"""cw_middleware: what fills your model's context window, for every request.
+
+Swap ``litellm.completion`` for ``cw_middleware.completion``; tag prompt
+segments and tools; read the breakdown back from your telemetry backend.
+"""
+
+from . import _offline  # noqa: F401  - first: keeps tiktoken and LiteLLM offline
+from ._setup import configure, flush
+from .config import Config, ProviderCountPolicy
+from .contract import (
+    BreakdownItem,
+    Category,
+    CountMethod,
+    DetailItem,
+    Snapshot,
+    SnapshotWarning,
+    StageContextWindow,
+    Staleness,
+    UnavailableReason,
+    WarningCode,
+)
+from .errors import (
+    BackendError,
+    BackendResponseError,
+    BackendUnavailable,
+    ConfigError,
+    CwMiddlewareError,
+    NotFound,
+    TagError,
+)
+from .tags import ToolSource, message, segment, tool
+from .wrapper import acompletion, completion, current_stage, estimate, snapshots, stage
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendError",
+    "BackendResponseError",
+    "BackendUnavailable",
+    "BreakdownItem",
+    "Category",
+    "Config",
+    "ConfigError",
+    "CountMethod",
+    "CwMiddlewareError",
+    "DetailItem",
+    "NotFound",
+    "ProviderCountPolicy",
+    "Snapshot",
+    "SnapshotWarning",
+    "StageContextWindow",
+    "Staleness",
+    "TagError",
+    "ToolSource",
+    "UnavailableReason",
+    "WarningCode",
+    "__version__",
+    "acompletion",
+    "completion",
+    "configure",
+    "current_stage",
+    "estimate",
+    "flush",
+    "message",
+    "segment",
+    "snapshots",
+    "stage",
+    "tool",
+]

@@ -1,0 +1,66 @@
+"""configure(): resolve settings once and build the process Runtime.
+
+Telemetry providers, in order of preference: the ones passed in; the ones the
+application already installed globally (never replaced silently); otherwise the
+embedded pipeline of ``embedded.py`` for ``export="file:..."`` or ``"otlp"``;
+``export="none"`` uses the OpenTelemetry API's no-op providers.
+"""
+
+from __future__ import annotations
+
+import atexit
+from typing import Any, Optional
+
+from opentelemetry import metrics, trace
+
+from . import config as _config
+from .runtime import Runtime, get_runtime, set_runtime
+
+
+def _app_has_providers() -> bool:
+    # The API's proxies stand in until an SDK provider is set globally.
+    tp = trace.get_tracer_provider()
+    mp = metrics.get_meter_provider()
+    return not isinstance(tp, trace.ProxyTracerProvider) or type(mp).__name__ not in ("_ProxyMeterProvider", "NoOpMeterProvider")
+
+
+def configure(
+    *,
+    tracer_provider: Optional[trace.TracerProvider] = None,
+    meter_provider: Optional[metrics.MeterProvider] = None,
+    **settings: Any,
+) -> Runtime:
+    """(Re)configure cw_middleware; see `config.resolve` for the settings and their env vars.
+
+    Raises ConfigError for a bad setting. Returns the new Runtime.
+    """
+    cfg = _config.resolve(**settings)
+    flush = shutdown = None
+    if tracer_provider is None and meter_provider is None and cfg.export != "none" and not _app_has_providers():
+        from .embedded import install
+
+        pipeline = install(cfg)
+        tracer_provider, meter_provider = pipeline.tracer_provider, pipeline.meter_provider
+        flush, shutdown = pipeline.flush, pipeline.shutdown
+    runtime = Runtime(cfg, tracer_provider, meter_provider, shutdown=shutdown, flush=flush)
+    previous = set_runtime(runtime)
+    if previous is not None:
+        previous.flush()
+        previous.shutdown()
+    return runtime
+
+
+def flush(timeout: float = 10.0) -> bool:
+    """Export everything recorded so far (CLI, tests, short scripts). True when all went out."""
+    return get_runtime().flush(timeout)
+
+
+def _flush_at_exit() -> None:
+    from .runtime import _runtime
+
+    if _runtime is not None:
+        _runtime.flush(5.0)
+        _runtime.shutdown()
+
+
+atexit.register(_flush_at_exit)

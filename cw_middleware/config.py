@@ -1,0 +1,105 @@
+"""Settings, resolved once from arguments, environment and defaults into a frozen Config.
+
+Precedence: an argument to `cw.configure()` beats an environment variable beats
+the default. Environment variables:
+
+    CW_EXPORT              file:PATH | otlp | none     (default: file:./cw-telemetry.jsonl,
+                                                         or otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set)
+    CW_PROVIDER_COUNT      auto | always | never       (default: auto)
+    CW_PROVIDER_COUNT_TIMEOUT  seconds                 (default: 5)
+    CW_METRIC_RUN_LABELS   1 to add run/stage ids to metrics (cardinality!)
+    OTEL_SERVICE_NAME      service name                (default: cw-middleware)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Mapping, Optional
+
+from .errors import ConfigError
+
+DEFAULT_TELEMETRY_FILE = "cw-telemetry.jsonl"
+
+
+class ProviderCountPolicy(str, Enum):
+    AUTO = "auto"  # only where the local tokenizer is approximate and credentials exist
+    ALWAYS = "always"
+    NEVER = "never"
+
+
+@dataclass(frozen=True)
+class Config:
+    service_name: str = "cw-middleware"
+    export: str = f"file:{DEFAULT_TELEMETRY_FILE}"
+    provider_count: ProviderCountPolicy = ProviderCountPolicy.AUTO
+    provider_count_timeout: float = 5.0
+    context_windows: Mapping[str, int] = field(default_factory=dict)
+    max_details: int = 20
+    snapshot_history: int = 1000
+    metric_run_labels: bool = False
+    log_events: bool = False  # also emit each snapshot as a log record (OTEP 4430 events)
+
+    @property
+    def export_path(self) -> Optional[str]:
+        return self.export[5:] if self.export.startswith("file:") else None
+
+
+def parse_export(value: str) -> str:
+    value = value.strip()
+    if value in ("otlp", "none") or (value.startswith("file:") and len(value) > 5):
+        return value
+    raise ConfigError(f"export must be 'file:PATH', 'otlp' or 'none', got {value!r}")
+
+
+def parse_policy(value: object) -> ProviderCountPolicy:
+    try:
+        return ProviderCountPolicy(value)
+    except ValueError:
+        raise ConfigError(f"provider_count must be 'auto', 'always' or 'never', got {value!r}") from None
+
+
+def resolve(
+    *,
+    service_name: Optional[str] = None,
+    export: Optional[str] = None,
+    provider_count: Optional[str] = None,
+    provider_count_timeout: Optional[float] = None,
+    context_windows: Optional[Mapping[str, int]] = None,
+    max_details: Optional[int] = None,
+    snapshot_history: Optional[int] = None,
+    metric_run_labels: Optional[bool] = None,
+    log_events: Optional[bool] = None,
+    environ: Optional[Mapping[str, str]] = None,
+) -> Config:
+    env = os.environ if environ is None else environ
+    if export is None:
+        export = env.get("CW_EXPORT") or ("otlp" if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") else None)
+    timeout = provider_count_timeout
+    if timeout is None and env.get("CW_PROVIDER_COUNT_TIMEOUT"):
+        try:
+            timeout = float(env["CW_PROVIDER_COUNT_TIMEOUT"])
+        except ValueError:
+            raise ConfigError("CW_PROVIDER_COUNT_TIMEOUT must be a number of seconds") from None
+    if timeout is not None and not timeout > 0:
+        raise ConfigError("provider_count_timeout must be > 0 seconds")
+    for name, value in (("max_details", max_details), ("snapshot_history", snapshot_history)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    windows = dict(context_windows or {})
+    for model, size in windows.items():
+        if not isinstance(size, int) or size <= 0:
+            raise ConfigError(f"context window for {model!r} must be a positive integer, got {size!r}")
+    defaults = Config()
+    return Config(
+        service_name=service_name or env.get("OTEL_SERVICE_NAME") or defaults.service_name,
+        export=parse_export(export) if export else defaults.export,
+        provider_count=parse_policy(provider_count or env.get("CW_PROVIDER_COUNT") or "auto"),
+        provider_count_timeout=timeout or defaults.provider_count_timeout,
+        context_windows=windows,
+        max_details=max_details or defaults.max_details,
+        snapshot_history=snapshot_history or defaults.snapshot_history,
+        metric_run_labels=bool(metric_run_labels) if metric_run_labels is not None else env.get("CW_METRIC_RUN_LABELS") == "1",
+        log_events=bool(log_events),
+    )

@@ -1,0 +1,171 @@
+"""The content-free data contract: categories, snapshots and the read-back answer.
+
+`Snapshot` is what the middleware produces for one request at one moment;
+`StageContextWindow` is what a reader answers for (run_id, stage_id): the latest
+snapshot of that stage plus its availability. Field names and enum values follow
+the StageContextWindow contract of DESIGN.md (Fabro's context-window endpoint
+plan) and are relied on by dashboards and readers: change them never.
+
+Nothing here may hold prompt text: only numbers, enum values, model names and
+short source labels chosen by the caller ("AGENTS.md", "mcp:github").
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Category(str, Enum):
+    """What a token of the context window is spent on."""
+
+    SYSTEM_PROMPT = "system_prompt"
+    TOOLS = "tools"
+    MCP_TOOLS = "mcp_tools"
+    SKILLS = "skills"
+    MEMORY = "memory"
+    CONVERSATION = "conversation"
+    OTHER = "other"
+
+
+CATEGORIES: tuple[Category, ...] = tuple(Category)
+
+
+class CountMethod(str, Enum):
+    """Where a snapshot's total comes from, best last."""
+
+    LOCAL_ESTIMATE = "local_estimate"
+    RESPONSE_USAGE_SCALED_BREAKDOWN = "response_usage_scaled_breakdown"
+    PROVIDER_API_SCALED_BREAKDOWN = "provider_api_scaled_breakdown"
+
+
+class Staleness(str, Enum):
+    LIVE = "live"  # the stage is still running
+    STORED = "stored"  # the stage has ended; this is its last word
+    UNAVAILABLE = "unavailable"  # nothing to show
+
+
+class UnavailableReason(str, Enum):
+    NOT_AGENT_STAGE = "not_agent_stage"
+    NOT_OBSERVED = "not_observed"
+    PROVIDER_UNCONFIGURED = "provider_unconfigured"
+
+
+class WarningCode(str, Enum):
+    """Machine-readable reasons a number is less than exact. Messages never carry content."""
+
+    APPROXIMATE_TOKENIZER = "approximate_tokenizer"
+    TOOL_SOURCE_INFERRED = "tool_source_inferred"
+    NON_TEXT_CONTENT_NOT_ESTIMATED = "non_text_content_not_estimated"
+    UNKNOWN_CONTEXT_WINDOW = "unknown_context_window"
+    MOCK_USAGE_NOT_RECONCILED = "mock_usage_not_reconciled"
+    USAGE_MISSING = "usage_missing"
+    PROVIDER_UNCONFIGURED = "provider_unconfigured"
+    PROVIDER_COUNT_FAILED = "provider_count_failed"
+    PROVIDER_COUNT_TIMEOUT = "provider_count_timeout"
+    PROVIDER_COUNT_DROPPED = "provider_count_dropped"
+    ESTIMATE_FAILED = "estimate_failed"
+    DETAILS_TRUNCATED = "details_truncated"
+    NOT_OBSERVED = "not_observed"
+    NOT_AGENT_STAGE = "not_agent_stage"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, use_enum_values=False)
+
+
+class SnapshotWarning(_Frozen):
+    code: str
+    message: str
+
+
+class BreakdownItem(_Frozen):
+    category: Category
+    tokens: int
+    usage_percent: Optional[float] = None  # of the context window; None when the window is unknown
+
+
+class DetailItem(_Frozen):
+    category: Category
+    source: str
+    tokens: int
+
+
+class Snapshot(_Frozen):
+    """One request's context window at one moment. Categories sum exactly to input_tokens."""
+
+    run_id: Optional[str] = None
+    stage_id: Optional[str] = None
+    provider: Optional[str] = None
+    model: Optional[str] = None
+    context_window_tokens: Optional[int] = None
+    input_tokens: int
+    usage_percent: Optional[float] = None
+    count_method: CountMethod
+    generated_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    event_seq: int = 0
+    breakdown: list[BreakdownItem]
+    warnings: list[SnapshotWarning] = Field(default_factory=list)
+    details: list[DetailItem] = Field(default_factory=list)
+
+    def tokens(self, category: Category | str) -> int:
+        """Tokens of one category (0 when absent)."""
+        category = Category(category)
+        return next((b.tokens for b in self.breakdown if b.category is category), 0)
+
+    def warning_codes(self) -> list[str]:
+        return [w.code for w in self.warnings]
+
+
+class StageContextWindow(_Frozen):
+    """The read-back answer for one (run_id, stage_id): the DESIGN.md contract."""
+
+    stage_id: str
+    available: bool
+    unavailable_reason: Optional[UnavailableReason] = None
+    provider: Optional[str] = None
+    model: Optional[str] = None
+    context_window_tokens: Optional[int] = None
+    input_tokens: Optional[int] = None
+    usage_percent: Optional[float] = None
+    count_method: Optional[CountMethod] = None
+    staleness: Staleness
+    generated_at: Optional[datetime] = None
+    event_seq: Optional[int] = None
+    breakdown: list[BreakdownItem] = Field(default_factory=list)
+    warnings: list[SnapshotWarning] = Field(default_factory=list)
+    details: list[DetailItem] = Field(default_factory=list)
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot, staleness: Staleness) -> "StageContextWindow":
+        return cls(
+            stage_id=snapshot.stage_id or "",
+            available=True,
+            provider=snapshot.provider,
+            model=snapshot.model,
+            context_window_tokens=snapshot.context_window_tokens,
+            input_tokens=snapshot.input_tokens,
+            usage_percent=snapshot.usage_percent,
+            count_method=snapshot.count_method,
+            staleness=staleness,
+            generated_at=snapshot.generated_at,
+            event_seq=snapshot.event_seq,
+            breakdown=snapshot.breakdown,
+            warnings=snapshot.warnings,
+            details=snapshot.details,
+        )
+
+    @classmethod
+    def unavailable(
+        cls, stage_id: str, reason: UnavailableReason, warnings: list[SnapshotWarning] | None = None
+    ) -> "StageContextWindow":
+        return cls(
+            stage_id=stage_id,
+            available=False,
+            unavailable_reason=reason,
+            staleness=Staleness.UNAVAILABLE,
+            warnings=warnings or [],
+        )

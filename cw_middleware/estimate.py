@@ -1,0 +1,340 @@
+"""Local estimate: tokens per (category, source) for one request, incrementally.
+
+The estimator walks a chat request (OpenAI-style messages and tools, tags still
+on) and asks the model's `CountingRules` for each piece. Two caches keep the
+cost of a turn proportional to what is new in it:
+
+* a text cache keyed on ``(rules, hash(text), len(text))`` -- content-addressed,
+  so fresh dicts holding the same strings hit it, and it holds no text;
+* a prefix cache of recent conversations: the longest already-counted prefix of
+  the message list is found with one C-level list comparison against a frozen
+  copy, and only the messages after it are counted. Both caches are bounded;
+  the frozen copies are the only content kept, and only within that bound.
+
+Everything here is synchronous and pure apart from the caches; the wrapper calls
+it on the request path, so it must stay cheap.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from .contract import Category, WarningCode
+from .rules import CountingRules, rules_for
+from .tags import TAG_KEY, Tag, read_tag, strip_message, strip_tool
+
+# Content part types that carry text the model reads as text.
+_TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+_DEFAULT_SOURCE = {"system": "system", "developer": "developer"}
+
+MAX_TEXT_CACHE = 65_536  # per generation; two generations are kept
+MAX_CONVERSATIONS = 32
+
+SourceKey = tuple[Category, str]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A request's local token count, per (category, source), before any scaling."""
+
+    by_source: Mapping[SourceKey, int]
+    warnings: frozenset[WarningCode]
+    rules: CountingRules
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_source.values())
+
+    def by_category(self) -> dict[Category, int]:
+        out = dict.fromkeys(Category, 0)
+        for (category, _), tokens in self.by_source.items():
+            out[category] += tokens
+        return out
+
+
+@dataclass
+class _MessageCount:
+    entries: tuple[tuple[SourceKey, int], ...]
+    warnings: frozenset[WarningCode]
+    tagged: bool
+
+
+@dataclass
+class _Conversation:
+    frozen: list[Any]  # value copies of the counted messages, for prefix comparison
+    counts: list[_MessageCount]
+    totals: Counter[SourceKey] = field(default_factory=Counter)
+    warnings: Counter[WarningCode] = field(default_factory=Counter)
+    n_tagged: int = 0
+
+
+@dataclass
+class _ToolsCount:
+    frozen: Any
+    tool_choice: Any
+    entries: tuple[tuple[SourceKey, int], ...]
+    warnings: frozenset[WarningCode]
+
+
+class Estimator:
+    """Counts requests with bounded, content-addressed caches. Thread-safe."""
+
+    def __init__(self, max_text_cache: int = MAX_TEXT_CACHE, max_conversations: int = MAX_CONVERSATIONS) -> None:
+        self._lock = threading.Lock()
+        self._young: dict[tuple[str, int, int], int] = {}
+        self._old: dict[tuple[str, int, int], int] = {}
+        self._max_text = max_text_cache
+        self._max_conversations = max_conversations
+        self._conversations: dict[tuple[str, int], list[_Conversation]] = {}
+        self._n_conversations = 0
+        self._tools: dict[str, _ToolsCount] = {}
+
+    # ------------------------------------------------------------ public
+
+    def estimate(
+        self,
+        model: str,
+        messages: Sequence[Any] | None,
+        tools: Sequence[Any] | None = None,
+        tool_choice: Any = None,
+        response_format: Any = None,
+        functions: Sequence[Any] | None = None,
+        custom_llm_provider: Optional[str] = None,
+    ) -> Estimate:
+        rules = rules_for(model, custom_llm_provider)
+        messages = list(messages or ())
+        with self._lock:
+            conv = self._count_messages(rules, messages)
+            by_source: Counter[SourceKey] = Counter(conv.totals)
+            warnings = {code for code, n in conv.warnings.items() if n}
+            all_tools = list(tools or ()) + [{"type": "function", "function": f} for f in functions or ()]
+            if all_tools:
+                tc = self._count_tools(rules, all_tools, tool_choice)
+                for key, tokens in tc.entries:
+                    by_source[key] += tokens
+                warnings |= tc.warnings
+        if response_format is not None:
+            by_source[(Category.OTHER, "response_format")] += rules.response_format(response_format)
+        by_source[(Category.OTHER, "framing")] += rules.request_overhead(len(messages))
+        if not rules.exact:
+            warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
+        return Estimate({k: v for k, v in by_source.items() if v}, frozenset(warnings), rules)
+
+    # ------------------------------------------------------------ text cache
+
+    def _text(self, rules: CountingRules, text: str) -> int:
+        key = (rules.name, hash(text), len(text))
+        tokens = self._young.get(key)
+        if tokens is None:
+            tokens = self._old.get(key)
+            if tokens is None:
+                tokens = rules.text(text)
+            if len(self._young) >= self._max_text:
+                self._old, self._young = self._young, {}
+            self._young[key] = tokens
+        return tokens
+
+    # ------------------------------------------------------------ messages
+
+    def _count_messages(self, rules: CountingRules, messages: list[Any]) -> _Conversation:
+        if not messages:
+            return _Conversation([], [])
+        head = (rules.name, _head_key(messages[0]))
+        candidates = self._conversations.get(head, [])
+        best, best_k = None, 0
+        for conv in candidates:
+            k = _common_prefix(conv.frozen, messages)
+            if k > best_k:
+                best, best_k = conv, k
+        if best is not None and best_k == len(best.frozen):
+            conv = best  # the conversation grew (or was repeated): extend it in place
+        else:
+            conv = _Conversation([], [])
+            if best is not None:  # a branch or an edit: reuse the shared prefix
+                for count in best.counts[:best_k]:
+                    _add(conv, count)
+                conv.frozen = best.frozen[:best_k]
+                conv.counts = best.counts[:best_k]
+            self._remember(head, conv)
+        for msg in messages[best_k:]:
+            count = self._count_message(rules, msg)
+            conv.frozen.append(_freeze(msg))
+            conv.counts.append(count)
+            _add(conv, count)
+        if len(conv.frozen) > len(messages):  # a shorter repeat of a longer conversation
+            short = _Conversation(conv.frozen[: len(messages)], conv.counts[: len(messages)])
+            for count in short.counts:
+                _add(short, count)
+            return short
+        return conv
+
+    def _remember(self, head: tuple[str, int], conv: _Conversation) -> None:
+        self._n_conversations += 1
+        self._conversations.setdefault(head, []).insert(0, conv)
+        if self._n_conversations > self._max_conversations:
+            # Drop the oldest conversation of the largest bucket; bounds memory, not correctness.
+            bucket_key = max(self._conversations, key=lambda k: len(self._conversations[k]))
+            bucket = self._conversations[bucket_key]
+            bucket.pop()
+            if not bucket:
+                del self._conversations[bucket_key]
+            self._n_conversations -= 1
+
+    def _count_message(self, rules: CountingRules, msg: Any) -> _MessageCount:
+        msg = _as_dict(msg)
+        role = str(msg.get("role") or "user")
+        tag = read_tag(msg)
+        if tag is not None:
+            own: SourceKey = (tag.category, tag.source or role)
+        elif role in _DEFAULT_SOURCE:
+            own = (Category.SYSTEM_PROMPT, _DEFAULT_SOURCE[role])
+        else:
+            own = (Category.CONVERSATION, role)
+        entries: Counter[SourceKey] = Counter()
+        warnings: set[WarningCode] = set()
+        tagged = tag is not None
+        entries[own] += rules.message_framing(msg)
+        if msg.get("name"):
+            entries[own] += self._text(rules, str(msg["name"]))
+        content = msg.get("content")
+        if isinstance(content, str):
+            entries[own] += self._text(rules, content)
+        elif isinstance(content, (list, tuple)):
+            for part in content:
+                tagged |= self._count_part(rules, part, own, entries, warnings)
+        calls = msg.get("tool_calls")
+        if calls:
+            entries[own] += rules.tool_calls([_as_dict(c) for c in calls])
+        if msg.get("function_call"):
+            entries[own] += rules.tool_calls([{"function": _as_dict(msg["function_call"])}])
+        return _MessageCount(tuple(entries.items()), frozenset(warnings), tagged)
+
+    def _count_part(
+        self, rules: CountingRules, part: Any, own: SourceKey, entries: Counter[SourceKey], warnings: set[WarningCode]
+    ) -> bool:
+        if isinstance(part, str):
+            entries[own] += self._text(rules, part)
+            return False
+        part = _as_dict(part)
+        tag: Optional[Tag] = read_tag(part)
+        key = (tag.category, tag.source or own[1]) if tag is not None else own
+        text = part.get("text")
+        if part.get("type", "text") in _TEXT_PART_TYPES or (isinstance(text, str) and "type" not in part):
+            entries[key] += self._text(rules, text if isinstance(text, str) else "")
+        else:
+            # Images, audio, files: never guessed from their bytes.
+            warnings.add(WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED)
+        return tag is not None
+
+    # ------------------------------------------------------------ tools
+
+    def _count_tools(self, rules: CountingRules, tools: list[Any], tool_choice: Any) -> _ToolsCount:
+        cached = self._tools.get(rules.name)
+        if cached is not None and cached.tool_choice == tool_choice and cached.frozen == tools:
+            return cached
+        entries: Counter[SourceKey] = Counter()
+        warnings: set[WarningCode] = set()
+        plain = []
+        for raw in tools:
+            definition = _as_dict(raw)
+            tag = read_tag(definition)
+            definition = strip_tool(definition)
+            plain.append(definition)
+            if tag is not None:
+                key: SourceKey = (tag.category, tag.source or "native")
+            else:
+                key = _untagged_tool_key(definition)
+                if key[0] is not Category.TOOLS:
+                    warnings.add(WarningCode.TOOL_SOURCE_INFERRED)
+            entries[key] += rules.tool_definition(definition)
+        entries[(Category.TOOLS, "tool_framing")] += rules.tools_overhead(plain, tool_choice)
+        counted = _ToolsCount(_freeze(tools), tool_choice, tuple(entries.items()), frozenset(warnings))
+        if len(self._tools) > 64:
+            self._tools.clear()
+        self._tools[rules.name] = counted
+        return counted
+
+
+def strip_request(messages: Sequence[Any] | None, tools: Sequence[Any] | None) -> tuple[Any, Any]:
+    """The messages and tools as the provider must see them: tags removed, untagged objects untouched."""
+    clean_messages = messages
+    if messages is not None and any(_has_tag(m) for m in messages):
+        clean_messages = [strip_message(m) for m in messages]
+    clean_tools = tools
+    if tools is not None and any(isinstance(t, dict) and TAG_KEY in t for t in tools):
+        clean_tools = [strip_tool(t) for t in tools]
+    return clean_messages, clean_tools
+
+
+def _has_tag(msg: Any) -> bool:
+    if not isinstance(msg, dict):
+        return False
+    if TAG_KEY in msg:
+        return True
+    content = msg.get("content")
+    return isinstance(content, list) and any(isinstance(p, dict) and TAG_KEY in p for p in content)
+
+
+def _untagged_tool_key(definition: Mapping[str, Any]) -> SourceKey:
+    """Untagged tools are native; an ``mcp__server__tool`` name is MCP by convention, with a warning."""
+    fn = definition.get("function", definition)
+    name = str(fn.get("name", "")) if isinstance(fn, Mapping) else ""
+    if name.startswith("mcp__"):
+        server = name[5:].split("__", 1)[0] or "unknown"
+        return (Category.MCP_TOOLS, f"mcp:{server}")
+    return (Category.TOOLS, "native")
+
+
+def _add(conv: _Conversation, count: _MessageCount) -> None:
+    for key, tokens in count.entries:
+        conv.totals[key] += tokens
+    for code in count.warnings:
+        conv.warnings[code] += 1
+    conv.n_tagged += count.tagged
+
+
+def _common_prefix(frozen: list[Any], messages: list[Any]) -> int:
+    n = min(len(frozen), len(messages))
+    if frozen[:n] == messages[:n]:  # the common case, compared in C
+        return n
+    k = 0
+    while k < n and frozen[k] == _as_dict(messages[k]):
+        k += 1
+    return k
+
+
+def _head_key(msg: Any) -> int:
+    msg = _as_dict(msg)
+    content = msg.get("content")
+    return hash((msg.get("role"), content if isinstance(content, str) else len(content or ())))
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    """Messages may be dicts or LiteLLM/pydantic objects (a previous response's message)."""
+    if isinstance(obj, dict):
+        return obj
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return dump()
+    try:
+        return dict(obj)
+    except (TypeError, ValueError):
+        return {}
+
+
+def _freeze(obj: Any) -> Any:
+    """A value copy of nested dicts and lists (strings are shared: they cannot change)."""
+    if isinstance(obj, dict):
+        return {k: _freeze(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_freeze(v) for v in obj]
+    if not isinstance(obj, (str, int, float, bool, type(None), tuple)):
+        return _as_dict(obj) or obj
+    return obj
+
+
+def iter_warnings(codes: Iterable[WarningCode]) -> list[WarningCode]:
+    return sorted(codes, key=lambda c: c.value)

@@ -1,0 +1,59 @@
+"""Reconcile a local breakdown with an authoritative total.
+
+A provider count or a response's usage says how many input tokens a request
+really had, but not what they were spent on. The local breakdown supplies the
+proportions; largest-remainder (Hamilton) apportionment scales it so that the
+parts are whole numbers, never negative, and sum exactly to the total.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Mapping, Optional, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+def apportion(weights: Mapping[K, int], total: int, remainder_key: K) -> dict[K, int]:
+    """Scale non-negative integer weights to sum exactly to ``total``.
+
+    With no weight to go by, everything goes to ``remainder_key``. Ties in the
+    fractional parts go to the larger weight, then to insertion order, so the
+    result is deterministic.
+    """
+    if total < 0:
+        raise ValueError("total must be >= 0")
+    positive = {k: w for k, w in weights.items() if w > 0}
+    weight_sum = sum(positive.values())
+    if weight_sum == 0:
+        return {remainder_key: total} if total else {}
+    floors: dict[K, int] = {}
+    remainders: list[tuple[int, int, int, K]] = []
+    for index, (key, weight) in enumerate(positive.items()):
+        quotient, remainder = divmod(weight * total, weight_sum)
+        floors[key] = quotient
+        remainders.append((-remainder, -weight, index, key))
+    left = total - sum(floors.values())
+    for _, _, _, key in sorted(remainders)[:left]:
+        floors[key] += 1
+    return {k: v for k, v in floors.items() if v}
+
+
+def usage_input_tokens(usage: Any) -> Optional[int]:
+    """Input tokens of a LiteLLM (OpenAI-shaped) usage object, cache reads and writes included.
+
+    OpenAI and Gemini report cached tokens inside prompt_tokens. LiteLLM maps
+    Anthropic's input_tokens + cache_creation_input_tokens + cache_read_input_tokens
+    into prompt_tokens as well; where only the raw Anthropic fields are present
+    (a raw usage dict), they are added here.
+    """
+    if usage is None:
+        return None
+    get = usage.get if isinstance(usage, Mapping) else lambda k, d=None: getattr(usage, k, d)
+    prompt = get("prompt_tokens")
+    if isinstance(prompt, int) and prompt >= 0:
+        return prompt
+    raw = get("input_tokens")
+    if isinstance(raw, int) and raw >= 0:
+        extra = [get("cache_creation_input_tokens"), get("cache_read_input_tokens")]
+        return raw + sum(x for x in extra if isinstance(x, int) and x > 0)
+    return None

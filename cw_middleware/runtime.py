@@ -1,0 +1,144 @@
+"""The one piece of process state: configuration, caches, telemetry and recent snapshots.
+
+`configure()` builds a Runtime; everything on the call path receives it from
+`get_runtime()`. Tests build their own Runtime and pass providers explicitly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Optional
+
+from opentelemetry import metrics, trace
+
+from .config import Config, resolve
+from .contract import Snapshot, WarningCode
+from .estimate import Estimator
+from .telemetry import CallTelemetry, StageInfo, Telemetry
+
+logger = logging.getLogger("cw_middleware")
+
+
+class _OnceLogger:
+    """Logs each kind of internal failure once per minute: no floods, never content."""
+
+    def __init__(self, interval: float = 60.0) -> None:
+        self._last: dict[str, float] = {}
+        self._interval = interval
+        self._lock = threading.Lock()
+
+    def warning(self, key: str, message: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(key, -self._interval) < self._interval:
+                return
+            self._last[key] = now
+        logger.warning(message)
+
+
+class Runtime:
+    def __init__(
+        self,
+        config: Optional[Config] = None,
+        tracer_provider: Optional[trace.TracerProvider] = None,
+        meter_provider: Optional[metrics.MeterProvider] = None,
+        shutdown: Optional[Callable[[], None]] = None,
+        flush: Optional[Callable[[float], bool]] = None,
+    ) -> None:
+        self.config = config or resolve()
+        self.estimator = Estimator()
+        self.telemetry = Telemetry(self.config, tracer_provider, meter_provider)
+        self.log = _OnceLogger()
+        self._history: deque[Snapshot] = deque(maxlen=self.config.snapshot_history)
+        self._pending: dict[tuple[str, str], set[WarningCode]] = {}
+        self._lock = threading.Lock()
+        self._shutdown = shutdown
+        self._flush = flush
+        self._counter: Any = None
+
+    # ------------------------------------------------------------ snapshots
+
+    def publish(self, snapshot: Snapshot, call: Optional[CallTelemetry], stage: Optional[StageInfo]) -> None:
+        """Keep a snapshot and send it out; telemetry failures are logged, never raised."""
+        with self._lock:
+            self._history.append(snapshot)
+        if call is None:
+            return
+        try:
+            call.record(snapshot)
+        except Exception as exc:  # noqa: BLE001 - telemetry must never break the caller
+            self.log.warning("telemetry", f"cw_middleware: could not record a snapshot ({type(exc).__name__})")
+
+    def snapshots(self) -> list[Snapshot]:
+        with self._lock:
+            return list(self._history)
+
+    def defer_warning(self, stage: Optional[StageInfo], code: WarningCode) -> None:
+        """A warning that arrives after its call's last snapshot rides on the stage's next one."""
+        key = (stage.run_id, stage.stage_id) if stage else ("", "")
+        with self._lock:
+            self._pending.setdefault(key, set()).add(code)
+
+    def take_deferred(self, stage: Optional[StageInfo]) -> set[WarningCode]:
+        key = (stage.run_id, stage.stage_id) if stage else ("", "")
+        with self._lock:
+            return self._pending.pop(key, set())
+
+    # ------------------------------------------------------------ provider counting
+
+    def counter(self) -> Any:
+        """The background provider counter, started on first use."""
+        with self._lock:
+            if self._counter is None:
+                from .counting import ProviderCounter
+
+                self._counter = ProviderCounter(timeout=self.config.provider_count_timeout)
+            return self._counter
+
+    # ------------------------------------------------------------ lifecycle
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        ok = True
+        if self._counter is not None:
+            ok = self._counter.wait_idle(timeout) and ok
+        if self._flush is not None:
+            try:
+                ok = self._flush(timeout) and ok
+            except Exception as exc:  # noqa: BLE001
+                self.log.warning("flush", f"cw_middleware: flush failed ({type(exc).__name__})")
+                ok = False
+        return ok
+
+    def shutdown(self) -> None:
+        if self._counter is not None:
+            self._counter.close()
+        if self._shutdown is not None:
+            try:
+                self._shutdown()
+            except Exception as exc:  # noqa: BLE001
+                self.log.warning("shutdown", f"cw_middleware: shutdown failed ({type(exc).__name__})")
+
+
+_runtime: Optional[Runtime] = None
+_runtime_lock = threading.Lock()
+
+
+def set_runtime(runtime: Optional[Runtime]) -> Optional[Runtime]:
+    """Install a runtime (tests, configure()); returns the previous one."""
+    global _runtime
+    with _runtime_lock:
+        previous, _runtime = _runtime, runtime
+    return previous
+
+
+def get_runtime() -> Runtime:
+    """The configured runtime, or one built from the environment on first use."""
+    runtime = _runtime
+    if runtime is not None:
+        return runtime
+    from .setup import configure
+
+    return configure()

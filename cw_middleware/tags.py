@@ -1,0 +1,185 @@
+"""Tags: how a caller says what a prompt segment or a tool is.
+
+A tag is a small dict stored under the reserved key ``cw_tag`` of a message, a
+content part or a tool definition: ``{"category": "memory", "source": "AGENTS.md"}``.
+Plain dicts keep tagged requests JSON-serialisable (the CLI's ``estimate`` reads
+them from a file) and comparable by value, which the incremental estimator relies
+on. Tags never reach the provider: ``strip_*`` removes them before LiteLLM sees
+the request.
+
+Bad tags raise `TagError` where they are made (``segment``, ``message``, ``tool``)
+and, for hand-built tags, when the request is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from .contract import Category
+from .errors import TagError
+
+TAG_KEY = "cw_tag"
+MAX_SOURCE_LENGTH = 120
+
+MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+@dataclass(frozen=True)
+class Tag:
+    category: Category
+    source: Optional[str] = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"category": self.category.value}
+        if self.source is not None:
+            out["source"] = self.source
+        return out
+
+
+@dataclass(frozen=True)
+class ToolSource:
+    """Where a tool definition comes from; decides its category."""
+
+    category: Category
+    label: str
+
+    @classmethod
+    def native(cls) -> "ToolSource":
+        return cls(Category.TOOLS, "native")
+
+    @classmethod
+    def mcp(cls, server: str) -> "ToolSource":
+        return cls(Category.MCP_TOOLS, f"mcp:{_check_label(server, 'MCP server name')}")
+
+    @classmethod
+    def skill(cls, name: str) -> "ToolSource":
+        return cls(Category.SKILLS, f"skill:{_check_label(name, 'skill name')}")
+
+
+def _check_label(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise TagError(f"{what} must be a non-empty string, got {type(value).__name__}")
+    if len(value) > MAX_SOURCE_LENGTH:
+        raise TagError(f"{what} is {len(value)} characters; at most {MAX_SOURCE_LENGTH} are allowed")
+    return value
+
+
+def make_tag(category: Union[Category, str], source: Optional[str] = None) -> Tag:
+    """Validate a category and source label into a Tag (raises TagError)."""
+    if isinstance(category, Category):
+        cat = category
+    elif isinstance(category, str):
+        try:
+            cat = Category(category)
+        except ValueError:
+            allowed = ", ".join(c.value for c in Category)
+            raise TagError(f"unknown category {category!r}; expected one of: {allowed}") from None
+    else:
+        raise TagError(f"category must be a string or cw.Category, got {type(category).__name__}")
+    if source is not None:
+        _check_label(source, "source")
+    return Tag(cat, source)
+
+
+def read_tag(obj: Mapping[str, Any]) -> Optional[Tag]:
+    """The tag stored on a message, part or tool, validated; None when untagged."""
+    raw = obj.get(TAG_KEY)
+    if raw is None:
+        return None
+    if isinstance(raw, Tag):
+        return raw
+    if not isinstance(raw, Mapping) or "category" not in raw:
+        raise TagError(f"{TAG_KEY} must be a mapping with a 'category' key, got {type(raw).__name__}")
+    return make_tag(raw["category"], raw.get("source"))
+
+
+# ---------------------------------------------------------------- making tags
+
+
+def segment(text: str, category: Union[Category, str], source: Optional[str] = None) -> dict[str, Any]:
+    """A text content part tagged with its category: use inside `message` content lists."""
+    if not isinstance(text, str):
+        raise TagError(f"segment text must be a string, got {type(text).__name__}")
+    tag = make_tag(category, source)
+    return {"type": "text", "text": text, TAG_KEY: tag.as_dict()}
+
+
+def message(
+    role: str,
+    content: Union[str, Sequence[Any], None],
+    *,
+    category: Union[Category, str, None] = None,
+    source: Optional[str] = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A chat message; with ``category`` every part of it counts there.
+
+    ``content`` is a string or a list of parts (strings, `segment` dicts, or any
+    OpenAI-style part). Extra fields (``tool_call_id``, ``name``, ``tool_calls``)
+    are kept as given.
+    """
+    if role not in MESSAGE_ROLES:
+        raise TagError(f"unknown message role {role!r}; expected one of: {', '.join(MESSAGE_ROLES)}")
+    if content is not None and not isinstance(content, (str, list, tuple)):
+        raise TagError(f"message content must be a string or a list of parts, got {type(content).__name__}")
+    if source is not None and category is None:
+        raise TagError("a message source needs a category")
+    out: dict[str, Any] = {"role": role}
+    if isinstance(content, (list, tuple)):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append({"type": "text", "text": part})
+            elif isinstance(part, Mapping):
+                read_tag(part)  # validate now, not at call time
+                parts.append(dict(part))
+            else:
+                raise TagError(f"a content part must be a string or a dict, got {type(part).__name__}")
+        out["content"] = parts
+    else:
+        out["content"] = content
+    out.update(fields)
+    if category is not None:
+        out[TAG_KEY] = make_tag(category, source).as_dict()
+    return out
+
+
+def tool(definition: Mapping[str, Any], source: Optional[ToolSource] = None) -> dict[str, Any]:
+    """A copy of an OpenAI-style tool definition tagged with where it comes from."""
+    if not isinstance(definition, Mapping):
+        raise TagError(f"a tool definition must be a dict, got {type(definition).__name__}")
+    if source is None:
+        source = ToolSource.native()
+    if not isinstance(source, ToolSource):
+        raise TagError(f"tool source must be a cw.ToolSource, got {type(source).__name__}")
+    out = dict(definition)
+    out[TAG_KEY] = Tag(source.category, source.label).as_dict()
+    return out
+
+
+# ---------------------------------------------------------------- stripping tags
+
+
+def strip_part(part: Any) -> Any:
+    if isinstance(part, dict) and TAG_KEY in part:
+        return {k: v for k, v in part.items() if k != TAG_KEY}
+    return part
+
+
+def strip_message(msg: Any) -> Any:
+    """The message as the provider must see it; the same object when it carries no tag."""
+    if not isinstance(msg, dict):
+        return msg
+    content = msg.get("content")
+    parts_tagged = isinstance(content, list) and any(isinstance(p, dict) and TAG_KEY in p for p in content)
+    if TAG_KEY not in msg and not parts_tagged:
+        return msg
+    clean = {k: v for k, v in msg.items() if k != TAG_KEY}
+    if parts_tagged:
+        clean["content"] = [strip_part(p) for p in content]
+    return clean
+
+
+def strip_tool(definition: Any) -> Any:
+    return strip_part(definition)

@@ -1,0 +1,243 @@
+"""Telemetry out: one span per LLM call, snapshots as span events, and metrics.
+
+Only the OpenTelemetry *API* is used here; which SDK (if any) receives the data
+is decided by the application or by ``embedded.py``. Attribute keys and metric
+names are a contract with dashboards and readers (DESIGN.md, "Telemetry").
+GenAI keys follow the OpenTelemetry GenAI semantic conventions v1.41
+(https://opentelemetry.io/docs/specs/semconv/gen-ai/); our own keys live under
+``agent.*``, never ``gen_ai.*``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+from opentelemetry import metrics, trace
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+from .config import Config
+from .contract import CATEGORIES, Snapshot
+
+logger = logging.getLogger("cw_middleware")
+
+SCHEMA_VERSION = 1
+SNAPSHOT_EVENT = "agent.context_window.snapshot"
+
+# Our namespace (content-free by construction: numbers, enum values, labels).
+ATTR_SCHEMA = "agent.context_window.schema"
+ATTR_RUN_ID = "agent.run.id"
+ATTR_STAGE_ID = "agent.stage.id"
+ATTR_STAGE_KIND = "agent.stage.kind"
+ATTR_INPUT_TOKENS = "agent.context_window.input_tokens"
+ATTR_LIMIT_TOKENS = "agent.context_window.limit_tokens"
+ATTR_UTILIZATION = "agent.context_window.utilization"
+ATTR_COUNT_METHOD = "agent.context_window.count_method"
+ATTR_EVENT_SEQ = "agent.context_window.event_seq"
+ATTR_GENERATED_AT = "agent.context_window.generated_at"
+ATTR_WARNINGS = "agent.context_window.warnings"
+ATTR_PROVIDER = "agent.context_window.provider"
+ATTR_MODEL = "agent.context_window.model"
+ATTR_DETAIL_CATEGORIES = "agent.context_window.details.category"
+ATTR_DETAIL_SOURCES = "agent.context_window.details.source"
+ATTR_DETAIL_TOKENS = "agent.context_window.details.tokens"
+ATTR_CATEGORY = "agent.context_window.category"
+TOKENS_PREFIX = "agent.context_window.tokens."
+
+# GenAI semantic conventions v1.41.
+GEN_AI_OPERATION = "gen_ai.operation.name"
+GEN_AI_PROVIDER = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_CACHE_READ = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_TOKEN_TYPE = "gen_ai.token.type"
+ERROR_TYPE = "error.type"
+
+# Bucket boundaries of gen_ai.client.token.usage, from the GenAI metrics conventions.
+TOKEN_HISTOGRAM_BOUNDARIES = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
+
+
+@dataclass(frozen=True)
+class StageInfo:
+    run_id: str
+    stage_id: str
+    kind: str = "agent"
+
+
+def snapshot_attributes(snapshot: Snapshot, include_details: bool = True) -> dict[str, Any]:
+    """The flat, typed attributes of one snapshot event."""
+    attrs: dict[str, Any] = {
+        ATTR_SCHEMA: SCHEMA_VERSION,
+        ATTR_INPUT_TOKENS: snapshot.input_tokens,
+        ATTR_COUNT_METHOD: snapshot.count_method.value,
+        ATTR_EVENT_SEQ: snapshot.event_seq,
+        ATTR_GENERATED_AT: snapshot.generated_at.isoformat(),
+        ATTR_WARNINGS: [w.code for w in snapshot.warnings],
+    }
+    for key, value in (
+        (ATTR_RUN_ID, snapshot.run_id),
+        (ATTR_STAGE_ID, snapshot.stage_id),
+        (ATTR_PROVIDER, snapshot.provider),
+        (ATTR_MODEL, snapshot.model),
+        (ATTR_LIMIT_TOKENS, snapshot.context_window_tokens),
+    ):
+        if value is not None:
+            attrs[key] = value
+    if snapshot.context_window_tokens:
+        attrs[ATTR_UTILIZATION] = snapshot.input_tokens / snapshot.context_window_tokens
+    for item in snapshot.breakdown:
+        attrs[TOKENS_PREFIX + item.category.value] = item.tokens
+    if include_details and snapshot.details:
+        attrs[ATTR_DETAIL_CATEGORIES] = [d.category.value for d in snapshot.details]
+        attrs[ATTR_DETAIL_SOURCES] = [d.source for d in snapshot.details]
+        attrs[ATTR_DETAIL_TOKENS] = [d.tokens for d in snapshot.details]
+    return attrs
+
+
+class Telemetry:
+    """Tracer, meter and instruments, created once per Runtime."""
+
+    def __init__(
+        self,
+        config: Config,
+        tracer_provider: Optional[trace.TracerProvider] = None,
+        meter_provider: Optional[metrics.MeterProvider] = None,
+    ) -> None:
+        self.config = config
+        self.tracer = trace.get_tracer("cw_middleware", tracer_provider=tracer_provider)
+        meter = metrics.get_meter("cw_middleware", meter_provider=meter_provider)
+        self.tokens_gauge = meter.create_gauge(
+            "agent.context_window.tokens", unit="{token}", description="Input tokens per context-window category"
+        )
+        self.limit_gauge = meter.create_gauge(
+            "agent.context_window.limit", unit="{token}", description="Context window size of the model"
+        )
+        self.utilization_gauge = meter.create_gauge(
+            "agent.context_window.utilization", unit="1", description="Share of the context window in use"
+        )
+        self.snapshot_counter = meter.create_counter(
+            "agent.context_window.snapshots", unit="{snapshot}", description="Snapshots emitted, by count method"
+        )
+        self.count_failures = meter.create_counter(
+            "agent.context_window.provider_count.failures",
+            unit="{failure}",
+            description="Provider token counts that failed or timed out",
+        )
+        self.token_usage = meter.create_histogram(
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Tokens used per call (GenAI semantic conventions)",
+            explicit_bucket_boundaries_advisory=TOKEN_HISTOGRAM_BOUNDARIES,
+        )
+
+    @contextmanager
+    def stage_span(self, stage: StageInfo) -> Iterator[trace.Span]:
+        attrs = {ATTR_RUN_ID: stage.run_id, ATTR_STAGE_ID: stage.stage_id, ATTR_STAGE_KIND: stage.kind, ATTR_SCHEMA: SCHEMA_VERSION}
+        with self.tracer.start_as_current_span(f"stage {stage.stage_id}", kind=SpanKind.INTERNAL, attributes=attrs) as span:
+            yield span
+
+    def start_call(self, operation: str, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> "CallTelemetry":
+        attrs: dict[str, Any] = {GEN_AI_OPERATION: operation}
+        if provider:
+            attrs[GEN_AI_PROVIDER] = provider
+        if model:
+            attrs[GEN_AI_REQUEST_MODEL] = model
+        if stage is not None:
+            attrs[ATTR_RUN_ID] = stage.run_id
+            attrs[ATTR_STAGE_ID] = stage.stage_id
+        span = self.tracer.start_span(f"{operation} {model or ''}".strip(), kind=SpanKind.CLIENT, attributes=attrs)
+        return CallTelemetry(self, span, provider, model, stage)
+
+    def metric_attributes(self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> dict[str, Any]:
+        attrs: dict[str, Any] = {"service.name": self.config.service_name}
+        if provider:
+            attrs[GEN_AI_PROVIDER] = provider
+        if model:
+            attrs[GEN_AI_REQUEST_MODEL] = model
+        if self.config.metric_run_labels and stage is not None:
+            attrs[ATTR_RUN_ID] = stage.run_id
+            attrs[ATTR_STAGE_ID] = stage.stage_id
+        return attrs
+
+    def record_snapshot_metrics(self, snapshot: Snapshot, stage: Optional[StageInfo]) -> None:
+        base = self.metric_attributes(snapshot.provider, snapshot.model, stage)
+        for item in snapshot.breakdown:
+            self.tokens_gauge.set(item.tokens, {**base, ATTR_CATEGORY: item.category.value})
+        if snapshot.context_window_tokens:
+            self.limit_gauge.set(snapshot.context_window_tokens, base)
+            self.utilization_gauge.set(snapshot.input_tokens / snapshot.context_window_tokens, base)
+        self.snapshot_counter.add(1, {**base, ATTR_COUNT_METHOD: snapshot.count_method.value})
+
+
+class CallTelemetry:
+    """The span of one LLM call; snapshots land on it as events, or on a linked span once it ended."""
+
+    def __init__(self, owner: Telemetry, span: trace.Span, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]):
+        self._owner = owner
+        self.span = span
+        self._provider = provider
+        self._model = model
+        self._stage = stage
+        self._ended = False
+
+    def record(self, snapshot: Snapshot) -> None:
+        attrs = snapshot_attributes(snapshot, include_details=True)
+        if not self._ended:
+            self.span.add_event(SNAPSHOT_EVENT, attributes=attrs)
+            self.span.set_attributes(_mirror(attrs))
+        else:
+            # The call span is gone (a slow provider count): a short span linked to it carries the event.
+            late = self._owner.tracer.start_span(
+                "agent.context_window.late_snapshot",
+                links=[Link(self.span.get_span_context())],
+                attributes=_mirror(attrs),
+                context=trace.set_span_in_context(trace.NonRecordingSpan(self.span.get_span_context())),
+            )
+            late.add_event(SNAPSHOT_EVENT, attributes=attrs)
+            late.end()
+        self._owner.record_snapshot_metrics(snapshot, self._stage)
+
+    def end(
+        self,
+        response_model: Optional[str] = None,
+        input_tokens: Optional[int] = None,
+        output_tokens: Optional[int] = None,
+        cache_read_tokens: Optional[int] = None,
+        error: Optional[BaseException] = None,
+    ) -> None:
+        if self._ended:
+            return
+        span = self.span
+        if response_model:
+            span.set_attribute(GEN_AI_RESPONSE_MODEL, response_model)
+        base = self._owner.metric_attributes(self._provider, self._model, self._stage)
+        base[GEN_AI_OPERATION] = "chat"
+        for key, value, token_type in (
+            (GEN_AI_INPUT_TOKENS, input_tokens, "input"),
+            (GEN_AI_OUTPUT_TOKENS, output_tokens, "output"),
+        ):
+            if value is not None:
+                span.set_attribute(key, value)
+                self._owner.token_usage.record(value, {**base, GEN_AI_TOKEN_TYPE: token_type})
+        if cache_read_tokens:
+            span.set_attribute(GEN_AI_CACHE_READ, cache_read_tokens)
+        if error is not None:
+            # The exception type only: provider error bodies are content.
+            span.set_attribute(ERROR_TYPE, type(error).__qualname__)
+            span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
+        self._ended = True
+        span.end()
+
+
+def _mirror(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The span-level copy of a snapshot: backends search span attributes, not events."""
+    return {k: v for k, v in attrs.items() if not k.startswith("agent.context_window.details.")}
+
+
+def dumps_attributes(attrs: dict[str, Any]) -> str:
+    return json.dumps(attrs, sort_keys=True)

@@ -1,0 +1,385 @@
+"""The LiteLLM drop-in: completion / acompletion (streams included), stage() and estimate().
+
+Each call runs one `_Call`: split the tags from the request, estimate locally,
+publish the ``local_estimate`` snapshot, start a background provider count
+where the policy asks for one, forward the clean request to LiteLLM, and
+reconcile with the response's usage (for streams: the terminal usage chunk).
+Only a caller mistake (a bad tag) raises; any other failure inside the
+middleware becomes a warning, and the LLM call proceeds as LiteLLM would run it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any, Iterator, Optional
+
+from . import counting
+from .config import ProviderCountPolicy, parse_policy
+from .contract import CountMethod, Snapshot, WarningCode
+from .errors import ConfigError, TagError
+from .estimate import Estimate, strip_request
+from .reconcile import usage_input_tokens
+from .rules import split_provider
+from .runtime import Runtime, get_runtime
+from .snapshot import RequestMeta, build_snapshot
+from .telemetry import CallTelemetry, StageInfo
+
+# Per-call options of ours; removed before LiteLLM sees the request.
+OPTION_CONTEXT_WINDOW = "cw_context_window"
+OPTION_PROVIDER_COUNT = "cw_provider_count"
+_OPTIONS = (OPTION_CONTEXT_WINDOW, OPTION_PROVIDER_COUNT)
+_ESTIMATE_KEYS = ("tools", "tool_choice", "response_format", "functions", "custom_llm_provider")
+# Providers whose streams report usage when asked with stream_options.include_usage.
+_STREAM_USAGE_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "openai_compatible", "hosted_vllm"})
+MAX_ID_LENGTH = 256
+
+_current_stage: contextvars.ContextVar[Optional[StageInfo]] = contextvars.ContextVar("cw_stage", default=None)
+
+
+# ---------------------------------------------------------------- stages
+
+
+@contextmanager
+def stage(run_id: str, stage_id: str, kind: str = "agent") -> Iterator[StageInfo]:
+    """Attribute the calls inside to (run_id, stage_id); opens the stage span. Sync and async safe."""
+    for name, value in (("run_id", run_id), ("stage_id", stage_id), ("kind", kind)):
+        if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
+            raise ConfigError(f"{name} must be a non-empty string of at most {MAX_ID_LENGTH} characters")
+    info = StageInfo(run_id, stage_id, kind)
+    token = _current_stage.set(info)
+    try:
+        with get_runtime().telemetry.stage_span(info):
+            yield info
+    finally:
+        _current_stage.reset(token)
+
+
+def current_stage() -> Optional[StageInfo]:
+    return _current_stage.get()
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def completion(*args: Any, **kwargs: Any) -> Any:
+    """`litellm.completion`, observed. Same arguments, same return value."""
+    import litellm
+
+    call = _Call.start(args, kwargs)
+    try:
+        response = litellm.completion(*call.args, **call.kwargs)
+    except BaseException as exc:
+        call.fail(exc)
+        raise
+    return call.observe(response)
+
+
+async def acompletion(*args: Any, **kwargs: Any) -> Any:
+    """`litellm.acompletion`, observed. Same arguments, same return value."""
+    import litellm
+
+    call = _Call.start(args, kwargs)
+    try:
+        response = await litellm.acompletion(*call.args, **call.kwargs)
+    except BaseException as exc:
+        call.fail(exc)
+        raise
+    return call.observe(response)
+
+
+def estimate(*args: Any, **kwargs: Any) -> Snapshot:
+    """The local snapshot of a request, without calling anything. Takes `completion`'s arguments."""
+    runtime = get_runtime()
+    model, messages = _model_and_messages(args, kwargs)
+    window_override = kwargs.get(OPTION_CONTEXT_WINDOW)
+    est = runtime.estimator.estimate(model, messages, **{k: kwargs.get(k) for k in _ESTIMATE_KEYS})
+    meta = _meta(runtime, model, kwargs.get("custom_llm_provider"), window_override, current_stage())
+    codes = set(est.warnings)
+    if meta.context_window_tokens is None:
+        codes.add(WarningCode.UNKNOWN_CONTEXT_WINDOW)
+    return build_snapshot(est.by_source, meta, CountMethod.LOCAL_ESTIMATE, codes, max_details=runtime.config.max_details)
+
+
+def snapshots() -> list[Snapshot]:
+    """Recent snapshots of this process (bounded by snapshot_history), newest last."""
+    return get_runtime().snapshots()
+
+
+# ---------------------------------------------------------------- one call
+
+
+class _Call:
+    """Everything the middleware knows about one LLM call, from request to usage."""
+
+    def __init__(self, runtime: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.runtime = runtime
+        self.args = args
+        self.kwargs = kwargs
+        self.stage = current_stage()
+        self.estimate: Optional[Estimate] = None
+        self.meta = RequestMeta(self.stage and self.stage.run_id, self.stage and self.stage.stage_id, None, None, None)
+        self.warnings: set[WarningCode] = set()
+        self.telemetry: Optional[CallTelemetry] = None
+        self.mock = kwargs.get("mock_response") is not None
+        self.finished = False
+        self._stream_usage: Any = None
+        self.hide_usage_chunk = False
+        self._response_model: Optional[str] = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def start(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> "_Call":
+        options = {k: kwargs.pop(k) for k in _OPTIONS if k in kwargs}
+        try:
+            runtime = get_runtime()
+        except Exception:  # noqa: BLE001 - a broken environment must not stop the call
+            runtime = Runtime()
+        call = cls(runtime, args, kwargs)
+        call._strip_tags()  # raises TagError for a malformed hand-made tag: the caller's mistake
+        try:
+            call._prepare(options)
+        except TagError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            runtime.log.warning("prepare", f"cw_middleware: could not prepare a snapshot ({type(exc).__name__})")
+            call.warnings.add(WarningCode.ESTIMATE_FAILED)
+        return call
+
+    def _strip_tags(self) -> None:
+        model, messages = _model_and_messages(self.args, self.kwargs)
+        self._model, self._messages, self._tools = model, messages, self.kwargs.get("tools")
+        clean_messages, clean_tools = strip_request(messages, self._tools)
+        if clean_messages is not messages:
+            if len(self.args) >= 2:
+                self.args = (self.args[0], clean_messages, *self.args[2:])
+            else:
+                self.kwargs["messages"] = clean_messages
+        if clean_tools is not self._tools:
+            self.kwargs["tools"] = clean_tools
+
+    def _prepare(self, options: dict[str, Any]) -> None:
+        runtime, kwargs = self.runtime, self.kwargs
+        self.meta = _meta(runtime, self._model, kwargs.get("custom_llm_provider"), options.get(OPTION_CONTEXT_WINDOW), self.stage)
+        if self.meta.context_window_tokens is None:
+            self.warnings.add(WarningCode.UNKNOWN_CONTEXT_WINDOW)
+        if kwargs.get("stream") and "stream_options" not in kwargs and self.meta.provider in _STREAM_USAGE_PROVIDERS:
+            kwargs["stream_options"] = {"include_usage": True}
+            self.hide_usage_chunk = True  # the caller did not ask for it: keep their stream as it was
+        self.telemetry = runtime.telemetry.start_call("chat", self.meta.provider, self._model, self.stage)
+        try:
+            request = {k: kwargs.get(k) for k in _ESTIMATE_KEYS}
+            request["tools"] = self._tools  # tagged: kwargs holds the stripped copy
+            self.estimate = runtime.estimator.estimate(self._model, self._messages, **request)
+            self.warnings |= self.estimate.warnings
+        except TagError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
+            self.warnings.add(WarningCode.ESTIMATE_FAILED)
+        self.warnings |= runtime.take_deferred(self.stage)
+        if self.estimate is not None:
+            self._start_provider_count(options.get(OPTION_PROVIDER_COUNT))
+        self._publish(CountMethod.LOCAL_ESTIMATE)
+
+    # ------------------------------------------------------------ provider count
+
+    def _start_provider_count(self, per_call_policy: Any) -> None:
+        policy = parse_policy(per_call_policy) if per_call_policy is not None else self.runtime.config.provider_count
+        assert self.estimate is not None
+        if policy is ProviderCountPolicy.NEVER or (policy is ProviderCountPolicy.AUTO and self.estimate.rules.exact):
+            return
+        target = counting.target_for(self.meta.provider, self._model, self.kwargs)
+        if target is None:
+            self.warnings.add(WarningCode.PROVIDER_UNCONFIGURED)
+            return
+        request = {"model": self._model, "messages": self.kwargs.get("messages", self.args[1] if len(self.args) > 1 else None)}
+        for key in ("tools", "tool_choice", "response_format"):
+            if self.kwargs.get(key) is not None:
+                request[key] = self.kwargs[key]
+        if not self.runtime.counter().submit(target, request, self._on_provider_count):
+            return
+
+    def _on_provider_count(self, tokens: Optional[int], failure: Optional[WarningCode]) -> None:
+        """Runs on the counter's worker thread."""
+        if tokens is not None:
+            self._publish(CountMethod.PROVIDER_API_SCALED_BREAKDOWN, total=tokens)
+            return
+        if failure is None:
+            return
+        with self._lock:
+            if not self.finished:
+                self.warnings.add(failure)
+                return
+        self.runtime.defer_warning(self.stage, failure)
+        if self.telemetry is not None:
+            try:
+                self.runtime.telemetry.count_failures.add(1, self.runtime.telemetry.metric_attributes(self.meta.provider, self._model, self.stage))
+            except Exception:  # noqa: BLE001
+                pass
+
+    # ------------------------------------------------------------ response
+
+    def observe(self, response: Any) -> Any:
+        """Reconcile a response (or wrap a stream so its end reconciles); returns what LiteLLM returned."""
+        try:
+            if _is_stream(response):
+                return _observe_stream(response, self)
+            self.finish(getattr(response, "usage", None), getattr(response, "model", None))
+        except Exception as exc:  # noqa: BLE001
+            self.runtime.log.warning("observe", f"cw_middleware: could not read the response ({type(exc).__name__})")
+        return response
+
+    def see_chunk(self, chunk: Any) -> bool:
+        """Note a chunk's usage and model; False when the chunk is ours to swallow."""
+        try:
+            usage = getattr(chunk, "usage", None)
+            if usage is not None:
+                self._stream_usage = usage
+            model = getattr(chunk, "model", None)
+            if isinstance(model, str):
+                self._response_model = model
+            return not (self.hide_usage_chunk and usage is not None and not getattr(chunk, "choices", None))
+        except Exception:  # noqa: BLE001
+            return True
+
+    def finish_stream(self) -> None:
+        self.finish(self._stream_usage, self._response_model)
+
+    def finish(self, usage: Any, response_model: Optional[str]) -> None:
+        with self._lock:
+            if self.finished:
+                return
+            self.finished = True
+        try:
+            total = None if self.mock else usage_input_tokens(usage)
+            if self.mock:
+                self.warnings.add(WarningCode.MOCK_USAGE_NOT_RECONCILED)
+                self._publish(CountMethod.LOCAL_ESTIMATE)
+            elif total is None:
+                self.warnings.add(WarningCode.USAGE_MISSING)
+                self._publish(CountMethod.LOCAL_ESTIMATE)
+            else:
+                self._publish(CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN, total=total)
+            if self.telemetry is not None:
+                details = getattr(usage, "prompt_tokens_details", None)
+                self.telemetry.end(
+                    response_model=response_model,
+                    input_tokens=total,
+                    output_tokens=None if self.mock else getattr(usage, "completion_tokens", None),
+                    cache_read_tokens=getattr(details, "cached_tokens", None),
+                )
+        except Exception as exc:  # noqa: BLE001
+            self.runtime.log.warning("finish", f"cw_middleware: could not reconcile usage ({type(exc).__name__})")
+
+    def fail(self, exc: BaseException) -> None:
+        with self._lock:
+            if self.finished:
+                return
+            self.finished = True
+        try:
+            if self.telemetry is not None:
+                self.telemetry.end(error=exc)
+        except Exception as inner:  # noqa: BLE001
+            self.runtime.log.warning("fail", f"cw_middleware: could not end the call span ({type(inner).__name__})")
+
+    def _publish(self, method: CountMethod, total: Optional[int] = None) -> None:
+        try:
+            by_source = self.estimate.by_source if self.estimate is not None else {}
+            snap = build_snapshot(by_source, self.meta, method, set(self.warnings), total=total, max_details=self.runtime.config.max_details)
+            self.runtime.publish(snap, self.telemetry, self.stage)
+        except Exception as exc:  # noqa: BLE001
+            self.runtime.log.warning("publish", f"cw_middleware: could not build a snapshot ({type(exc).__name__})")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _model_and_messages(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any]:
+    model = kwargs.get("model", args[0] if args else None)
+    messages = kwargs.get("messages", args[1] if len(args) > 1 else None)
+    return str(model or ""), messages
+
+
+def _meta(runtime: Runtime, model: str, custom_llm_provider: Optional[str], window_override: Any, st: Optional[StageInfo]) -> RequestMeta:
+    provider, window = _model_facts(model, custom_llm_provider)
+    configured = runtime.config.context_windows
+    if isinstance(window_override, int) and window_override > 0:
+        window = window_override
+    elif model in configured:
+        window = configured[model]
+    return RequestMeta(st.run_id if st else None, st.stage_id if st else None, provider, model or None, window)
+
+
+@lru_cache(maxsize=512)
+def _model_facts(model: str, custom_llm_provider: Optional[str]) -> tuple[Optional[str], Optional[int]]:
+    """(provider, max input tokens) from LiteLLM's model map; unknown models get (family guess, None)."""
+    import litellm
+
+    provider: Optional[str]
+    try:
+        provider = litellm.get_llm_provider(model, custom_llm_provider=custom_llm_provider)[1]
+    except Exception:  # noqa: BLE001 - unknown to LiteLLM: fall back to our family guess
+        provider = split_provider(model, custom_llm_provider)[0]
+        provider = None if provider == "unknown" else provider
+    try:
+        info = litellm.get_model_info(model, custom_llm_provider=custom_llm_provider)
+        window = info.get("max_input_tokens") or info.get("max_tokens")
+    except Exception:  # noqa: BLE001
+        window = None
+    return provider, int(window) if window else None
+
+
+def _is_stream(response: Any) -> bool:
+    return hasattr(response, "__next__") or hasattr(response, "__anext__")
+
+
+_stream_classes: dict[type, type] = {}
+
+
+def _observe_stream(stream: Any, call: _Call) -> Any:
+    """The same stream object, re-classed so that iterating it also observes its chunks.
+
+    Re-classing (rather than wrapping) keeps every attribute and isinstance check
+    of LiteLLM's CustomStreamWrapper intact for the caller.
+    """
+    base = type(stream)
+    cls = _stream_classes.get(base)
+    if cls is None:
+        cls = type(f"Observed{base.__name__}", (base,), {"__next__": _observed_next, "__anext__": _observed_anext})
+        _stream_classes[base] = cls
+    stream.__class__ = cls
+    stream._cw_call = call
+    return stream
+
+
+def _observed_next(self: Any) -> Any:
+    call: _Call = self._cw_call
+    while True:
+        try:
+            chunk = super(type(self), self).__next__()
+        except StopIteration:
+            call.finish_stream()
+            raise
+        except BaseException as exc:
+            call.fail(exc)
+            raise
+        if call.see_chunk(chunk):
+            return chunk
+
+
+async def _observed_anext(self: Any) -> Any:
+    call: _Call = self._cw_call
+    while True:
+        try:
+            chunk = await super(type(self), self).__anext__()
+        except StopAsyncIteration:
+            call.finish_stream()
+            raise
+        except BaseException as exc:
+            call.fail(exc)
+            raise
+        if call.see_chunk(chunk):
+            return chunk

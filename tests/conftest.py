@@ -1,0 +1,42 @@
+"""Shared fixtures: a Runtime per test with in-memory OpenTelemetry exporters."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import cw_middleware  # noqa: F401
+from cw_middleware.config import resolve
+from cw_middleware.runtime import Runtime, set_runtime
+
+
+class Telemetry:
+    def __init__(self) -> None:
+        self.spans = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.metrics = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.metrics])
+
+
+@pytest.fixture
+def telemetry():
+    return Telemetry()
+
+
+@pytest.fixture
+def runtime(telemetry):
+    """A fresh Runtime (empty caches, in-memory telemetry) installed for the test."""
+    rt = Runtime(resolve(export="none", environ={}), telemetry.tracer_provider, telemetry.meter_provider)
+    previous = set_runtime(rt)
+    yield rt
+    rt.shutdown()
+    set_runtime(previous)
