@@ -325,15 +325,24 @@ def _as_dict(obj: Any) -> dict[str, Any]:
         return {}
 
 
+_ATOMS = (str, int, float, bool, type(None), tuple)
+
+
 def _freeze(obj: Any) -> Any:
-    """A value copy of nested dicts and lists (strings are shared: they cannot change)."""
-    if isinstance(obj, dict):
-        return {k: _freeze(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_freeze(v) for v in obj]
-    if not isinstance(obj, (str, int, float, bool, type(None), tuple)):
-        return _as_dict(obj) or obj
-    return obj
+    """A value copy of nested dicts and lists (strings are shared: they cannot change).
+
+    Messages are frozen once, when first counted, so that a caller who later edits
+    a message in place (say, truncating an old tool result) gets it recounted.
+    """
+    if type(obj) is dict:
+        return {k: v if type(v) in _ATOMS else _freeze(v) for k, v in obj.items()}
+    if type(obj) is list:
+        return [v if type(v) in _ATOMS else _freeze(v) for v in obj]
+    if isinstance(obj, _ATOMS):
+        return obj
+    if isinstance(obj, (dict, list)):
+        return _freeze(dict(obj) if isinstance(obj, dict) else list(obj))
+    return _as_dict(obj) or obj
 
 
 def iter_warnings(codes: Iterable[WarningCode]) -> list[WarningCode]:

@@ -139,6 +139,6 @@ def get_runtime() -> Runtime:
     runtime = _runtime
     if runtime is not None:
         return runtime
-    from .setup import configure
+    from ._setup import configure
 
     return configure()

@@ -52,10 +52,27 @@ def next_event_seq() -> int:
 
 
 def make_warnings(codes: Iterable[WarningCode]) -> list[SnapshotWarning]:
-    return [
-        SnapshotWarning.model_construct(code=code.value, message=WARNING_MESSAGES[code])
-        for code in sorted(set(codes), key=lambda c: c.value)
-    ]
+    return [_warning(code) for code in sorted(set(codes), key=lambda c: c.value)]
+
+
+# Snapshot parts are frozen pydantic models, and most of them repeat from one
+# request to the next (the system prompt and tools do not change every turn):
+# sharing the instances keeps snapshot building off the call path's profile.
+_PARTS_CACHE_SIZE = 4096
+_parts: dict[tuple[object, ...], object] = {}
+
+
+def _shared(key: tuple[object, ...], make: "type[BreakdownItem] | type[DetailItem] | type[SnapshotWarning]", **fields: object):  # type: ignore[no-untyped-def]
+    item = _parts.get(key)
+    if item is None:
+        if len(_parts) >= _PARTS_CACHE_SIZE:
+            _parts.clear()
+        item = _parts[key] = make.model_construct(**fields)
+    return item
+
+
+def _warning(code: WarningCode) -> SnapshotWarning:
+    return _shared(("w", code), SnapshotWarning, code=code.value, message=WARNING_MESSAGES[code])
 
 
 @dataclass(frozen=True)
@@ -101,13 +118,11 @@ def build_snapshot(
         generated_at=datetime.now(timezone.utc),
         event_seq=next_event_seq(),
         breakdown=[
-            BreakdownItem.model_construct(category=c, tokens=t, usage_percent=_percent(t, window))
+            _shared(("b", c, t, window), BreakdownItem, category=c, tokens=t, usage_percent=_percent(t, window))
             for c, t in per_category.items()
         ],
         warnings=make_warnings(codes),
-        details=[
-            DetailItem.model_construct(category=c, source=s, tokens=t) for (c, s), t in ranked[:max_details] if t
-        ],
+        details=[_shared(("d", c, s, t), DetailItem, category=c, source=s, tokens=t) for (c, s), t in ranked[:max_details] if t],
     )
 
 

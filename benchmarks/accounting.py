@@ -1,0 +1,121 @@
+"""Speed bars of the core (issue 2), as ratios against baselines measured in the same run.
+
+    python benchmarks/accounting.py [--turns 200] [--calls 40]
+
+1. accounting over a 200-turn conversation (~100k tokens, 30 tools), cw.estimate per turn
+   vs litellm.token_counter(model, messages, tools) per turn        -> bar: cw >= 20x faster
+2. the same vs the floor: tiktoken encoding only each turn's new text once -> bar: <= 1.5x
+3. call-path latency at the ~100k-token context: cw.completion vs litellm.completion,
+   both with mock_response, alternating, median ratio                 -> bar: <= 1.15
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import cw_middleware as cw  # noqa: E402  - sets TIKTOKEN_CACHE_DIR first
+from benchmarks.conversation import make_tools, make_turns, new_text, request_at  # noqa: E402
+
+MODEL = "gpt-4o"
+
+
+def bench_accounting(n_turns: int) -> dict[str, float]:
+    import litellm
+    import tiktoken
+
+    system, turns = make_turns(n_turns)
+    tools = make_tools()
+    requests = [request_at(system, turns, t) for t in range(1, n_turns + 1)]
+    encode = tiktoken.get_encoding("o200k_base").encode_ordinary
+    encode("warm up")
+    cw.estimate(model=MODEL, messages=[{"role": "user", "content": "warm up"}])
+    litellm.token_counter(model=MODEL, messages=[{"role": "user", "content": "warm up"}])
+
+    gc.collect()
+    start = time.perf_counter()
+    floor_tokens = 0
+    for t in range(1, n_turns + 1):
+        for text in new_text(system, tools, turns, t):
+            floor_tokens += len(encode(text))
+    floor = time.perf_counter() - start
+
+    cw.configure(export="none")  # fresh caches
+    gc.collect()
+    start = time.perf_counter()
+    last = None
+    for msgs in requests:
+        last = cw.estimate(model=MODEL, messages=msgs, tools=tools)
+    ours = time.perf_counter() - start
+
+    gc.collect()
+    start = time.perf_counter()
+    for msgs in requests:
+        litellm.token_counter(model=MODEL, messages=msgs, tools=tools)
+    theirs = time.perf_counter() - start
+    assert last is not None
+    return {"turns": n_turns, "final_input_tokens": last.input_tokens, "floor_tokens": floor_tokens,
+            "cw_s": ours, "token_counter_s": theirs, "floor_s": floor}
+
+
+def bench_call_path(n_calls: int) -> dict[str, float]:
+    import litellm
+
+    system, turns = make_turns(200)
+    tools = make_tools()
+    cw.configure(export="none")
+    ratios, cw_times, lite_times = [], [], []
+
+    def timed(fn, msgs) -> float:
+        gc.collect()  # collections land on whichever call happens to allocate; keep them out of both
+        start = time.perf_counter()
+        fn(model=MODEL, messages=msgs, tools=tools, mock_response="ok")
+        return time.perf_counter() - start
+
+    for i in range(n_calls + 2):
+        # Fresh dicts for every call, as an agent sends them; the order alternates.
+        lite_msgs, cw_msgs = request_at(system, turns, 200), request_at(system, turns, 200)
+        if i % 2:
+            c, lt = timed(cw.completion, cw_msgs), timed(litellm.completion, lite_msgs)
+        else:
+            lt, c = timed(litellm.completion, lite_msgs), timed(cw.completion, cw_msgs)
+        if i >= 2:  # the first calls warm caches and imports on both sides
+            lite_times.append(lt)
+            cw_times.append(c)
+            ratios.append(c / lt)
+    return {"calls": n_calls, "litellm_median_ms": 1000 * statistics.median(lite_times),
+            "cw_median_ms": 1000 * statistics.median(cw_times), "median_ratio": statistics.median(ratios)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--calls", type=int, default=40)
+    args = parser.parse_args()
+    acc = bench_accounting(args.turns)
+    speedup = acc["token_counter_s"] / acc["cw_s"]
+    vs_floor = acc["cw_s"] / acc["floor_s"]
+    print(f"conversation: {acc['turns']} turns, final context {acc['final_input_tokens']:,} tokens, 30 tools")
+    print(f"  floor (tiktoken, new text once):   {1000 * acc['floor_s']:8.1f} ms  ({acc['floor_tokens']:,} tokens)")
+    print(f"  cw.estimate every turn:            {1000 * acc['cw_s']:8.1f} ms")
+    print(f"  litellm.token_counter every turn:  {1000 * acc['token_counter_s']:8.1f} ms")
+    print(f"  1. speed-up vs token_counter: {speedup:7.1f}x   (bar >= 20x)   {'PASS' if speedup >= 20 else 'FAIL'}")
+    print(f"  2. cost vs floor:             {vs_floor:7.2f}x   (bar <= 1.5x)  {'PASS' if vs_floor <= 1.5 else 'FAIL'}")
+    call = bench_call_path(args.calls)
+    print(f"call path at ~100k tokens, {call['calls']} alternating calls with mock_response:")
+    print(f"  litellm.completion median {call['litellm_median_ms']:.2f} ms, cw.completion median {call['cw_median_ms']:.2f} ms")
+    ok3 = call["median_ratio"] <= 1.15
+    print(f"  3. median ratio cw/litellm:   {call['median_ratio']:7.3f}    (bar <= 1.15)  {'PASS' if ok3 else 'FAIL'}")
+    return 0 if speedup >= 20 and vs_floor <= 1.5 and ok3 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""Attribution rules and the incremental estimator."""
+
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import tiktoken
+
+import cw_middleware as cw
+from cw_middleware.contract import Category, WarningCode
+from cw_middleware.estimate import Estimator
+
+ENC = tiktoken.get_encoding("o200k_base")
+
+
+def n(text: str) -> int:
+    return len(ENC.encode_ordinary(text))
+
+
+def fn_tool(name: str, description: str = "does a thing") -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "description": description,
+                                             "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+
+
+def test_untagged_roles_follow_the_default_rules(runtime):
+    base = [{"role": "user", "content": "hi"}]
+    snap0 = cw.estimate(model="gpt-4o", messages=base)
+    with_system = cw.estimate(model="gpt-4o", messages=[{"role": "system", "content": "Be terse and exact."}, *base])
+    with_dev = cw.estimate(model="gpt-4o", messages=[{"role": "developer", "content": "Be terse and exact."}, *base])
+    assert snap0.tokens("system_prompt") == 0 and snap0.tokens("conversation") > 0
+    assert with_system.tokens("system_prompt") > n("Be terse and exact.")  # text plus its framing
+    assert with_dev.tokens("system_prompt") == with_system.tokens("system_prompt")
+    assert with_system.tokens("conversation") == snap0.tokens("conversation")
+    assert snap0.tokens("other") > 0  # reply priming: owned by no message
+
+
+def test_tagged_segments_go_to_their_category_whatever_the_role(runtime):
+    memory = "- always run the tests before committing\n" * 20
+    plain = cw.estimate(model="gpt-4o", messages=[cw.message("system", [cw.segment("You are an agent.", "system_prompt")])])
+    tagged = cw.estimate(model="gpt-4o", messages=[
+        cw.message("system", [cw.segment("You are an agent.", "system_prompt"), cw.segment(memory, "memory", "AGENTS.md")]),
+    ])
+    assert tagged.tokens("memory") == n(memory)
+    assert tagged.tokens("system_prompt") == plain.tokens("system_prompt")
+    assert {(d.category, d.source) for d in tagged.details} >= {(Category.MEMORY, "AGENTS.md")}
+    user_memory = cw.estimate(model="gpt-4o", messages=[cw.message("user", memory, category="memory", source="notes.md")])
+    assert user_memory.tokens("conversation") == 0
+    assert user_memory.tokens("memory") >= n(memory)
+
+
+def test_activated_skill_in_a_tool_result_counts_as_skills(runtime):
+    skill = "# Skill: pdf\nUse pdftotext; never guess from an image.\n" * 10
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "load_skill", "arguments": '{"name": "pdf"}'}}]}
+    as_conversation = cw.estimate(model="gpt-4o", messages=[call, {"role": "tool", "tool_call_id": "c1", "content": skill}])
+    as_skill = cw.estimate(model="gpt-4o", messages=[
+        call, cw.message("tool", skill, category="skills", source="skill:pdf", tool_call_id="c1")])
+    assert as_skill.input_tokens == as_conversation.input_tokens  # same tokens, other bucket
+    assert as_skill.tokens("skills") >= n(skill)
+    assert as_conversation.tokens("conversation") - as_skill.tokens("conversation") == as_skill.tokens("skills")
+
+
+def test_tools_are_attributed_by_source_and_guesses_are_flagged(runtime):
+    msgs = [{"role": "user", "content": "hi"}]
+    native = cw.estimate(model="gpt-4o", messages=msgs, tools=[fn_tool("search")])
+    assert native.tokens("tools") > 0 and native.tokens("mcp_tools") == 0
+    assert WarningCode.TOOL_SOURCE_INFERRED.value not in native.warning_codes()
+    mcp = cw.estimate(model="gpt-4o", messages=msgs, tools=[fn_tool("search"), cw.tool(fn_tool("create_issue"), cw.ToolSource.mcp("github"))])
+    assert mcp.tokens("mcp_tools") > 0
+    assert any(d.source == "mcp:github" for d in mcp.details)
+    skill = cw.estimate(model="gpt-4o", messages=msgs, tools=[cw.tool(fn_tool("load"), cw.ToolSource.skill("loader"))])
+    assert skill.tokens("skills") > 0
+    guessed = cw.estimate(model="gpt-4o", messages=msgs, tools=[fn_tool("mcp__fs__read_file")])
+    assert guessed.tokens("mcp_tools") > 0
+    assert WarningCode.TOOL_SOURCE_INFERRED.value in guessed.warning_codes()
+
+
+def test_images_are_never_estimated_from_their_bytes(runtime):
+    small = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 10}}
+    large = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 100_000}}
+    a = cw.estimate(model="gpt-4o", messages=[{"role": "user", "content": [{"type": "text", "text": "look"}, small]}])
+    b = cw.estimate(model="gpt-4o", messages=[{"role": "user", "content": [{"type": "text", "text": "look"}, large]}])
+    assert a.input_tokens == b.input_tokens
+    assert WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED.value in a.warning_codes()
+
+
+def test_categories_always_sum_to_the_total(runtime):
+    snap = cw.estimate(model="gpt-4o", messages=[
+        cw.message("system", [cw.segment("sys", "system_prompt"), cw.segment("mem", "memory", "m")]),
+        {"role": "user", "content": "question"}], tools=[fn_tool("a"), cw.tool(fn_tool("b"), cw.ToolSource.mcp("s"))],
+        response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object", "properties": {"x": {"type": "string"}}}}})
+    assert sum(b.tokens for b in snap.breakdown) == snap.input_tokens
+    assert [b.category for b in snap.breakdown] == list(Category)
+    assert snap.context_window_tokens == 128000
+    assert snap.usage_percent == round(100 * snap.input_tokens / 128000, 4)
+
+
+def test_unknown_model_has_no_window_and_says_so(runtime):
+    snap = cw.estimate(model="acme/frontier-9000", messages=[{"role": "user", "content": "hi"}])
+    assert snap.context_window_tokens is None and snap.usage_percent is None
+    assert WarningCode.UNKNOWN_CONTEXT_WINDOW.value in snap.warning_codes()
+    assert WarningCode.APPROXIMATE_TOKENIZER.value in snap.warning_codes()
+    override = cw.estimate(model="acme/frontier-9000", messages=[{"role": "user", "content": "hi"}], cw_context_window=1000)
+    assert override.context_window_tokens == 1000
+    assert WarningCode.UNKNOWN_CONTEXT_WINDOW.value not in override.warning_codes()
+
+
+# ---------------------------------------------------------------- incremental behaviour
+
+
+@dataclass
+class CountingRules:
+    """A CountingRules that records which texts it was asked to count."""
+
+    name: str = "test:words"
+    provider: str = "test"
+    exact: bool = True
+    seen: list[str] = field(default_factory=list)
+
+    def text(self, text: str) -> int:
+        self.seen.append(text)
+        return len(text.split())
+
+    def message_framing(self, message):
+        return 1
+
+    def tool_calls(self, tool_calls):
+        return 2 * len(tool_calls)
+
+    def tool_definition(self, tool):
+        return 5
+
+    def tools_overhead(self, tools, tool_choice):
+        return 1 if tools else 0
+
+    def response_format(self, response_format):
+        return 0
+
+    def request_overhead(self, n_messages):
+        return 0
+
+
+def use_rules(monkeypatch, rules: CountingRules) -> None:
+    # The module, not the public function of the same name that the package re-exports.
+    monkeypatch.setattr(sys.modules["cw_middleware.estimate"], "rules_for", lambda model, provider=None: rules)
+
+
+def conversation(rng: random.Random, turns: int) -> list[dict[str, Any]]:
+    words = "alpha beta gamma delta epsilon zeta eta theta".split()
+    msgs = [{"role": "system", "content": "system " + " ".join(rng.choice(words) for _ in range(20))}]
+    for t in range(turns):
+        msgs.append({"role": "user", "content": f"turn {t} " + " ".join(rng.choice(words) for _ in range(rng.randint(1, 30)))})
+        msgs.append({"role": "assistant", "content": f"answer {t} " + " ".join(rng.choice(words) for _ in range(rng.randint(1, 30)))})
+    return msgs
+
+
+def test_each_new_text_is_counted_once_even_from_fresh_dicts(monkeypatch):
+    rules = CountingRules()
+    use_rules(monkeypatch, rules)
+    est = Estimator()
+    msgs = conversation(random.Random(1), 30)
+    for upto in range(1, len(msgs) + 1):
+        fresh = [dict(m) for m in msgs[:upto]]  # an agent rebuilding its list every turn
+        est.estimate("m", fresh)
+    assert sorted(rules.seen) == sorted(m["content"] for m in msgs)
+
+
+def test_incremental_results_equal_a_from_scratch_count(monkeypatch):
+    rules = CountingRules()
+    use_rules(monkeypatch, rules)
+    rng = random.Random(5)
+    warm = Estimator()
+    for _ in range(40):
+        msgs = conversation(rng, rng.randint(1, 12))
+        for upto in range(1, len(msgs) + 1):
+            request = [dict(m) for m in msgs[:upto]]
+            if rng.random() < 0.2 and upto > 2:  # an edit of an earlier message: a branch
+                i = rng.randrange(1, upto)
+                request[i] = {**request[i], "content": request[i]["content"] + " edited"}
+            assert warm.estimate("m", request).by_source == Estimator().estimate("m", request).by_source
+
+
+def test_a_message_edited_in_place_is_recounted(monkeypatch):
+    rules = CountingRules()
+    use_rules(monkeypatch, rules)
+    est = Estimator()
+    msgs = [{"role": "system", "content": "one two three"}, {"role": "tool", "content": "a b c d e f g h"}]
+    before = est.estimate("m", msgs).total
+    msgs[1]["content"] = "truncated"  # compaction that rewrites an old tool result in place
+    after = est.estimate("m", msgs).total
+    assert before - after == 7
+
+
+def test_caches_are_bounded(monkeypatch):
+    rules = CountingRules()
+    use_rules(monkeypatch, rules)
+    est = Estimator(max_text_cache=50, max_conversations=4)
+    for i in range(30):
+        est.estimate("m", [{"role": "system", "content": f"system {i}"}, {"role": "user", "content": f"user {i}"}])
+    assert est._n_conversations <= 4
+    assert sum(len(b) for b in est._conversations.values()) <= 4
+    assert len(est._young) <= 50 and len(est._old) <= 50

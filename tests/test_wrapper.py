@@ -1,0 +1,105 @@
+"""The drop-in wrapper with real LiteLLM (mock_response): same results, snapshots in order."""
+
+from __future__ import annotations
+
+import asyncio
+
+import litellm
+import pytest
+
+import cw_middleware as cw
+from cw_middleware.contract import CountMethod, WarningCode
+
+MSGS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]
+
+
+def test_completion_returns_what_litellm_returns(runtime):
+    ours = cw.completion(model="gpt-4o", messages=MSGS, mock_response="hello")
+    theirs = litellm.completion(model="gpt-4o", messages=MSGS, mock_response="hello")
+    assert type(ours) is type(theirs)
+    assert ours.choices[0].message.content == theirs.choices[0].message.content == "hello"
+
+
+def test_positional_arguments_work_like_litellm(runtime):
+    resp = cw.completion("gpt-4o", MSGS, mock_response="pos")
+    assert resp.choices[0].message.content == "pos"
+    assert cw.snapshots()[-1].input_tokens == cw.estimate(model="gpt-4o", messages=MSGS).input_tokens
+
+
+def test_each_call_publishes_a_local_snapshot_then_a_final_one(runtime):
+    with cw.stage(run_id="run-1", stage_id="implement@1"):
+        cw.completion(model="gpt-4o", messages=MSGS, mock_response="ok")
+    first, last = cw.snapshots()[-2:]
+    assert first.count_method is CountMethod.LOCAL_ESTIMATE
+    assert first.event_seq < last.event_seq
+    assert (first.run_id, first.stage_id) == (last.run_id, last.stage_id) == ("run-1", "implement@1")
+    # mock usage is synthetic (LiteLLM reports a fixed prompt count): never reconciled to
+    assert last.count_method is CountMethod.LOCAL_ESTIMATE
+    assert WarningCode.MOCK_USAGE_NOT_RECONCILED.value in last.warning_codes()
+    assert last.input_tokens == first.input_tokens
+
+
+def test_stream_chunks_are_those_of_litellm(runtime):
+    ours = cw.completion(model="gpt-4o", messages=MSGS, stream=True, mock_response="one two three")
+    assert isinstance(ours, litellm.CustomStreamWrapper)
+    got = [c.choices[0].delta.content for c in ours]
+    want = [c.choices[0].delta.content for c in litellm.completion(model="gpt-4o", messages=MSGS, stream=True, mock_response="one two three")]
+    assert got == want
+    assert WarningCode.MOCK_USAGE_NOT_RECONCILED.value in cw.snapshots()[-1].warning_codes()
+
+
+async def test_async_calls_and_streams(runtime):
+    resp = await cw.acompletion(model="gpt-4o", messages=MSGS, mock_response="async")
+    assert resp.choices[0].message.content == "async"
+    stream = await cw.acompletion(model="gpt-4o", messages=MSGS, stream=True, mock_response="a b")
+    got = [c.choices[0].delta.content async for c in stream]
+    plain = await litellm.acompletion(model="gpt-4o", messages=MSGS, stream=True, mock_response="a b")
+    assert got == [c.choices[0].delta.content async for c in plain]
+    assert len(cw.snapshots()) == 4
+
+
+async def test_concurrent_stages_keep_their_own_ids(runtime):
+    async def agent(stage_id: str, text: str) -> None:
+        with cw.stage(run_id="run-c", stage_id=stage_id):
+            for _ in range(3):
+                await cw.acompletion(model="gpt-4o", messages=[{"role": "user", "content": text}], mock_response="ok")
+                await asyncio.sleep(0)
+
+    await asyncio.gather(agent("a", "short"), agent("b", "a much longer question " * 20))
+    by_stage = {}
+    for s in cw.snapshots():
+        by_stage.setdefault(s.stage_id, set()).add(s.input_tokens)
+    assert set(by_stage) == {"a", "b"}
+    assert max(by_stage["a"]) < min(by_stage["b"])
+
+
+def test_outside_a_stage_snapshots_have_no_ids(runtime):
+    cw.completion(model="gpt-4o", messages=MSGS, mock_response="ok")
+    assert cw.snapshots()[-1].run_id is None and cw.snapshots()[-1].stage_id is None
+
+
+def test_bad_stage_ids_are_refused():
+    with pytest.raises(cw.ConfigError, match="run_id"):
+        with cw.stage(run_id="", stage_id="s"):
+            pass
+
+
+def test_errors_from_litellm_reach_the_caller_unchanged(runtime):
+    with pytest.raises(litellm.exceptions.BadRequestError) as ours:
+        cw.completion(model="gpt-4o", messages=MSGS, mock_response=litellm.exceptions.BadRequestError("nope", "gpt-4o", "openai"))
+    assert "nope" in str(ours.value)
+
+
+def test_snapshot_history_is_bounded(telemetry):
+    from cw_middleware.config import resolve
+    from cw_middleware.runtime import Runtime, set_runtime
+
+    rt = Runtime(resolve(export="none", snapshot_history=5, environ={}), telemetry.tracer_provider, telemetry.meter_provider)
+    previous = set_runtime(rt)
+    try:
+        for i in range(10):
+            cw.completion(model="gpt-4o", messages=[{"role": "user", "content": f"q{i}"}], mock_response="ok")
+        seqs = [s.event_seq for s in cw.snapshots()]
+        assert len(seqs) == 5 and seqs == sorted(seqs)
+    finally:
+        set_runtime(previous)
