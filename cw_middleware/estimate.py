@@ -43,6 +43,8 @@ class Estimate:
     by_source: Mapping[SourceKey, int]
     warnings: frozenset[WarningCode]
     rules: CountingRules
+    tagged_messages: tuple[int, ...] = ()  # indexes of messages that carry a tag (to strip)
+    tagged_tools: bool = False
 
     @property
     def total(self) -> int:
@@ -68,7 +70,7 @@ class _Conversation:
     counts: list[_MessageCount]
     totals: Counter[SourceKey] = field(default_factory=Counter)
     warnings: Counter[WarningCode] = field(default_factory=Counter)
-    n_tagged: int = 0
+    tagged_idx: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -77,6 +79,7 @@ class _ToolsCount:
     tool_choice: Any
     entries: tuple[tuple[SourceKey, int], ...]
     warnings: frozenset[WarningCode]
+    tagged: bool
 
 
 class Estimator:
@@ -111,17 +114,21 @@ class Estimator:
             by_source: Counter[SourceKey] = Counter(conv.totals)
             warnings = {code for code, n in conv.warnings.items() if n}
             all_tools = list(tools or ()) + [{"type": "function", "function": f} for f in functions or ()]
+            tagged_tools = False
             if all_tools:
                 tc = self._count_tools(rules, all_tools, tool_choice)
                 for key, tokens in tc.entries:
                     by_source[key] += tokens
                 warnings |= tc.warnings
+                tagged_tools = tc.tagged
         if response_format is not None:
             by_source[(Category.OTHER, "response_format")] += rules.response_format(response_format)
         by_source[(Category.OTHER, "framing")] += rules.request_overhead(len(messages))
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
-        return Estimate({k: v for k, v in by_source.items() if v}, frozenset(warnings), rules)
+        return Estimate(
+            {k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx), tagged_tools
+        )
 
     # ------------------------------------------------------------ text cache
 
@@ -158,9 +165,12 @@ class Estimator:
                     _add(conv, count)
                 conv.frozen = best.frozen[:best_k]
                 conv.counts = best.counts[:best_k]
+                conv.tagged_idx = [i for i in best.tagged_idx if i < best_k]
             self._remember(head, conv)
         for msg in messages[best_k:]:
             count = self._count_message(rules, msg)
+            if count.tagged:
+                conv.tagged_idx.append(len(conv.counts))
             conv.frozen.append(_freeze(msg))
             conv.counts.append(count)
             _add(conv, count)
@@ -168,6 +178,7 @@ class Estimator:
             short = _Conversation(conv.frozen[: len(messages)], conv.counts[: len(messages)])
             for count in short.counts:
                 _add(short, count)
+            short.tagged_idx = [i for i in conv.tagged_idx if i < len(messages)]
             return short
         return conv
 
@@ -251,20 +262,35 @@ class Estimator:
                     warnings.add(WarningCode.TOOL_SOURCE_INFERRED)
             entries[key] += rules.tool_definition(definition)
         entries[(Category.TOOLS, "tool_framing")] += rules.tools_overhead(plain, tool_choice)
-        counted = _ToolsCount(_freeze(tools), tool_choice, tuple(entries.items()), frozenset(warnings))
+        tagged = any(isinstance(t, Mapping) and TAG_KEY in t for t in tools)
+        counted = _ToolsCount(_freeze(tools), tool_choice, tuple(entries.items()), frozenset(warnings), tagged)
         if len(self._tools) > 64:
             self._tools.clear()
         self._tools[rules.name] = counted
         return counted
 
 
-def strip_request(messages: Sequence[Any] | None, tools: Sequence[Any] | None) -> tuple[Any, Any]:
-    """The messages and tools as the provider must see them: tags removed, untagged objects untouched."""
+def strip_request(
+    messages: Sequence[Any] | None, tools: Sequence[Any] | None, known: Optional[Estimate] = None
+) -> tuple[Any, Any]:
+    """The messages and tools as the provider must see them: tags removed, untagged objects untouched.
+
+    With the request's estimate, only the messages it found tagged are copied:
+    the call path then costs nothing per untagged message.
+    """
     clean_messages = messages
-    if messages is not None and any(_has_tag(m) for m in messages):
-        clean_messages = [strip_message(m) for m in messages]
+    if messages is not None:
+        if known is not None:
+            if known.tagged_messages:
+                clean_messages = list(messages)
+                for i in known.tagged_messages:
+                    clean_messages[i] = strip_message(messages[i])
+        elif any(_has_tag(m) for m in messages):
+            clean_messages = [strip_message(m) for m in messages]
     clean_tools = tools
-    if tools is not None and any(isinstance(t, dict) and TAG_KEY in t for t in tools):
+    tools_tagged = known.tagged_tools if known is not None else tools is not None and any(
+        isinstance(t, dict) and TAG_KEY in t for t in tools)
+    if tools is not None and tools_tagged:
         clean_tools = [strip_tool(t) for t in tools]
     return clean_messages, clean_tools
 
@@ -293,7 +319,6 @@ def _add(conv: _Conversation, count: _MessageCount) -> None:
         conv.totals[key] += tokens
     for code in count.warnings:
         conv.warnings[code] += 1
-    conv.n_tagged += count.tagged
 
 
 def _common_prefix(frozen: list[Any], messages: list[Any]) -> int:

@@ -138,7 +138,8 @@ class _Call:
         except Exception:  # noqa: BLE001 - a broken environment must not stop the call
             runtime = Runtime()
         call = cls(runtime, args, kwargs)
-        call._strip_tags()  # raises TagError for a malformed hand-made tag: the caller's mistake
+        call._estimate()  # raises TagError for a malformed hand-made tag: the caller's mistake
+        call._strip_tags()
         try:
             call._prepare(options)
         except TagError:
@@ -148,16 +149,32 @@ class _Call:
             call.warnings.add(WarningCode.ESTIMATE_FAILED)
         return call
 
+    def _estimate(self) -> None:
+        self._model, self._messages = _model_and_messages(self.args, self.kwargs)
+        self._tools = self.kwargs.get("tools")
+        try:
+            request = {k: self.kwargs.get(k) for k in _ESTIMATE_KEYS}
+            self.estimate = self.runtime.estimator.estimate(self._model, self._messages, **request)
+            self.warnings |= self.estimate.warnings
+        except TagError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            self.runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
+            self.warnings.add(WarningCode.ESTIMATE_FAILED)
+
     def _strip_tags(self) -> None:
-        model, messages = _model_and_messages(self.args, self.kwargs)
-        self._model, self._messages, self._tools = model, messages, self.kwargs.get("tools")
-        clean_messages, clean_tools = strip_request(messages, self._tools)
+        """Tags never reach the provider: with an estimate only its tagged messages are copied, else all are checked."""
+        messages, tools = self._messages, self._tools
+        try:
+            clean_messages, clean_tools = strip_request(messages, tools, known=self.estimate)
+        except Exception:  # noqa: BLE001 - an odd request shape: fall back to checking every message
+            clean_messages, clean_tools = strip_request(messages, tools)
         if clean_messages is not messages:
             if len(self.args) >= 2:
                 self.args = (self.args[0], clean_messages, *self.args[2:])
             else:
                 self.kwargs["messages"] = clean_messages
-        if clean_tools is not self._tools:
+        if clean_tools is not tools:
             self.kwargs["tools"] = clean_tools
 
     def _prepare(self, options: dict[str, Any]) -> None:
@@ -169,16 +186,6 @@ class _Call:
             kwargs["stream_options"] = {"include_usage": True}
             self.hide_usage_chunk = True  # the caller did not ask for it: keep their stream as it was
         self.telemetry = runtime.telemetry.start_call("chat", self.meta.provider, self._model, self.stage)
-        try:
-            request = {k: kwargs.get(k) for k in _ESTIMATE_KEYS}
-            request["tools"] = self._tools  # tagged: kwargs holds the stripped copy
-            self.estimate = runtime.estimator.estimate(self._model, self._messages, **request)
-            self.warnings |= self.estimate.warnings
-        except TagError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
-            self.warnings.add(WarningCode.ESTIMATE_FAILED)
         self.warnings |= runtime.take_deferred(self.stage)
         if self.estimate is not None:
             self._start_provider_count(options.get(OPTION_PROVIDER_COUNT))
@@ -187,6 +194,7 @@ class _Call:
     # ------------------------------------------------------------ provider count
 
     def _start_provider_count(self, per_call_policy: Any) -> None:
+        """Queue a background count where the policy asks for one; never waits for it."""
         policy = parse_policy(per_call_policy) if per_call_policy is not None else self.runtime.config.provider_count
         assert self.estimate is not None
         if policy is ProviderCountPolicy.NEVER or (policy is ProviderCountPolicy.AUTO and self.estimate.rules.exact):
@@ -195,30 +203,31 @@ class _Call:
         if target is None:
             self.warnings.add(WarningCode.PROVIDER_UNCONFIGURED)
             return
-        request = {"model": self._model, "messages": self.kwargs.get("messages", self.args[1] if len(self.args) > 1 else None)}
+        # The clean (untagged) request, as the provider will see it.
+        messages = self.kwargs.get("messages", self.args[1] if len(self.args) > 1 else None)
+        request: dict[str, Any] = {"model": self._model, "messages": messages}
         for key in ("tools", "tool_choice", "response_format"):
             if self.kwargs.get(key) is not None:
                 request[key] = self.kwargs[key]
-        if not self.runtime.counter().submit(target, request, self._on_provider_count):
-            return
+        self.runtime.counter().submit(target, request, self._on_provider_count)
 
     def _on_provider_count(self, tokens: Optional[int], failure: Optional[WarningCode]) -> None:
-        """Runs on the counter's worker thread."""
+        """Runs on the counter's worker thread (or, for a full queue, inside submit)."""
         if tokens is not None:
             self._publish(CountMethod.PROVIDER_API_SCALED_BREAKDOWN, total=tokens)
             return
         if failure is None:
             return
-        with self._lock:
-            if not self.finished:
-                self.warnings.add(failure)
-                return
-        self.runtime.defer_warning(self.stage, failure)
         if self.telemetry is not None:
             try:
                 self.runtime.telemetry.count_failures.add(1, self.runtime.telemetry.metric_attributes(self.meta.provider, self._model, self.stage))
             except Exception:  # noqa: BLE001
                 pass
+        with self._lock:
+            if not self.finished:
+                self.warnings.add(failure)  # rides on this call's next snapshot
+                return
+        self.runtime.defer_warning(self.stage, failure)
 
     # ------------------------------------------------------------ response
 

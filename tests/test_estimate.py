@@ -203,3 +203,20 @@ def test_caches_are_bounded(monkeypatch):
     assert est._n_conversations <= 4
     assert sum(len(b) for b in est._conversations.values()) <= 4
     assert len(est._young) <= 50 and len(est._old) <= 50
+
+
+def test_tagged_messages_are_found_through_the_prefix_cache():
+    from cw_middleware.estimate import strip_request
+    from cw_middleware.tags import TAG_KEY
+
+    est = Estimator()
+    msgs = [cw.message("system", [cw.segment("rules", "system_prompt")]), {"role": "user", "content": "a"}]
+    first = est.estimate("gpt-4o", msgs)
+    grown = msgs + [{"role": "assistant", "content": "b"}, cw.message("tool", "skill text", category="skills", tool_call_id="x")]
+    second = est.estimate("gpt-4o", [dict(m) for m in grown])
+    branch = est.estimate("gpt-4o", [dict(m) for m in grown[:3]] + [{"role": "user", "content": "other"}])
+    assert (first.tagged_messages, second.tagged_messages, branch.tagged_messages) == ((0,), (0, 3), (0,))
+    clean, _ = strip_request(grown, None, known=second)
+    assert not any(TAG_KEY in m or any(TAG_KEY in p for p in m["content"] if isinstance(p, dict))
+                   for m in clean if isinstance(m, dict) and isinstance(m.get("content"), list)) and TAG_KEY not in clean[3]
+    assert clean[1] is grown[1]  # untagged messages are passed through, not copied
