@@ -28,6 +28,8 @@ from .errors import (
     NotFound,
     TagError,
 )
+from .readback import Reader, SnapshotReader, reader
+from .readback.otlp_json import StageSummary
 from .tags import ToolSource, message, segment, tool
 from .wrapper import acompletion, completion, current_stage, estimate, snapshots, stage
 
@@ -46,9 +48,12 @@ __all__ = [
     "DetailItem",
     "NotFound",
     "ProviderCountPolicy",
+    "Reader",
     "Snapshot",
+    "SnapshotReader",
     "SnapshotWarning",
     "StageContextWindow",
+    "StageSummary",
     "Staleness",
     "TagError",
     "ToolSource",
@@ -62,6 +67,7 @@ __all__ = [
     "estimate",
     "flush",
     "message",
+    "reader",
     "segment",
     "snapshots",
     "stage",

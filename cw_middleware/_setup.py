@@ -9,12 +9,15 @@ embedded pipeline of ``embedded.py`` for ``export="file:..."`` or ``"otlp"``;
 from __future__ import annotations
 
 import atexit
+import logging
 from typing import Any, Optional
 
 from opentelemetry import metrics, trace
 
 from . import config as _config
-from .runtime import Runtime, get_runtime, set_runtime
+from .runtime import Runtime, set_runtime
+
+logger = logging.getLogger("cw_middleware")
 
 
 def _app_has_providers() -> bool:
@@ -36,7 +39,14 @@ def configure(
     """
     cfg = _config.resolve(**settings)
     flush = shutdown = None
-    if tracer_provider is None and meter_provider is None and cfg.export != "none" and not _app_has_providers():
+    if tracer_provider is not None or meter_provider is not None:
+        pass  # the caller's providers, as given
+    elif cfg.export == "none":
+        tracer_provider, meter_provider = trace.NoOpTracerProvider(), metrics.NoOpMeterProvider()
+    elif _app_has_providers():
+        # The application owns telemetry: emit into its providers, never replace them.
+        logger.info("cw_middleware: using the application's TracerProvider/MeterProvider; export=%s is not installed", cfg.export)
+    else:
         from .embedded import install
 
         pipeline = install(cfg)
@@ -52,7 +62,10 @@ def configure(
 
 def flush(timeout: float = 10.0) -> bool:
     """Export everything recorded so far (CLI, tests, short scripts). True when all went out."""
-    return get_runtime().flush(timeout)
+    from . import runtime as _rt
+
+    current = _rt._runtime
+    return True if current is None else current.flush(timeout)
 
 
 def _flush_at_exit() -> None:

@@ -9,6 +9,16 @@ the default. Environment variables:
     CW_PROVIDER_COUNT_TIMEOUT  seconds                 (default: 5)
     CW_METRIC_RUN_LABELS   1 to add run/stage ids to metrics (cardinality!)
     OTEL_SERVICE_NAME      service name                (default: cw-middleware)
+    OTEL_BSP_MAX_QUEUE_SIZE    spans waiting for export; beyond it they are dropped (default: 2048)
+    OTEL_BSP_SCHEDULE_DELAY    ms between span exports (default: 1000)
+    OTEL_METRIC_EXPORT_INTERVAL  ms between metric exports (default: 60000)
+    CW_BACKEND             where the CLI and server read from (default: file:<the export file>)
+    CW_SERVE_TOKEN         bearer token required by `cw-middleware serve`
+
+The embedded file (``file:PATH``) holds OTLP JSON lines, one export batch a line:
+``{"resourceSpans":[...]}`` and ``{"resourceMetrics":[...]}``, the OpenTelemetry
+file-exporter and Collector ``file`` exporter format. Relative paths are resolved
+against the working directory of the process.
 """
 
 from __future__ import annotations
@@ -40,6 +50,9 @@ class Config:
     snapshot_history: int = 1000
     metric_run_labels: bool = False
     log_events: bool = False  # also emit each snapshot as a log record (OTEP 4430 events)
+    export_queue_size: int = 2048  # spans waiting for export; a full queue drops, never blocks
+    export_interval_ms: int = 1000  # span batches leave at least this often
+    metric_interval_ms: int = 60000
 
     @property
     def export_path(self) -> Optional[str]:
@@ -71,6 +84,9 @@ def resolve(
     snapshot_history: Optional[int] = None,
     metric_run_labels: Optional[bool] = None,
     log_events: Optional[bool] = None,
+    export_queue_size: Optional[int] = None,
+    export_interval_ms: Optional[int] = None,
+    metric_interval_ms: Optional[int] = None,
     environ: Optional[Mapping[str, str]] = None,
 ) -> Config:
     env = os.environ if environ is None else environ
@@ -92,6 +108,11 @@ def resolve(
         if not isinstance(size, int) or size <= 0:
             raise ConfigError(f"context window for {model!r} must be a positive integer, got {size!r}")
     defaults = Config()
+    queue = _positive_int("export_queue_size", export_queue_size, env.get("OTEL_BSP_MAX_QUEUE_SIZE"), defaults.export_queue_size)
+    delay = _positive_int("export_interval_ms", export_interval_ms, env.get("OTEL_BSP_SCHEDULE_DELAY"), defaults.export_interval_ms)
+    metric_delay = _positive_int(
+        "metric_interval_ms", metric_interval_ms, env.get("OTEL_METRIC_EXPORT_INTERVAL"), defaults.metric_interval_ms
+    )
     return Config(
         service_name=service_name or env.get("OTEL_SERVICE_NAME") or defaults.service_name,
         export=parse_export(export) if export else defaults.export,
@@ -102,4 +123,20 @@ def resolve(
         snapshot_history=snapshot_history or defaults.snapshot_history,
         metric_run_labels=bool(metric_run_labels) if metric_run_labels is not None else env.get("CW_METRIC_RUN_LABELS") == "1",
         log_events=bool(log_events),
+        export_queue_size=queue,
+        export_interval_ms=delay,
+        metric_interval_ms=metric_delay,
     )
+
+
+def _positive_int(name: str, value: Optional[int], env_value: Optional[str], default: int) -> int:
+    if value is None and env_value:
+        try:
+            value = int(env_value)
+        except ValueError:
+            raise ConfigError(f"{name} (from the environment) must be an integer, got {env_value!r}") from None
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    return value

@@ -1,21 +1,260 @@
 """The embedded telemetry pipeline: the only user of the OpenTelemetry SDK.
 
-``export="file:PATH"`` appends OTLP JSON lines (one export batch a line, the
-OpenTelemetry file-exporter / Collector file-exporter format) to PATH;
-``export="otlp"`` sends plain OTLP to the endpoint named by the standard
-OTEL_EXPORTER_OTLP_* variables.
+``export="file:PATH"`` appends OTLP JSON lines to PATH: one export batch a line,
+``{"resourceSpans":[...]}`` or ``{"resourceMetrics":[...]}``, the format of the
+OpenTelemetry file exporter spec and of the Collector's ``file`` exporter, so one
+reader serves both. Traces and metrics share the one file the user names; every
+line starts with its signal's key, so a trace reader skips metric lines by
+their first bytes. ``export="otlp"`` sends plain OTLP to the endpoint named by
+the standard OTEL_EXPORTER_OTLP_* variables (http/protobuf by default, grpc
+with OTEL_EXPORTER_OTLP_PROTOCOL=grpc).
+
+Export never reaches the call path: spans go through a bounded
+``BatchSpanProcessor`` (full queue: dropped, the SDK warns) and metrics through a
+``PeriodicExportingMetricReader``; the file is written on their worker threads.
+A failing write or a dead collector logs one warning per minute and reports
+FAILURE to the SDK; nothing raises into the application.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
+import os
+import threading
+import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Optional, Sequence
 
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from .config import Config
+
+logger = logging.getLogger("cw_middleware")
+
+_ID_KEYS = ("traceId", "spanId", "parentSpanId")
+
+
+class _RateLimitedWarning:
+    """One warning per key per interval: a dead collector must not flood the application's log."""
+
+    def __init__(self, interval: float = 60.0) -> None:
+        self._interval = interval
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, key: str, message: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(key, -self._interval) < self._interval:
+                return
+            self._last[key] = now
+        logger.warning(message)
+
+
+_warn = _RateLimitedWarning()
+
+
+# ---------------------------------------------------------------- OTLP JSON encoding
+
+
+def _hex_ids(node: Any) -> None:
+    """protobuf's JSON mapping writes bytes as base64; OTLP JSON wants trace and span ids in hex."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in _ID_KEYS and isinstance(value, str):
+                node[key] = base64.b64decode(value).hex()
+            else:
+                _hex_ids(value)
+    elif isinstance(node, list):
+        for item in node:
+            _hex_ids(item)
+
+
+def _to_json_line(message: Any) -> bytes:
+    from google.protobuf.json_format import MessageToDict
+
+    doc = MessageToDict(message, use_integers_for_enums=True)
+    _hex_ids(doc)
+    return (json.dumps(doc, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def encode_spans_json(spans: Sequence[ReadableSpan]) -> bytes:
+    """One OTLP JSON line ``{"resourceSpans":[...]}`` for a batch of finished spans."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    return _to_json_line(encode_spans(spans))
+
+
+def encode_metrics_json(data: MetricsData) -> bytes:
+    """One OTLP JSON line ``{"resourceMetrics":[...]}``."""
+    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+
+    return _to_json_line(encode_metrics(data))
+
+
+class _JsonLinesFile:
+    """Appends whole lines to one file; shared by the span and the metric exporter.
+
+    The file is opened per write (append mode, one ``write`` per line) so rotation
+    and deletion by other tools are harmless and no descriptor leaks at exit.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def append(self, line: bytes) -> bool:
+        try:
+            with self._lock:
+                folder = os.path.dirname(self.path)
+                if folder:
+                    os.makedirs(folder, exist_ok=True)
+                with open(self.path, "ab") as f:
+                    f.write(line)
+            return True
+        except OSError as exc:
+            _warn("file", f"cw_middleware: cannot write telemetry to {self.path} ({type(exc).__name__}: {exc.strerror}); "
+                          "snapshots are not exported, the LLM calls proceed")
+            return False
+
+
+class OtlpJsonFileSpanExporter(SpanExporter):
+    def __init__(self, path: str, sink: Optional[_JsonLinesFile] = None) -> None:
+        self._file = sink or _JsonLinesFile(path)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            line = encode_spans_json(spans)
+        except Exception as exc:  # noqa: BLE001 - never into the SDK's worker, never into the app
+            _warn("encode", f"cw_middleware: could not encode spans ({type(exc).__name__})")
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS if self._file.append(line) else SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+class OtlpJsonFileMetricExporter(MetricExporter):
+    def __init__(self, path: str, sink: Optional[_JsonLinesFile] = None) -> None:
+        super().__init__(preferred_temporality={})
+        self._file = sink or _JsonLinesFile(path)
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        try:
+            line = encode_metrics_json(metrics_data)
+        except Exception as exc:  # noqa: BLE001
+            _warn("encode", f"cw_middleware: could not encode metrics ({type(exc).__name__})")
+            return MetricExportResult.FAILURE
+        return MetricExportResult.SUCCESS if self._file.append(line) else MetricExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        pass
+
+
+class _GuardedSpanExporter(SpanExporter):
+    """Wraps a network exporter: exceptions become FAILURE and one warning a minute."""
+
+    def __init__(self, inner: SpanExporter, what: str) -> None:
+        self._inner, self._what = inner, what
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            result = self._inner.export(spans)
+        except Exception as exc:  # noqa: BLE001
+            result = SpanExportResult.FAILURE
+            _warn("otlp-spans", f"cw_middleware: span export to {self._what} failed ({type(exc).__name__})")
+        if result is not SpanExportResult.SUCCESS:
+            _warn("otlp-spans", f"cw_middleware: span export to {self._what} failed; the LLM calls proceed")
+        return result
+
+    def shutdown(self) -> None:
+        try:
+            self._inner.shutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        try:
+            return self._inner.force_flush(timeout_millis)
+        except Exception:  # noqa: BLE001
+            return False
+
+
+class _GuardedMetricExporter(MetricExporter):
+    def __init__(self, inner: MetricExporter, what: str) -> None:
+        super().__init__(
+            preferred_temporality=getattr(inner, "_preferred_temporality", None),
+            preferred_aggregation=getattr(inner, "_preferred_aggregation", None),
+        )
+        self._inner, self._what = inner, what
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        try:
+            result = self._inner.export(metrics_data, timeout_millis=timeout_millis)
+        except Exception as exc:  # noqa: BLE001
+            result = MetricExportResult.FAILURE
+            _warn("otlp-metrics", f"cw_middleware: metric export to {self._what} failed ({type(exc).__name__})")
+        if result is not MetricExportResult.SUCCESS:
+            _warn("otlp-metrics", f"cw_middleware: metric export to {self._what} failed; the LLM calls proceed")
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        try:
+            return self._inner.force_flush(timeout_millis)
+        except Exception:  # noqa: BLE001
+            return False
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        try:
+            self._inner.shutdown(timeout_millis=timeout_millis)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+# ---------------------------------------------------------------- OTLP over the network
+
+
+def otlp_protocol(environ: Optional[dict[str, str]] = None) -> str:
+    env = os.environ if environ is None else environ
+    return (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf").strip()
+
+
+def _otlp_exporters() -> tuple[SpanExporter, MetricExporter, str]:
+    """OTLP exporters configured by the standard OTEL_EXPORTER_OTLP_* variables (read by the exporters)."""
+    protocol = otlp_protocol()
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
+
+        spans: SpanExporter = GrpcSpans()
+        metric: MetricExporter = GrpcMetrics()
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
+
+        spans, metric = HttpSpans(), HttpMetrics()
+    where = f"OTLP ({protocol}) {os.environ.get('OTEL_EXPORTER_OTLP_ENDPOINT', 'default endpoint')}"
+    return spans, metric, where
+
+
+# ---------------------------------------------------------------- the pipeline
 
 
 @dataclass
@@ -24,18 +263,54 @@ class Pipeline:
     meter_provider: MeterProvider
     flush: Callable[[float], bool]
     shutdown: Callable[[], None]
+    span_processor: BatchSpanProcessor
 
 
-def install(config: Config) -> Pipeline:
+def install(
+    config: Config,
+    span_exporter: Optional[SpanExporter] = None,
+    metric_exporter: Optional[MetricExporter] = None,
+) -> Pipeline:
+    """Providers with exporters for ``config.export``; the global providers are left alone."""
     resource = Resource.create({"service.name": config.service_name})
-    tracer_provider = TracerProvider(resource=resource)
-    meter_provider = MeterProvider(resource=resource)
+    if span_exporter is None or metric_exporter is None:
+        if config.export_path is not None:
+            sink = _JsonLinesFile(config.export_path)
+            span_exporter = span_exporter or OtlpJsonFileSpanExporter(config.export_path, sink)
+            metric_exporter = metric_exporter or OtlpJsonFileMetricExporter(config.export_path, sink)
+        else:
+            otlp_spans, otlp_metrics, where = _otlp_exporters()
+            span_exporter = span_exporter or _GuardedSpanExporter(otlp_spans, where)
+            metric_exporter = metric_exporter or _GuardedMetricExporter(otlp_metrics, where)
+    processor = BatchSpanProcessor(
+        span_exporter,
+        max_queue_size=config.export_queue_size,
+        max_export_batch_size=min(512, config.export_queue_size),
+        schedule_delay_millis=config.export_interval_ms,
+    )
+    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)  # _setup flushes at exit
+    tracer_provider.add_span_processor(processor)
+    reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=config.metric_interval_ms)
+    meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
 
     def flush(timeout: float) -> bool:
-        return bool(tracer_provider.force_flush(int(timeout * 1000))) and bool(meter_provider.force_flush(int(timeout * 1000)))
+        millis = int(timeout * 1000)
+        ok = bool(tracer_provider.force_flush(millis))
+        return bool(meter_provider.force_flush(millis)) and ok
 
     def shutdown() -> None:
         tracer_provider.shutdown()
         meter_provider.shutdown()
 
-    return Pipeline(tracer_provider, meter_provider, flush, shutdown)
+    return Pipeline(tracer_provider, meter_provider, flush, shutdown, processor)
+
+
+__all__ = [
+    "OtlpJsonFileMetricExporter",
+    "OtlpJsonFileSpanExporter",
+    "Pipeline",
+    "encode_metrics_json",
+    "encode_spans_json",
+    "install",
+    "otlp_protocol",
+]

@@ -1,16 +1,18 @@
 """Terminal rendering of a breakdown, in the spirit of Claude Code's /context.
 
-Works on a `Snapshot` or a `StageContextWindow`; no LiteLLM import, so the
-read-side CLI stays fast to start.
+Works on a `Snapshot` or a `StageContextWindow`: a bar of the window, then each
+category with its tokens and its share of the window, the free space, the top
+sources and the warnings. No LiteLLM import, so the read-side CLI starts fast.
+Only numbers, enum values and caller-chosen source labels are printed.
 """
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Union
 
 from .contract import CATEGORIES, Snapshot, StageContextWindow
 
-BAR_WIDTH = 40
+BAR_WIDTH = 50
 _GLYPH = {
     "system_prompt": "S",
     "tools": "T",
@@ -20,10 +22,38 @@ _GLYPH = {
     "conversation": "C",
     "other": "O",
 }
+_FREE = "·"
+_LABEL = {
+    "system_prompt": "System prompt",
+    "tools": "Tools",
+    "mcp_tools": "MCP tools",
+    "skills": "Skills",
+    "memory": "Memory",
+    "conversation": "Conversation",
+    "other": "Other",
+}
 
 
 def _fmt(n: int) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.1f}M"
     return f"{n / 1000:.1f}k" if n >= 10_000 else f"{n:,}"
+
+
+def _bar(tokens: dict[str, int], scale: int) -> str:
+    """Largest-remainder cells, so the bar's glyphs add up to the used share exactly."""
+    raw = {c: BAR_WIDTH * tokens.get(c, 0) / scale for c in _GLYPH}
+    cells = {c: int(v) for c, v in raw.items()}
+    used = min(BAR_WIDTH, round(BAR_WIDTH * sum(tokens.values()) / scale))
+    for c in sorted(raw, key=lambda c: raw[c] - cells[c], reverse=True):
+        if sum(cells.values()) >= used:
+            break
+        cells[c] += 1
+    for c, n in tokens.items():  # a category in use stays visible, however small its share
+        if n > 0 and cells.get(c) == 0:
+            cells[c] = 1
+    bar = "".join(_GLYPH[c.value] * cells[c.value] for c in CATEGORIES)
+    return bar[:BAR_WIDTH].ljust(BAR_WIDTH, _FREE)
 
 
 def render(view: Union[Snapshot, StageContextWindow], title: str = "", top_sources: int = 8) -> str:
@@ -38,25 +68,45 @@ def render(view: Union[Snapshot, StageContextWindow], title: str = "", top_sourc
     total = view.input_tokens or 0
     window = view.context_window_tokens
     tokens = {item.category.value: item.tokens for item in view.breakdown}
-    scale = window or total or 1
-    bar = ""
-    for category in CATEGORIES:
-        bar += _GLYPH[category.value] * round(BAR_WIDTH * tokens.get(category.value, 0) / scale)
-    bar = bar[:BAR_WIDTH].ljust(BAR_WIDTH, "·")
+    scale = max(window or 0, total) or 1
     used = f"{_fmt(total)} / {_fmt(window)} tokens ({100 * total / window:.1f}%)" if window else f"{_fmt(total)} tokens (window unknown)"
-    lines.append(f"  {view.model or '?'}  [{bar}]  {used}")
-    lines.append(f"  count: {view.count_method.value if view.count_method else '?'}" + (f"   seq {view.event_seq}" if view.event_seq else ""))
+    header = f"  {view.provider + '/' if view.provider else ''}{view.model or '?'}  {used}"
+    lines.append(header)
+    lines.append(f"  [{_bar(tokens, scale)}]")
+    meta = [f"count: {view.count_method.value if view.count_method else '?'}"]
+    if isinstance(view, StageContextWindow):
+        meta.append(f"staleness: {view.staleness.value}")
+    if view.event_seq:
+        meta.append(f"seq {view.event_seq}")
+    if view.generated_at:
+        meta.append(f"at {view.generated_at.isoformat(timespec='seconds')}")
+    lines.append("  " + "   ".join(meta))
+    lines.append("")
     for category in CATEGORIES:
         n = tokens.get(category.value, 0)
-        share = f"{100 * n / window:5.1f}% of window" if window else f"{100 * n / (total or 1):5.1f}% of input"
-        lines.append(f"  {_GLYPH[category.value]} {category.value:<14} {_fmt(n):>9}  {share}")
+        share = f"{100 * n / window:5.1f}%" if window else f"{100 * n / (total or 1):5.1f}% of input"
+        lines.append(f"  {_GLYPH[category.value]} {_LABEL[category.value]:<15} {_fmt(n):>9} tokens  {share}")
     if window:
         free = max(window - total, 0)
-        lines.append(f"  · {'free space':<14} {_fmt(free):>9}  {100 * free / window:5.1f}% of window")
+        lines.append(f"  {_FREE} {'Free space':<15} {_fmt(free):>9} tokens  {100 * free / window:5.1f}%")
     if view.details:
-        lines.append("  top sources:")
+        lines.append("")
+        lines.append("  Top sources")
         for d in view.details[:top_sources]:
-            lines.append(f"    {d.category.value:<14} {d.source:<28} {_fmt(d.tokens):>9}")
+            share = f"{100 * d.tokens / window:5.1f}%" if window else ""
+            lines.append(f"    {_GLYPH[d.category.value]} {d.source:<32} {_fmt(d.tokens):>9}  {share}")
+        if len(view.details) > top_sources:
+            lines.append(f"    … {len(view.details) - top_sources} more")
+    if view.warnings:
+        lines.append("")
     for w in view.warnings:
         lines.append(f"  ! {w.code}: {w.message}")
+    return "\n".join(lines)
+
+
+def render_stages(run_id: str, stages: list[Any]) -> str:
+    lines = [f"run {run_id}: {len(stages)} stage(s)", f"  {'stage':<32} {'kind':<10} {'state':<8} started"]
+    for s in stages:
+        started = s.started_at.isoformat(timespec="seconds") if s.started_at else "?"
+        lines.append(f"  {s.stage_id:<32} {s.kind or '?':<10} {s.staleness.value:<8} {started}")
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
@@ -32,6 +33,19 @@ ATTR_SCHEMA = "agent.context_window.schema"
 ATTR_RUN_ID = "agent.run.id"
 ATTR_STAGE_ID = "agent.stage.id"
 ATTR_STAGE_KIND = "agent.stage.kind"
+# Stage lifecycle, readable from the backend alone. A span is exported only when it
+# ends, so stage start is announced by a zero-duration marker span (STAGE_START_SPAN,
+# child of the stage span, state "started"); the stage span itself is exported at the
+# end with state "ended". A stage whose last record is the marker or a call is live.
+ATTR_STAGE_STATE = "agent.stage.state"
+STAGE_STATE_STARTED = "started"
+STAGE_STATE_ENDED = "ended"
+STAGE_SPAN_PREFIX = "agent.stage"
+STAGE_START_SPAN = "agent.stage.start"
+AGENT_STAGE_KIND = "agent"
+# A snapshot that arrives after its call span ended rides on a short linked span.
+LATE_SNAPSHOT_SPAN = "agent.context_window.late_snapshot"
+ATTR_LATE = "agent.context_window.late"
 ATTR_INPUT_TOKENS = "agent.context_window.input_tokens"
 ATTR_LIMIT_TOKENS = "agent.context_window.limit_tokens"
 ATTR_UTILIZATION = "agent.context_window.utilization"
@@ -137,9 +151,35 @@ class Telemetry:
 
     @contextmanager
     def stage_span(self, stage: StageInfo) -> Iterator[trace.Span]:
-        attrs = {ATTR_RUN_ID: stage.run_id, ATTR_STAGE_ID: stage.stage_id, ATTR_STAGE_KIND: stage.kind, ATTR_SCHEMA: SCHEMA_VERSION}
-        with self.tracer.start_as_current_span(f"stage {stage.stage_id}", kind=SpanKind.INTERNAL, attributes=attrs) as span:
-            yield span
+        """The stage span, announced at once by a marker span so live stages are visible."""
+        attrs: dict[str, Any] = {
+            ATTR_RUN_ID: stage.run_id,
+            ATTR_STAGE_ID: stage.stage_id,
+            ATTR_STAGE_KIND: stage.kind,
+            ATTR_SCHEMA: SCHEMA_VERSION,
+            ATTR_STAGE_STATE: STAGE_STATE_STARTED,
+        }
+        # Exceptions are not recorded: their messages may quote prompts or provider error bodies.
+        with self.tracer.start_as_current_span(
+            f"{STAGE_SPAN_PREFIX} {stage.kind}",
+            kind=SpanKind.INTERNAL,
+            attributes=attrs,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                marker = self.tracer.start_span(STAGE_START_SPAN, kind=SpanKind.INTERNAL, attributes=attrs)
+                marker.end()
+            except Exception:  # noqa: BLE001 - telemetry never breaks the stage
+                logger.debug("cw_middleware: could not emit the stage marker", exc_info=False)
+            try:
+                yield span
+            except BaseException as exc:
+                span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
+                span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
+                raise
+            finally:
+                span.set_attribute(ATTR_STAGE_STATE, STAGE_STATE_ENDED)
 
     def start_call(self, operation: str, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> "CallTelemetry":
         attrs: dict[str, Any] = {GEN_AI_OPERATION: operation}
@@ -150,6 +190,7 @@ class Telemetry:
         if stage is not None:
             attrs[ATTR_RUN_ID] = stage.run_id
             attrs[ATTR_STAGE_ID] = stage.stage_id
+            attrs[ATTR_STAGE_KIND] = stage.kind
         span = self.tracer.start_span(f"{operation} {model or ''}".strip(), kind=SpanKind.CLIENT, attributes=attrs)
         return CallTelemetry(self, span, provider, model, stage)
 
@@ -184,18 +225,27 @@ class CallTelemetry:
         self._model = model
         self._stage = stage
         self._ended = False
+        # A provider count finishes on another thread: without the lock its event could
+        # land on a span that is ending, where the SDK drops it.
+        self._lock = threading.Lock()
 
     def record(self, snapshot: Snapshot) -> None:
         attrs = snapshot_attributes(snapshot, include_details=True)
-        if not self._ended:
-            self.span.add_event(SNAPSHOT_EVENT, attributes=attrs)
-            self.span.set_attributes(_mirror(attrs))
-        else:
+        with self._lock:
+            on_span = not self._ended
+            if on_span:
+                self.span.add_event(SNAPSHOT_EVENT, attributes=attrs)
+                self.span.set_attributes(_mirror(attrs))
+        if not on_span:
             # The call span is gone (a slow provider count): a short span linked to it carries the event.
+            late_attrs = _mirror(attrs)
+            late_attrs[ATTR_LATE] = True
+            if self._stage is not None:
+                late_attrs[ATTR_STAGE_KIND] = self._stage.kind
             late = self._owner.tracer.start_span(
-                "agent.context_window.late_snapshot",
+                LATE_SNAPSHOT_SPAN,
                 links=[Link(self.span.get_span_context())],
-                attributes=_mirror(attrs),
+                attributes=late_attrs,
                 context=trace.set_span_in_context(trace.NonRecordingSpan(self.span.get_span_context())),
             )
             late.add_event(SNAPSHOT_EVENT, attributes=attrs)
@@ -210,8 +260,10 @@ class CallTelemetry:
         cache_read_tokens: Optional[int] = None,
         error: Optional[BaseException] = None,
     ) -> None:
-        if self._ended:
-            return
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
         span = self.span
         if response_model:
             span.set_attribute(GEN_AI_RESPONSE_MODEL, response_model)
@@ -230,7 +282,6 @@ class CallTelemetry:
             # The exception type only: provider error bodies are content.
             span.set_attribute(ERROR_TYPE, type(error).__qualname__)
             span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
-        self._ended = True
         span.end()
 
 

@@ -1,0 +1,132 @@
+"""Read snapshots back from an OTLP JSON lines file (ours or a Collector's ``file`` exporter).
+
+Speed without an index: the file is memory-mapped and scanned *backwards* for
+the bytes of the stage id (C-speed ``rfind``); only the lines that contain both
+the run id and the stage id are parsed, newest first, and the scan stops as soon
+as older lines cannot change the answer (`StageFold.done`). A stage's newest data
+sits near the end of the file, so a query costs a few parsed lines whatever the
+file size; the worst case (an old, quiet stage) is one memchr-speed pass.
+
+Ids whose JSON spelling can differ between writers (non-ASCII, escapes) fall back
+to parsing every trace line: correct, only slower.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import re
+from typing import Iterator, Optional
+
+from ..contract import StageContextWindow
+from ..errors import BackendResponseError, BackendUnavailable
+from .otlp_json import RunFold, Span, StageFold, StageSummary, iter_spans
+
+# Ids made only of these characters are written byte-identically by every JSON encoder we know.
+_PLAIN_ID = re.compile(r"^[A-Za-z0-9 ._@:#+=,;!~*()\[\]{}^$|?'-]+$")
+_SPAN_LINE_PREFIXES = (b'{"resourceSpans"', b'{"resource_spans"', b'{"batches"')
+
+
+def _needle(value: str) -> Optional[bytes]:
+    return json.dumps(value).encode("ascii") if _PLAIN_ID.match(value) else None
+
+
+class OtlpFileReader:
+    """`SnapshotReader` over one OTLP JSON lines file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    # ------------------------------------------------------------ SnapshotReader
+
+    def latest(self, run_id: str, stage_id: str) -> Optional[StageContextWindow]:
+        fold = StageFold(run_id, stage_id)
+        for span in self._spans_newest_first(run_id, stage_id):
+            fold.add(span)
+            if fold.done:
+                break
+        return fold.result()
+
+    def stages(self, run_id: str) -> Optional[list[StageSummary]]:
+        fold = RunFold(run_id)
+        lines = list(self._lines_newest_first(_needle(run_id), None))
+        for line in reversed(lines):
+            for span in iter_spans(self._parse(line)):
+                fold.add(span)
+        return fold.result()
+
+    def run_exists(self, run_id: str) -> bool:
+        return self.stages(run_id) is not None
+
+    def close(self) -> None:
+        pass
+
+    # ------------------------------------------------------------ scanning
+
+    def _spans_newest_first(self, run_id: str, stage_id: str) -> Iterator[Span]:
+        run_needle = _needle(run_id)
+        for line in self._lines_newest_first(_needle(stage_id), run_needle):
+            spans = list(iter_spans(self._parse(line)))
+            yield from reversed(spans)
+
+    def _lines_newest_first(self, needle: Optional[bytes], also: Optional[bytes]) -> Iterator[bytes]:
+        """Trace lines containing ``needle`` (and ``also``), last line first."""
+        try:
+            f = open(self.path, "rb")
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot read telemetry file {self.path}: {exc.strerror}") from None
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                return
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                yield from _scan_backwards(mm, size, needle, also)
+
+    def _parse(self, line: bytes) -> object:
+        try:
+            return json.loads(line)
+        except ValueError:
+            # A line being written right now, or a damaged one: skip it, never fail the query.
+            return {}
+
+
+def _scan_backwards(mm: mmap.mmap, size: int, needle: Optional[bytes], also: Optional[bytes]) -> Iterator[bytes]:
+    end = size
+    while end > 0:
+        if needle is not None:
+            hit = mm.rfind(needle, 0, end)
+            if hit < 0:
+                return
+            start = mm.rfind(b"\n", 0, hit) + 1
+            stop = mm.find(b"\n", hit)
+            stop = size if stop < 0 else stop
+        else:
+            stop = end
+            if stop > 0 and mm[stop - 1 : stop] == b"\n":
+                stop -= 1
+            start = mm.rfind(b"\n", 0, stop) + 1
+        end = start - 1 if start > 0 else 0
+        if stop <= start:
+            if start == 0:
+                return
+            continue
+        head = mm[start : start + 24]
+        if not head.startswith(_SPAN_LINE_PREFIXES):
+            if head.lstrip().startswith(b"{") and b'"resourceMetrics"' not in head and b'"resourceLogs"' not in head:
+                pass  # an unusual but possibly trace-bearing line: let the decoder decide
+            else:
+                continue
+        if also is not None and mm.find(also, start, stop) < 0:
+            continue
+        yield mm[start:stop]
+        if start == 0:
+            return
+
+
+def open_reader(location: str) -> OtlpFileReader:
+    if not location:
+        raise BackendResponseError("file backend needs a path: file:PATH")
+    return OtlpFileReader(os.path.expanduser(location))
