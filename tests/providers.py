@@ -1,0 +1,224 @@
+"""Local stand-ins for LLM providers: one HTTP server on 127.0.0.1 speaking their documented APIs.
+
+Routes (shapes as the providers document them):
+
+* ``POST /v1/chat/completions``      OpenAI chat completions, JSON or SSE stream; usage with
+                                     ``prompt_tokens_details.cached_tokens``; a terminal usage chunk
+                                     only when ``stream_options.include_usage`` is set.
+* ``POST /v1/messages/count_tokens`` Anthropic           -> ``{"input_tokens": N}``
+* ``POST /v1beta/models/{m}:countTokens`` Gemini          -> ``{"totalTokens": N}``
+* ``POST /v1/responses/input_tokens`` OpenAI responses    -> ``{"object": "response.input_tokens", "input_tokens": N}``
+
+Each route has a `Route` with the status to answer, an artificial delay and the
+token number to report; error answers carry `CANARY` in their body, so tests can
+prove that a provider's error text never leaks into snapshots, warnings or logs.
+Every request is kept in `requests` (path, headers, parsed JSON body).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator, Optional
+
+import pytest
+
+CANARY = "CANARY-7f3a-provider-error-body"
+
+CHAT, ANTHROPIC, GEMINI, OPENAI_COUNT = "chat", "anthropic", "gemini", "openai_count"
+
+
+@dataclass
+class Route:
+    status: int = 200
+    delay: float = 0.0  # seconds before answering
+    tokens: int = 0  # count routes: the count to report; chat: prompt_tokens
+    cached_tokens: int = 0  # chat: prompt_tokens_details.cached_tokens
+    completion_tokens: int = 7
+    reply: str = "Hello from the local server."
+    body: Optional[bytes] = None  # a raw 200 body, to test malformed answers
+
+
+@dataclass
+class Recorded:
+    route: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class FakeProvider:
+    url: str = ""
+    routes: dict[str, Route] = field(
+        default_factory=lambda: {
+            CHAT: Route(tokens=1234, cached_tokens=1024),
+            ANTHROPIC: Route(tokens=4321),
+            GEMINI: Route(tokens=2718),
+            OPENAI_COUNT: Route(tokens=3141),
+        }
+    )
+    requests: list[Recorded] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __getitem__(self, route: str) -> Route:
+        return self.routes[route]
+
+    def hits(self, route: str) -> list[Recorded]:
+        with self._lock:
+            return [r for r in self.requests if r.route == route]
+
+    def wait_for_hits(self, route: str, n: int, timeout: float = 5.0) -> list[Recorded]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and len(self.hits(route)) < n:
+            time.sleep(0.01)
+        return self.hits(route)
+
+    def record(self, entry: Recorded) -> None:
+        with self._lock:
+            self.requests.append(entry)
+
+
+def _route_of(path: str) -> Optional[str]:
+    path = path.split("?", 1)[0]
+    if path.endswith("/chat/completions"):
+        return CHAT
+    if path.endswith("/v1/messages/count_tokens"):
+        return ANTHROPIC
+    if path.startswith("/v1beta/models/") and path.endswith(":countTokens"):
+        return GEMINI
+    if path.endswith("/v1/responses/input_tokens"):
+        return OPENAI_COUNT
+    return None
+
+
+def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"  # close after each answer: streams end with the connection
+
+        def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                body = raw
+            route_name = _route_of(self.path)
+            provider.record(Recorded(route_name or "unknown", self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+            if route_name is None:
+                return self._json(404, {"error": {"message": f"no route {CANARY}"}})
+            route = provider.routes[route_name]
+            if route.delay:
+                time.sleep(route.delay)
+            try:
+                if route.status != 200:
+                    return self._json(route.status, {"error": {"type": "invalid_request_error", "message": f"bad request: {CANARY}"}})
+                if route.body is not None:
+                    return self._send(200, route.body, "application/json")
+                if route_name == CHAT:
+                    return self._chat(route, body or {})
+                if route_name == ANTHROPIC:
+                    return self._json(200, {"input_tokens": route.tokens})
+                if route_name == GEMINI:
+                    return self._json(200, {"totalTokens": route.tokens, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": route.tokens}]})
+                return self._json(200, {"object": "response.input_tokens", "input_tokens": route.tokens})
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up (a time box): fine
+                pass
+
+        # ---------------------------------------------------------------- answers
+
+        def _send(self, status: int, payload: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def _json(self, status: int, obj: Any) -> None:
+            self._send(status, json.dumps(obj).encode(), "application/json")
+
+        def _usage(self, route: Route) -> dict[str, Any]:
+            return {
+                "prompt_tokens": route.tokens,
+                "completion_tokens": route.completion_tokens,
+                "total_tokens": route.tokens + route.completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": route.cached_tokens, "audio_tokens": 0},
+                "completion_tokens_details": {
+                    "reasoning_tokens": 0,
+                    "audio_tokens": 0,
+                    "accepted_prediction_tokens": 0,
+                    "rejected_prediction_tokens": 0,
+                },
+            }
+
+        def _chat(self, route: Route, request: dict[str, Any]) -> None:
+            model = f"{request.get('model', 'gpt-4o')}-2024-08-06"
+            common = {"id": "chatcmpl-local123", "created": int(time.time()), "model": model, "system_fingerprint": "fp_local"}
+            if not request.get("stream"):
+                return self._json(
+                    200,
+                    {
+                        **common,
+                        "object": "chat.completion",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": route.reply, "refusal": None, "annotations": []},
+                                "logprobs": None,
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": self._usage(route),
+                        "service_tier": "default",
+                    },
+                )
+            include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+
+            def event(choices: list[Any], **extra: Any) -> None:
+                chunk = {**common, "object": "chat.completion.chunk", "service_tier": "default", "choices": choices, **extra}
+                if include_usage and "usage" not in extra:
+                    chunk["usage"] = None  # OpenAI sends an explicit null on every chunk but the last
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+
+            event([{"index": 0, "delta": {"role": "assistant", "content": "", "refusal": None}, "logprobs": None, "finish_reason": None}])
+            for word in route.reply.split(" "):
+                event([{"index": 0, "delta": {"content": word + " "}, "logprobs": None, "finish_reason": None}])
+            event([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}])
+            if include_usage:
+                event([], usage=self._usage(route))
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+
+    return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+
+@pytest.fixture
+def provider() -> Iterator[FakeProvider]:
+    """A local provider on 127.0.0.1 at an ephemeral port; ``provider.url`` is its base URL."""
+    fake = FakeProvider()
+    server = _Server(("127.0.0.1", 0), _handler(fake))
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=2)
