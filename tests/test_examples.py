@@ -22,5 +22,5 @@ def test_plain_wrap_prints_a_breakdown():
 def test_agent_loop_attributes_memory_mcp_and_skills():
     out = run("agent_loop.py")
     final = out.split("== final call")[1]
-    for source in ("AGENTS.md", "mcp:github", "skill:pdf", "skills:catalogue"):
+    for source in ("AGENTS.md", "mcp:github", "skill:pdf"):
         assert source in final
