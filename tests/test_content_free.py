@@ -1,0 +1,127 @@
+"""Content-free, proven: every exported byte and every read-back answer is scanned for canaries."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import urllib.request
+
+import litellm
+import pytest
+from embedded_helpers import embedded_runtime
+from http_servers import OpenAIStub, OtlpReceiver, running
+
+import cw_middleware as cw
+from cw_middleware import cli
+from cw_middleware.server import make_server
+
+CANARIES = {
+    "system": "CANARY-SYSTEM-7f3a",
+    "memory": "CANARY-MEMORY-91bc",
+    "schema": "CANARY-SCHEMA-22de",
+    "tool_name": "canary_tool_5e1f",
+    "arguments": "CANARY-ARGS-4c0d",
+    "tool_result": "CANARY-RESULT-8a6b",
+    "user": "CANARY-USER-3f9e",
+    "error_body": "CANARY-ERRORBODY-0d2c",
+}
+RUN, STAGE = "run-canary", "agent@1"
+
+
+def _request() -> dict:
+    tools = [
+        cw.tool({"type": "function", "function": {
+            "name": CANARIES["tool_name"], "description": f"does things {CANARIES['schema']}",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string", "description": CANARIES["schema"]}}}}}),
+        cw.tool({"type": "function", "function": {"name": "search", "description": f"search {CANARIES['schema']}",
+                                                  "parameters": {"type": "object", "properties": {}}}},
+                cw.ToolSource.mcp("github")),
+    ]
+    messages = [
+        cw.message("system", [cw.segment(f"You are careful. {CANARIES['system']}", "system_prompt"),
+                              cw.segment(f"# AGENTS.md {CANARIES['memory']}", "memory", "AGENTS.md")]),
+        {"role": "user", "content": f"please {CANARIES['user']}"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": CANARIES["tool_name"], "arguments": json.dumps({"q": CANARIES["arguments"]})}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": f"result {CANARIES['tool_result']}"},
+    ]
+    return {"messages": messages, "tools": tools}
+
+
+def _scenario(provider: OpenAIStub) -> None:
+    with cw.stage(RUN, STAGE):
+        cw.completion(model="gpt-4o", mock_response="ok", **_request())
+        stream = cw.completion(model="gpt-4o", mock_response="streamed ok", stream=True, **_request())
+        for _ in stream:
+            pass
+        provider.fail(400, {"error": {"message": f"bad request {CANARIES['error_body']}", "type": "invalid_request_error",
+                                      "param": None, "code": "bad"}})
+        with pytest.raises(litellm.BadRequestError) as raised:
+            cw.completion(model="openai/gpt-4o", api_base=provider.url, api_key="sk-test", max_retries=0, **_request())
+        assert CANARIES["error_body"] in str(raised.value)  # the caller sees LiteLLM's error as is
+        provider.fail(500, {"error": {"message": f"server {CANARIES['error_body']}", "type": "server_error"}})
+        with pytest.raises(litellm.InternalServerError):
+            cw.completion(model="openai/gpt-4o", api_base=provider.url, api_key="sk-test", max_retries=0, num_retries=0,
+                          **_request())
+        provider.status, provider.body = 200, None
+        cw.completion(model="openai/gpt-4o", api_base=provider.url, api_key="sk-test", **_request())
+    assert provider.requests and all(CANARIES["user"] in json.dumps(r) for r in provider.requests)  # the provider got it all
+
+
+def _assert_clean(blob: bytes | str, where: str) -> None:
+    text = blob.decode("utf-8", "replace") if isinstance(blob, bytes) else blob
+    found = [name for name, canary in CANARIES.items() if canary in text or canary.lower() in text.lower()]
+    assert not found, f"content leaked into {where}: {found}"
+
+
+@pytest.fixture
+def cw_logs(caplog):
+    caplog.set_level(logging.DEBUG, logger="cw_middleware")
+    caplog.set_level(logging.DEBUG, logger="opentelemetry")
+    return caplog
+
+
+def test_file_export_and_every_answer_is_content_free(tmp_path, capsys, cw_logs):
+    path = tmp_path / "t.jsonl"
+    backend = f"file:{path}"
+    with running(OpenAIStub) as provider, embedded_runtime(export=backend, metric_run_labels=True):
+        _scenario(provider)
+    exported = path.read_bytes()
+    assert b'"resourceSpans"' in exported and b'"resourceMetrics"' in exported
+    assert b"agent.context_window.snapshot" in exported and b"error.type" in exported
+    _assert_clean(exported, "the telemetry file")
+
+    reader = cw.reader(backend)
+    answer = reader.context_window(RUN, STAGE)
+    assert answer.available and answer.count_method.value == "response_usage_scaled_breakdown"
+    _assert_clean(answer.model_dump_json(), "the library answer")
+    for argv in (["show", RUN, STAGE], ["show", RUN, STAGE, "--json"], ["stages", RUN], ["stages", RUN, "--json"]):
+        assert cli.main([*argv, "--backend", backend]) == 0
+        out = capsys.readouterr()
+        _assert_clean(out.out + out.err, f"cw-middleware {' '.join(argv)}")
+
+    server = make_server(reader, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for route in (f"/api/v1/runs/{RUN}/stages/{STAGE}/context-window", f"/api/v1/runs/{RUN}/stages", "/openapi.json"):
+            with urllib.request.urlopen(server.url + route, timeout=10) as response:
+                _assert_clean(response.read(), route)
+    finally:
+        server.shutdown()
+        server.server_close()
+    _assert_clean("\n".join(r.getMessage() for r in cw_logs.records), "the middleware's log")
+
+
+def test_otlp_request_bodies_are_content_free(monkeypatch, cw_logs):
+    with running(OtlpReceiver) as collector, running(OpenAIStub) as provider:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        with embedded_runtime(export="otlp", metric_run_labels=True):
+            _scenario(provider)
+        assert collector.bodies.get("/v1/traces") and collector.bodies.get("/v1/metrics")
+        sent = collector.all_bytes()
+        assert b"agent.context_window.snapshot" in sent and b"agent.context_window.tokens" in sent
+        _assert_clean(sent, "OTLP request bodies")
+    _assert_clean("\n".join(r.getMessage() for r in cw_logs.records), "the middleware's log")
