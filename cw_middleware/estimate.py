@@ -17,6 +17,7 @@ it on the request path, so it must stay cheap.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ MAX_TEXT_CACHE = 65_536  # per generation; two generations are kept
 MAX_CONVERSATIONS = 32
 
 SourceKey = tuple[Category, str]
+_RESPONSE_FORMAT: SourceKey = (Category.OTHER, "response_format")
+_FRAMING: SourceKey = (Category.OTHER, "framing")
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class _Conversation:
 
 @dataclass
 class _ToolsCount:
+    objects: list[Any]  # the caller's definitions, held so their ids stay theirs
     frozen: Any
     tool_choice: Any
     entries: tuple[tuple[SourceKey, int], ...]
@@ -108,22 +112,28 @@ class Estimator:
         custom_llm_provider: Optional[str] = None,
     ) -> Estimate:
         rules = rules_for(model, custom_llm_provider)
-        messages = list(messages or ())
+        messages = messages if type(messages) is list else list(messages or ())
         with self._lock:
             conv = self._count_messages(rules, messages)
-            by_source: Counter[SourceKey] = Counter(conv.totals)
+            by_source: dict[SourceKey, int] = dict(conv.totals)
             warnings = {code for code, n in conv.warnings.items() if n}
             all_tools = list(tools or ()) + [{"type": "function", "function": f} for f in functions or ()]
             tagged_tools = False
             if all_tools:
                 tc = self._count_tools(rules, all_tools, tool_choice)
                 for key, tokens in tc.entries:
-                    by_source[key] += tokens
+                    by_source[key] = by_source.get(key, 0) + tokens
                 warnings |= tc.warnings
+                # Where the provider puts the tool block depends on the first message (OpenAI merges
+                # it into a leading system message, else opens one); O(1), so not cached with the tools.
+                placement = getattr(rules, "tools_placement", None)
+                if placement is not None:
+                    key = (Category.TOOLS, "tool_framing")
+                    by_source[key] = by_source.get(key, 0) + placement(_system_first(messages))
                 tagged_tools = tc.tagged
         if response_format is not None:
-            by_source[(Category.OTHER, "response_format")] += rules.response_format(response_format)
-        by_source[(Category.OTHER, "framing")] += rules.request_overhead(len(messages))
+            by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(response_format)
+        by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
         return Estimate(
@@ -244,7 +254,15 @@ class Estimator:
 
     def _count_tools(self, rules: CountingRules, tools: list[Any], tool_choice: Any) -> _ToolsCount:
         cached = self._tools.get(rules.name)
-        if cached is not None and cached.tool_choice == tool_choice and cached.frozen == tools:
+        # Tool definitions are the same objects turn after turn in nearly every agent: identity
+        # answers in O(1) per tool. A new list of fresh dicts is compared by value.
+        if (
+            cached is not None
+            and cached.tool_choice == tool_choice
+            and len(cached.objects) == len(tools)
+            and (all(map(operator.is_, cached.objects, tools)) or cached.frozen == tools)
+        ):
+            cached.objects = tools
             return cached
         entries: Counter[SourceKey] = Counter()
         warnings: set[WarningCode] = set()
@@ -263,7 +281,7 @@ class Estimator:
             entries[key] += rules.tool_definition(definition)
         entries[(Category.TOOLS, "tool_framing")] += rules.tools_overhead(plain, tool_choice)
         tagged = any(isinstance(t, Mapping) and TAG_KEY in t for t in tools)
-        counted = _ToolsCount(_freeze(tools), tool_choice, tuple(entries.items()), frozenset(warnings), tagged)
+        counted = _ToolsCount(list(tools), _freeze(tools), tool_choice, tuple(entries.items()), frozenset(warnings), tagged)
         if len(self._tools) > 64:
             self._tools.clear()
         self._tools[rules.name] = counted
@@ -302,6 +320,10 @@ def _has_tag(msg: Any) -> bool:
         return True
     content = msg.get("content")
     return isinstance(content, list) and any(isinstance(p, dict) and TAG_KEY in p for p in content)
+
+
+def _system_first(messages: Sequence[Any]) -> bool:
+    return bool(messages) and _as_dict(messages[0]).get("role") in ("system", "developer")
 
 
 def _untagged_tool_key(definition: Mapping[str, Any]) -> SourceKey:

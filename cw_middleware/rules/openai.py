@@ -1,9 +1,16 @@
 """OpenAI: the model's own tiktoken encoding plus chat framing and tool rendering.
 
-Chat framing (OpenAI cookbook, "How to count tokens with tiktoken"): every
-message costs 3 tokens around its content, a ``name`` one more, and every reply
-is primed with 3. Tool definitions are rendered into a TypeScript-like
-``namespace functions`` block that the model reads as part of the system prompt.
+Framing (checked against reported ``prompt_tokens``): a chat model wraps each
+message as ``<|im_start|>{role}<|im_sep|>{content}<|im_end|>`` -- three special
+tokens plus the role's own tokens -- and primes the reply with
+``<|im_start|>assistant<|im_sep|>`` (3). The OpenAI cookbook's "3 per message"
+("How to count tokens with tiktoken") leaves the role out; it is one token.
+Reasoning models (o-series, gpt-5) use the harmony layout
+(github.com/openai/harmony): ``<|start|>{role}<|message|>...<|end|>`` and a
+two-token ``<|start|>assistant`` priming.
+
+Tool definitions are rendered into a TypeScript-like ``namespace functions``
+block in the system message (see `_typescript`).
 """
 
 from __future__ import annotations
@@ -13,14 +20,29 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from ._tiktoken import counter
+from ._typescript import render_function
 
 # Families whose encoding is o200k_base; older chat models use cl100k_base.
 _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss", "gpt-realtime", "codex")
 _CL100K_PREFIXES = ("gpt-4", "gpt-3.5", "gpt-35", "text-embedding")
+# Reasoning families, rendered with the harmony layout.
+_HARMONY_PREFIXES = ("gpt-5", "o1", "o3", "o4", "gpt-oss", "codex")
 
-TOKENS_PER_MESSAGE = 3
-TOKENS_PER_NAME = 1
-REPLY_PRIMING = 3
+MESSAGE_SPECIALS = 3  # <|im_start|>, <|im_sep|>, <|im_end|> (harmony: <|start|>, <|message|>, <|end|>)
+REPLY_PRIMING = {"chatml": 3, "harmony": 2}
+
+# Measured against reported usage (see benchmarks/accuracy.py): a call costs its name and
+# arguments plus this much header; a structured-output section sits in its own message.
+TOOL_CALL_FRAMING = 3
+RESPONSE_FORMAT_MESSAGE = 4
+NEW_SYSTEM_MESSAGE = 3  # <|im_start|>system<|im_sep|> ... <|im_end|>, one token merging with the block
+# Reasoning models over chat completions bill a fixed preamble (harmony's channel rules for
+# function calls) once tools are present: a constant 84 across gpt-5, -mini, -nano and 5.4-mini.
+# The Responses API does not (about +2); LiteLLM's completion() uses chat completions.
+HARMONY_TOOLS_PREAMBLE = 84
+
+TOOLS_HEADER = "# Tools\n\n## functions\n\nnamespace functions {\n\n"
+TOOLS_FOOTER = "} // namespace functions"
 
 
 def encoding_for(model: str) -> str:
@@ -32,41 +54,83 @@ def encoding_for(model: str) -> str:
     return "o200k_base"  # newer than this table: OpenAI's current encoding
 
 
+def layout_for(model: str) -> str:
+    name = model.lower().removeprefix("ft:")
+    return "harmony" if name.startswith(_HARMONY_PREFIXES) else "chatml"
+
+
 @dataclass(frozen=True)
 class OpenAIRules:
     name: str
     provider: str
     exact: bool
     text: Callable[[str], int] = field(repr=False, compare=False)
+    layout: str = "chatml"
 
     def message_framing(self, message: Mapping[str, Any]) -> int:
-        return TOKENS_PER_MESSAGE + (TOKENS_PER_NAME if message.get("name") else 0)
+        role = str(message.get("role") or "user")
+        return MESSAGE_SPECIALS + self.text(role)
 
     def tool_calls(self, tool_calls: Sequence[Mapping[str, Any]]) -> int:
         total = 0
         for call in tool_calls:
             fn = call.get("function") or {}
-            total += 3 + self.text(str(fn.get("name", ""))) + self.text(_as_text(fn.get("arguments", "")))
+            total += TOOL_CALL_FRAMING + self.text(str(fn.get("name", ""))) + self.text(_as_text(fn.get("arguments", "")))
         return total
 
     def tool_definition(self, tool: Mapping[str, Any]) -> int:
         return self.text(render_tool(tool))
 
     def tools_overhead(self, tools: Sequence[Mapping[str, Any]], tool_choice: Any) -> int:
+        """The namespace block minus its functions: counting the block whole keeps token merges at the seams exact."""
         if not tools:
             return 0
-        return self.text("# Tools\n\n## functions\n\nnamespace functions {\n\n} // namespace functions")
+        rendered = [render_tool(t) for t in tools]
+        block = self.text(TOOLS_HEADER + "".join(rendered) + TOOLS_FOOTER)
+        overhead = block - sum(self.text(r) for r in rendered)
+        if self.layout == "harmony":
+            overhead += HARMONY_TOOLS_PREAMBLE
+        return max(overhead, 0)
+
+    def tools_placement(self, system_first: bool) -> int:
+        """The block joins a leading system/developer message; otherwise it opens its own (framing, minus a merge)."""
+        if system_first or self.layout == "harmony":
+            return 0
+        return NEW_SYSTEM_MESSAGE
 
     def response_format(self, response_format: Any) -> int:
-        if not isinstance(response_format, Mapping):
+        """Structured outputs: a ``# Response Formats`` section with the schema as compact JSON, titles dropped."""
+        if not isinstance(response_format, Mapping) or response_format.get("type") != "json_schema":
+            return 0  # json_object / text: no billed text (reported counts match the messages alone)
+        spec = response_format.get("json_schema") or {}
+        schema = spec.get("schema")
+        if not isinstance(schema, Mapping):
             return 0
-        schema = (response_format.get("json_schema") or {}).get("schema")
-        if schema is None:
-            return 0
-        return self.text(json.dumps(schema, separators=(",", ":")))
+        header = f"# Response Formats\n\n## {spec.get('name') or 'response'}\n\n"
+        if isinstance(spec.get("description"), str) and spec["description"]:
+            header += spec["description"] + "\n\n"
+        body = json.dumps(strip_titles(schema), separators=(",", ":"), ensure_ascii=False)
+        return RESPONSE_FORMAT_MESSAGE + self.text(header) + self.text(body)
 
     def request_overhead(self, n_messages: int) -> int:
-        return REPLY_PRIMING
+        return REPLY_PRIMING[self.layout]
+
+
+def strip_titles(schema: Any) -> Any:
+    """A schema without its ``title`` annotations (property *names* called "title" are kept)."""
+    if isinstance(schema, list):
+        return [strip_titles(v) for v in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(value, Mapping):
+            out[key] = {name: strip_titles(sub) for name, sub in value.items()}
+        else:
+            out[key] = strip_titles(value)
+    return out
 
 
 def _as_text(value: Any) -> str:
@@ -76,44 +140,13 @@ def _as_text(value: Any) -> str:
 def render_tool(tool: Mapping[str, Any]) -> str:
     """A tool definition in the TypeScript-like form OpenAI shows the model."""
     fn = tool.get("function", tool)
-    lines = []
-    if fn.get("description"):
-        lines.append(f"// {fn['description']}")
-    params = fn.get("parameters") or {}
-    props = params.get("properties") or {}
-    if props:
-        lines.append(f"type {fn.get('name', '')} = (_: {{")
-        for key, spec in props.items():
-            if isinstance(spec, Mapping) and spec.get("description"):
-                lines.append(f"// {spec['description']}")
-            optional = "" if key in (params.get("required") or []) else "?"
-            lines.append(f"{key}{optional}: {_ts_type(spec)},")
-        lines.append("}) => any;")
-    else:
-        lines.append(f"type {fn.get('name', '')} = () => any;")
-    return "\n".join(lines) + "\n\n"
-
-
-def _ts_type(spec: Any) -> str:
-    if not isinstance(spec, Mapping):
-        return "any"
-    if "enum" in spec:
-        return " | ".join(json.dumps(v) for v in spec["enum"])
-    kind = spec.get("type")
-    if kind == "array":
-        return f"{_ts_type(spec.get('items'))}[]"
-    if kind == "object":
-        props = spec.get("properties") or {}
-        inner = ", ".join(f"{k}: {_ts_type(v)}" for k, v in props.items())
-        return f"{{{inner}}}"
-    if kind == "integer":
-        return "number"
-    return kind if isinstance(kind, str) else "any"
+    return render_function(fn if isinstance(fn, Mapping) else {})
 
 
 def rules(model: str) -> OpenAIRules:
     encoding = encoding_for(model)
-    return OpenAIRules(name=f"openai:{encoding}", provider="openai", exact=True, text=counter(encoding))
+    layout = layout_for(model)
+    return OpenAIRules(name=f"openai:{encoding}", provider="openai", exact=True, text=counter(encoding), layout=layout)
 
 
 def approximate_rules(provider: str) -> OpenAIRules:

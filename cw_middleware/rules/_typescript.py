@@ -1,0 +1,123 @@
+"""JSON Schema -> the TypeScript-like text OpenAI models read their tools as.
+
+OpenAI never sends a tool's JSON Schema to the model: the server renders every
+function into a ``namespace functions { ... }`` block of TypeScript type
+declarations, and bills those tokens. The open-source reference for that
+rendering is OpenAI's `harmony` renderer (github.com/openai/harmony,
+``src/encoding.rs``: ``json_schema_to_typescript`` and
+``template_tools_section``); the chat models' format matches it on the points
+below (checked against reported usage): a ``// description`` line above each
+function and property, ``name?:`` for optional properties, string enums as
+``"a" | "b"``, ``integer`` as ``number``, arrays as ``T[]``, nested objects as
+indented ``{ ... }`` blocks, a property's title as a comment line above its
+description, and a trailing ``// default: x`` comment.
+Where harmony falls back to ``any`` (``anyOf``, ``$ref``), the chat renderer
+spells out unions and resolves local ``$defs``; that is what is done here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+# Local $ref resolution stops here: recursive schemas render as `any` past this depth.
+_MAX_REF_DEPTH = 6
+
+
+def render_function(fn: Mapping[str, Any]) -> str:
+    """One function of the namespace, ending with the blank line that separates functions."""
+    lines = []
+    description = fn.get("description")
+    if isinstance(description, str) and description:
+        lines.append(f"// {description}")  # one comment marker, even for multi-line text
+    name = fn.get("name", "")
+    params = fn.get("parameters")
+    if isinstance(params, Mapping) and params.get("properties"):
+        body = _object(params, "", params, 0)
+        lines.append(f"type {name} = (_: {body}) => any;")
+    else:
+        lines.append(f"type {name} = () => any;")
+    return "\n".join(lines) + "\n\n"
+
+
+def _resolve(schema: Any, root: Mapping[str, Any], depth: int) -> Any:
+    if isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str) and depth < _MAX_REF_DEPTH:
+        ref = schema["$ref"]
+        if ref.startswith("#/"):
+            target: Any = root
+            for part in ref[2:].split("/"):
+                target = target.get(part) if isinstance(target, Mapping) else None
+            if isinstance(target, Mapping):
+                merged = dict(target)
+                merged.update({k: v for k, v in schema.items() if k != "$ref"})
+                return merged
+    return schema
+
+
+def _default_comment(spec: Mapping[str, Any]) -> str:
+    if "default" not in spec:
+        return ""
+    value = spec["default"]
+    if isinstance(value, str):
+        return f" // default: {value}" if "enum" in spec else f' // default: "{value}"'
+    return f" // default: {json.dumps(value)}"
+
+
+def _object(schema: Mapping[str, Any], indent: str, root: Mapping[str, Any], depth: int) -> str:
+    out = ["{"]
+    required = schema.get("required") or ()
+    props = schema.get("properties") or {}
+    for key, raw in props.items():
+        spec = _resolve(raw, root, depth)
+        if not isinstance(spec, Mapping):
+            spec = {}
+        title = spec.get("title")
+        if isinstance(title, str) and title:
+            out.append(f"{indent}// {title}")
+        description = spec.get("description")
+        if isinstance(description, str) and description:
+            out.append(f"{indent}// {description}")
+        optional = "" if key in required else "?"
+        out.append(f"{indent}{key}{optional}: {_type(spec, indent, root, depth + 1)},{_default_comment(spec)}")
+    out.append(f"{indent}}}" if indent else "}")
+    return "\n".join(out)
+
+
+def _type(spec: Any, indent: str, root: Mapping[str, Any], depth: int) -> str:
+    spec = _resolve(spec, root, depth)
+    if not isinstance(spec, Mapping) or depth > _MAX_REF_DEPTH + 8:
+        return "any"
+    if "const" in spec:
+        return json.dumps(spec["const"], ensure_ascii=False)
+    enum = spec.get("enum")
+    if isinstance(enum, list) and enum:
+        return " | ".join(json.dumps(v, ensure_ascii=False) for v in enum)
+    union = spec.get("anyOf") or spec.get("oneOf")
+    if isinstance(union, list) and union:
+        return " | ".join(_type(v, indent, root, depth + 1) for v in union)
+    all_of = spec.get("allOf")
+    if isinstance(all_of, list) and len(all_of) == 1:
+        return _type(all_of[0], indent, root, depth + 1)
+    kind = spec.get("type")
+    if isinstance(kind, list):
+        return " | ".join(_scalar(k) if k not in ("object", "array") else _type({**spec, "type": k}, indent, root, depth) for k in kind)
+    if kind == "object" or (kind is None and "properties" in spec):
+        if spec.get("properties"):
+            return _object(spec, indent + "  ", root, depth)
+        return "object"
+    if kind == "array":
+        items = spec.get("items")
+        if items is None:
+            return "any[]"
+        inner = _type(items, indent, root, depth + 1)
+        flat = isinstance(items, Mapping) and (items.get("anyOf") or items.get("oneOf") or isinstance(items.get("type"), list))
+        return f"Array<{inner}>" if flat else f"{inner}[]"
+    return _scalar(kind)
+
+
+def _scalar(kind: Any) -> str:
+    if kind == "integer":
+        return "number"
+    if kind in ("string", "number", "boolean", "null"):
+        return kind
+    return "any"
