@@ -168,7 +168,10 @@ class _Call:
         try:
             clean_messages, clean_tools = strip_request(messages, tools, known=self.estimate)
         except Exception:  # noqa: BLE001 - an odd request shape: fall back to checking every message
-            clean_messages, clean_tools = strip_request(messages, tools)
+            try:
+                clean_messages, clean_tools = strip_request(messages, tools)
+            except Exception:  # noqa: BLE001 - not a list of messages at all: LiteLLM's to reject, untouched
+                return
         if clean_messages is not messages:
             if len(self.args) >= 2:
                 self.args = (self.args[0], clean_messages, *self.args[2:])
@@ -239,6 +242,8 @@ class _Call:
             self.finish(getattr(response, "usage", None), getattr(response, "model", None))
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("observe", f"cw_middleware: could not read the response ({type(exc).__name__})")
+            if self.hide_usage_chunk:  # we asked for a usage chunk the caller did not: it must still not see it
+                return _UsageChunkFilter(response)
         return response
 
     def see_chunk(self, chunk: Any) -> bool:
@@ -362,6 +367,38 @@ def _observe_stream(stream: Any, call: _Call) -> Any:
     stream.__class__ = cls
     stream._cw_call = call
     return stream
+
+
+class _UsageChunkFilter:
+    """Fallback when a stream cannot be observed: the caller's chunks stay as LiteLLM would give them."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def __iter__(self) -> "_UsageChunkFilter":
+        return self
+
+    def __aiter__(self) -> "_UsageChunkFilter":
+        return self
+
+    def __next__(self) -> Any:
+        while True:
+            chunk = next(self._stream)
+            if not _usage_only(chunk):
+                return chunk
+
+    async def __anext__(self) -> Any:
+        while True:
+            chunk = await self._stream.__anext__()
+            if not _usage_only(chunk):
+                return chunk
+
+
+def _usage_only(chunk: Any) -> bool:
+    try:
+        return getattr(chunk, "usage", None) is not None and not getattr(chunk, "choices", None)
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _observed_next(self: Any) -> Any:
