@@ -26,8 +26,9 @@ import logging
 import os
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Optional
 
 import httpx
 
@@ -134,7 +135,12 @@ def _endpoint(target: CountTarget, request: Mapping[str, Any]) -> tuple[str, dic
     if target.provider == "anthropic":
         base = _strip_suffix(base, "/v1/messages", "/v1")
         headers = {"x-api-key": target.api_key, "anthropic-version": ANTHROPIC_VERSION}
-        return f"{base}/v1/messages/count_tokens", headers, to_anthropic(target.model, messages, tools, tool_choice), "input_tokens"
+        return (
+            f"{base}/v1/messages/count_tokens",
+            headers,
+            to_anthropic(target.model, messages, tools, tool_choice),
+            "input_tokens",
+        )
     if target.provider == "gemini":
         base = _strip_suffix(base, "/v1beta")
         url = f"{base}/v1beta/models/{target.model}:countTokens"
@@ -158,7 +164,9 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content if not isinstance(p, dict) or "text" in p)
+        return "".join(
+            p.get("text", "") if isinstance(p, dict) else str(p) for p in content if not isinstance(p, dict) or "text" in p
+        )
     return ""
 
 
@@ -219,7 +227,9 @@ def _choice_name(tool_choice: Any) -> Optional[str]:
     return None
 
 
-def to_anthropic(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], tool_choice: Any) -> dict[str, Any]:
+def to_anthropic(
+    model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], tool_choice: Any
+) -> dict[str, Any]:
     system: list[dict[str, Any]] = []
     turns: list[tuple[str, list[Any]]] = []
     for msg in messages:
@@ -227,7 +237,11 @@ def to_anthropic(model: str, messages: Sequence[Mapping[str, Any]], tools: Seque
         if role in ("system", "developer"):
             system += [{"type": "text", "text": t} for t in [_text(msg.get("content"))] if t]
         elif role in ("tool", "function"):
-            block = {"type": "tool_result", "tool_use_id": msg.get("tool_call_id") or msg.get("name") or "", "content": _text(msg.get("content"))}
+            block = {
+                "type": "tool_result",
+                "tool_use_id": msg.get("tool_call_id") or msg.get("name") or "",
+                "content": _text(msg.get("content")),
+            }
             turns.append(("user", [block]))
         else:
             blocks: list[dict[str, Any]] = []
@@ -240,7 +254,14 @@ def to_anthropic(model: str, messages: Sequence[Mapping[str, Any]], tools: Seque
                     blocks.append({"type": "image", "source": source})
             for call in msg.get("tool_calls") or ():
                 fn = call.get("function") or {}
-                blocks.append({"type": "tool_use", "id": call.get("id") or "", "name": fn.get("name", ""), "input": _arguments(fn.get("arguments"))})
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": call.get("id") or "",
+                        "name": fn.get("name", ""),
+                        "input": _arguments(fn.get("arguments")),
+                    }
+                )
             turns.append(("assistant" if role == "assistant" else "user", blocks))
     body: dict[str, Any] = {"model": model, "messages": [{"role": r, "content": b} for r, b in _merge_roles(turns)]}
     if system:
@@ -255,7 +276,11 @@ def to_anthropic(model: str, messages: Sequence[Mapping[str, Any]], tools: Seque
             for fn in map(_function, tools)
         ]
         name = _choice_name(tool_choice)
-        choice = {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {"type": "none"}}.get(tool_choice) if isinstance(tool_choice, str) else None
+        choice = (
+            {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {"type": "none"}}.get(tool_choice)
+            if isinstance(tool_choice, str)
+            else None
+        )
         if name:
             choice = {"type": "tool", "name": name}
         if choice:
@@ -275,7 +300,9 @@ def _gemini_schema(schema: Any) -> Any:
     return schema
 
 
-def to_gemini(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], tool_choice: Any) -> dict[str, Any]:
+def to_gemini(
+    model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], tool_choice: Any
+) -> dict[str, Any]:
     system: list[dict[str, Any]] = []
     turns: list[tuple[str, list[Any]]] = []
     call_names: dict[str, str] = {}
@@ -293,7 +320,9 @@ def to_gemini(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence
                     parts.append({"text": part["text"]})
                 elif part.get("type") == "image_url" and (url := _image_url(part)):
                     data = _data_url(url)
-                    parts.append({"inlineData": {"mimeType": data[0], "data": data[1]}} if data else {"fileData": {"fileUri": url}})
+                    parts.append(
+                        {"inlineData": {"mimeType": data[0], "data": data[1]}} if data else {"fileData": {"fileUri": url}}
+                    )
             for call in msg.get("tool_calls") or ():
                 fn = call.get("function") or {}
                 call_names[call.get("id") or ""] = fn.get("name", "")
@@ -322,13 +351,23 @@ def to_gemini(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence
 
 
 def to_openai_responses(
-    model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], tool_choice: Any, response_format: Any = None
+    model: str,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+    tool_choice: Any,
+    response_format: Any = None,
 ) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
     for msg in messages:
         role = msg.get("role") or "user"
         if role in ("tool", "function"):
-            items.append({"type": "function_call_output", "call_id": msg.get("tool_call_id") or msg.get("name") or "", "output": _text(msg.get("content"))})
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": msg.get("tool_call_id") or msg.get("name") or "",
+                    "output": _text(msg.get("content")),
+                }
+            )
             continue
         content = msg.get("content")
         if isinstance(content, list):
@@ -345,8 +384,14 @@ def to_openai_responses(
         for call in msg.get("tool_calls") or ():
             fn = call.get("function") or {}
             args = fn.get("arguments")
-            items.append({"type": "function_call", "call_id": call.get("id") or "", "name": fn.get("name", ""),
-                          "arguments": args if isinstance(args, str) else json.dumps(args or {})})
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.get("id") or "",
+                    "name": fn.get("name", ""),
+                    "arguments": args if isinstance(args, str) else json.dumps(args or {}),
+                }
+            )
     body: dict[str, Any] = {"model": model, "input": items}
     if tools:
         body["tools"] = [
@@ -359,10 +404,10 @@ def to_openai_responses(
     elif isinstance(tool_choice, str):
         body["tool_choice"] = tool_choice
     if isinstance(response_format, dict):
-        kind = response_format.get("type")
-        if kind == "json_schema" and isinstance(response_format.get("json_schema"), dict):
+        format_type = response_format.get("type")
+        if format_type == "json_schema" and isinstance(response_format.get("json_schema"), dict):
             body["text"] = {"format": {"type": "json_schema", **response_format["json_schema"]}}
-        elif kind == "json_object":
+        elif format_type == "json_object":
             body["text"] = {"format": {"type": "json_object"}}
     return body
 
@@ -385,7 +430,10 @@ def canonical_request(target: CountTarget, request: Mapping[str, Any]) -> tuple[
     plain = {k: request.get(k) for k in keys if request.get(k) is not None}
     text = json.dumps(
         {"request": plain, "provider": target.provider, "model": target.model, "api_base": target.api_base},
-        sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_jsonable,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=_jsonable,
     )
     fingerprint = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
     return fingerprint, json.loads(text)["request"]
@@ -487,7 +535,9 @@ class ProviderCounter:
         try:
             fingerprint, plain = canonical_request(job.target, job.request)
         except Exception as exc:  # noqa: BLE001 - an odd message shape must not kill the worker
-            self._log.warning("serialise", f"cw_middleware: provider count skipped, request not serialisable ({type(exc).__name__})")
+            self._log.warning(
+                "serialise", f"cw_middleware: provider count skipped, request not serialisable ({type(exc).__name__})"
+            )
             return None, WarningCode.PROVIDER_COUNT_FAILED
         cached = self._results.get(fingerprint)
         if cached is not None:
@@ -496,12 +546,20 @@ class ProviderCounter:
         try:
             if self._client is None:
                 self._client = httpx.Client(timeout=self.timeout)
-            outcome: tuple[Optional[int], Optional[WarningCode]] = (count_tokens(job.target, plain, self._client, self.timeout), None)
+            outcome: tuple[Optional[int], Optional[WarningCode]] = (
+                count_tokens(job.target, plain, self._client, self.timeout),
+                None,
+            )
         except CountError as exc:
-            self._log.warning(f"{job.target.provider}:{exc}", f"cw_middleware: {job.target.provider} provider count failed ({exc})")
+            self._log.warning(
+                f"{job.target.provider}:{exc}", f"cw_middleware: {job.target.provider} provider count failed ({exc})"
+            )
             outcome = (None, exc.code)
         except Exception as exc:  # noqa: BLE001
-            self._log.warning(f"{job.target.provider}:{type(exc).__name__}", f"cw_middleware: {job.target.provider} provider count failed ({type(exc).__name__})")
+            self._log.warning(
+                f"{job.target.provider}:{type(exc).__name__}",
+                f"cw_middleware: {job.target.provider} provider count failed ({type(exc).__name__})",
+            )
             outcome = (None, WarningCode.PROVIDER_COUNT_FAILED)
         self._results[fingerprint] = outcome
         if len(self._results) > self._max_cache:

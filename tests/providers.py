@@ -5,6 +5,7 @@ Routes (shapes as the providers document them):
 * ``POST /v1/chat/completions``      OpenAI chat completions, JSON or SSE stream; usage with
                                      ``prompt_tokens_details.cached_tokens``; a terminal usage chunk
                                      only when ``stream_options.include_usage`` is set.
+* ``POST /v1/messages``              Anthropic messages (non-streamed), usage with cache reads/writes
 * ``POST /v1/messages/count_tokens`` Anthropic           -> ``{"input_tokens": N}``
 * ``POST /v1beta/models/{m}:countTokens`` Gemini          -> ``{"totalTokens": N}``
 * ``POST /v1/responses/input_tokens`` OpenAI responses    -> ``{"object": "response.input_tokens", "input_tokens": N}``
@@ -20,15 +21,17 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import pytest
 
 CANARY = "CANARY-7f3a-provider-error-body"
 
 CHAT, ANTHROPIC, GEMINI, OPENAI_COUNT = "chat", "anthropic", "gemini", "openai_count"
+MESSAGES = "anthropic_messages"
 
 
 @dataclass
@@ -36,7 +39,8 @@ class Route:
     status: int = 200
     delay: float = 0.0  # seconds before answering
     tokens: int = 0  # count routes: the count to report; chat: prompt_tokens
-    cached_tokens: int = 0  # chat: prompt_tokens_details.cached_tokens
+    cached_tokens: int = 0  # chat: prompt_tokens_details.cached_tokens; messages: cache_read_input_tokens
+    cache_write_tokens: int = 0  # messages: cache_creation_input_tokens
     completion_tokens: int = 7
     reply: str = "Hello from the local server."
     body: Optional[bytes] = None  # a raw 200 body, to test malformed answers
@@ -59,6 +63,7 @@ class FakeProvider:
             ANTHROPIC: Route(tokens=4321),
             GEMINI: Route(tokens=2718),
             OPENAI_COUNT: Route(tokens=3141),
+            MESSAGES: Route(tokens=321, cached_tokens=2048, cache_write_tokens=512),
         }
     )
     requests: list[Recorded] = field(default_factory=list)
@@ -88,6 +93,8 @@ def _route_of(path: str) -> Optional[str]:
         return CHAT
     if path.endswith("/v1/messages/count_tokens"):
         return ANTHROPIC
+    if path.endswith("/v1/messages"):
+        return MESSAGES
     if path.startswith("/v1beta/models/") and path.endswith(":countTokens"):
         return GEMINI
     if path.endswith("/v1/responses/input_tokens"):
@@ -118,15 +125,22 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
                 time.sleep(route.delay)
             try:
                 if route.status != 200:
-                    return self._json(route.status, {"error": {"type": "invalid_request_error", "message": f"bad request: {CANARY}"}})
+                    return self._json(
+                        route.status, {"error": {"type": "invalid_request_error", "message": f"bad request: {CANARY}"}}
+                    )
                 if route.body is not None:
                     return self._send(200, route.body, "application/json")
                 if route_name == CHAT:
                     return self._chat(route, body or {})
+                if route_name == MESSAGES:
+                    return self._messages(route, body or {})
                 if route_name == ANTHROPIC:
                     return self._json(200, {"input_tokens": route.tokens})
                 if route_name == GEMINI:
-                    return self._json(200, {"totalTokens": route.tokens, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": route.tokens}]})
+                    return self._json(
+                        200,
+                        {"totalTokens": route.tokens, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": route.tokens}]},
+                    )
                 return self._json(200, {"object": "response.input_tokens", "input_tokens": route.tokens})
             except (BrokenPipeError, ConnectionResetError):  # the client gave up (a time box): fine
                 pass
@@ -156,6 +170,26 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
                     "rejected_prediction_tokens": 0,
                 },
             }
+
+        def _messages(self, route: Route, request: dict[str, Any]) -> None:
+            self._json(
+                200,
+                {
+                    "id": "msg_local123",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": request.get("model", "claude"),
+                    "content": [{"type": "text", "text": route.reply}],
+                    "stop_reason": "end_turn",
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": route.tokens,
+                        "cache_creation_input_tokens": route.cache_write_tokens,
+                        "cache_read_input_tokens": route.cached_tokens,
+                        "output_tokens": route.completion_tokens,
+                    },
+                },
+            )
 
         def _chat(self, route: Route, request: dict[str, Any]) -> None:
             model = f"{request.get('model', 'gpt-4o')}-2024-08-06"
@@ -191,7 +225,16 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
 
-            event([{"index": 0, "delta": {"role": "assistant", "content": "", "refusal": None}, "logprobs": None, "finish_reason": None}])
+            event(
+                [
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": "", "refusal": None},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ]
+            )
             for word in route.reply.split(" "):
                 event([{"index": 0, "delta": {"content": word + " "}, "logprobs": None, "finish_reason": None}])
             event([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}])

@@ -43,12 +43,26 @@ TOOLS = [
         "function": {
             "name": "weather",
             "description": "Weather for a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": False},
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
         },
     }
 ]
-PROVIDER_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY",
-                "GEMINI_API_BASE", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE")
+PROVIDER_ENV = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_API_BASE",
+    "ANTHROPIC_BASE_URL",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "GEMINI_API_BASE",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_API_BASE",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -67,8 +81,15 @@ def _counted(kind=CountMethod.PROVIDER_API_SCALED_BREAKDOWN):
 
 
 def _claude(provider, **extra):  # noqa: F811
-    return {"model": CLAUDE, "messages": CONVERSATION, "tools": TOOLS, "api_base": provider.url, "api_key": "sk-ant-test",
-            "mock_response": "ok", **extra}
+    return {
+        "model": CLAUDE,
+        "messages": CONVERSATION,
+        "tools": TOOLS,
+        "api_base": provider.url,
+        "api_key": "sk-ant-test",
+        "mock_response": "ok",
+        **extra,
+    }
 
 
 def _everything_public(runtime, caplog) -> str:
@@ -83,7 +104,12 @@ def _everything_public(runtime, caplog) -> str:
 def test_target_from_kwargs_beats_environment():
     env = {"ANTHROPIC_API_KEY": "env-key", "ANTHROPIC_BASE_URL": "http://env"}
     target = target_for("anthropic", CLAUDE, {"api_key": "kw-key", "api_base": "http://kw"}, environ=env)
-    assert (target.provider, target.model, target.api_key, target.api_base) == ("anthropic", "claude-3-5-sonnet-20241022", "kw-key", "http://kw")
+    assert (target.provider, target.model, target.api_key, target.api_base) == (
+        "anthropic",
+        "claude-3-5-sonnet-20241022",
+        "kw-key",
+        "http://kw",
+    )
     target = target_for("anthropic", CLAUDE, {}, environ=env)
     assert (target.api_key, target.api_base) == ("env-key", "http://env")
     assert "env-key" not in repr(target)
@@ -95,7 +121,12 @@ def test_target_from_kwargs_beats_environment():
         ("gemini", GEMINI_MODEL, {"GOOGLE_API_KEY": "g"}, ("gemini", "gemini-2.0-flash", "g", None)),
         ("gemini", GEMINI_MODEL, {"GEMINI_API_KEY": "a", "GOOGLE_API_KEY": "b"}, ("gemini", "gemini-2.0-flash", "a", None)),
         ("openai", "gpt-4o", {"OPENAI_API_KEY": "o", "OPENAI_API_BASE": "http://b/v1"}, ("openai", "gpt-4o", "o", "http://b/v1")),
-        ("anthropic", CLAUDE, {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_API_BASE": "http://a"}, ("anthropic", "claude-3-5-sonnet-20241022", "k", "http://a")),
+        (
+            "anthropic",
+            CLAUDE,
+            {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_API_BASE": "http://a"},
+            ("anthropic", "claude-3-5-sonnet-20241022", "k", "http://a"),
+        ),
     ],
 )
 def test_target_from_environment(provider_name, model, env, expected):
@@ -103,7 +134,10 @@ def test_target_from_environment(provider_name, model, env, expected):
     assert (target.provider, target.model, target.api_key, target.api_base) == expected
 
 
-@pytest.mark.parametrize(("provider_name", "model"), [("anthropic", CLAUDE), ("gemini", GEMINI_MODEL), ("openai", "gpt-4o"), ("mistral", "mistral/mistral-large")])
+@pytest.mark.parametrize(
+    ("provider_name", "model"),
+    [("anthropic", CLAUDE), ("gemini", GEMINI_MODEL), ("openai", "gpt-4o"), ("mistral", "mistral/mistral-large")],
+)
 def test_no_credentials_no_target(provider_name, model):
     assert target_for(provider_name, model, {}, environ={}) is None
 
@@ -254,8 +288,14 @@ def test_auto_does_not_count_an_exact_tokenizer(runtime, provider):  # noqa: F81
 
 
 def test_always_counts_an_openai_model_through_responses_input_tokens(runtime, provider):  # noqa: F811
-    cw.completion(model="openai/gpt-4o", messages=CONVERSATION, tools=TOOLS, api_base=f"{provider.url}/v1", api_key="sk-test",
-                  cw_provider_count="always")
+    cw.completion(
+        model="openai/gpt-4o",
+        messages=CONVERSATION,
+        tools=TOOLS,
+        api_base=f"{provider.url}/v1",
+        api_key="sk-test",
+        cw_provider_count="always",
+    )
     assert cw.flush(5)
     (hit,) = provider.hits(OPENAI_COUNT)
     assert hit.headers["authorization"] == "Bearer sk-test" and hit.body["model"] == "gpt-4o"
@@ -286,8 +326,9 @@ def test_always_in_config(runtime, provider):  # noqa: F811
 def test_slow_count_does_not_delay_the_call(runtime, provider):  # noqa: F811
     provider[OPENAI_COUNT].delay = 2.0
     start = time.perf_counter()
-    response = cw.completion(model="openai/gpt-4o", messages=CONVERSATION, api_base=f"{provider.url}/v1", api_key="sk-test",
-                             cw_provider_count="always")
+    response = cw.completion(
+        model="openai/gpt-4o", messages=CONVERSATION, api_base=f"{provider.url}/v1", api_key="sk-test", cw_provider_count="always"
+    )
     elapsed = time.perf_counter() - start
     assert response.usage.prompt_tokens == provider[CHAT].tokens
     assert elapsed < 1.0, f"the call took {elapsed:.2f}s with a 2s count server"
@@ -319,8 +360,9 @@ def test_slow_count_times_out_into_a_warning_on_the_stages_next_snapshot(runtime
 def test_count_failure_before_the_response_rides_on_the_calls_next_snapshot(runtime, provider, caplog):  # noqa: F811
     provider[CHAT].delay = 0.5
     provider[OPENAI_COUNT].status = 500
-    cw.completion(model="openai/gpt-4o", messages=CONVERSATION, api_base=f"{provider.url}/v1", api_key="sk-test",
-                  cw_provider_count="always")
+    cw.completion(
+        model="openai/gpt-4o", messages=CONVERSATION, api_base=f"{provider.url}/v1", api_key="sk-test", cw_provider_count="always"
+    )
     last = cw.snapshots()[-1]
     assert last.count_method is CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN
     assert WarningCode.PROVIDER_COUNT_FAILED.value in last.warning_codes()
@@ -338,7 +380,10 @@ def test_count_error_body_never_leaks(runtime, provider, caplog, telemetry, stat
         cw.completion(**_claude(provider, messages=CONVERSATION[:2], cw_provider_count="never"))
     assert WarningCode.PROVIDER_COUNT_FAILED.value in cw.snapshots()[-1].warning_codes()
     public = _everything_public(runtime, caplog)
-    spans = json.dumps([{**dict(s.attributes), "events": [dict(e.attributes) for e in s.events]} for s in telemetry.spans.get_finished_spans()], default=str)
+    spans = json.dumps(
+        [{**dict(s.attributes), "events": [dict(e.attributes) for e in s.events]} for s in telemetry.spans.get_finished_spans()],
+        default=str,
+    )
     for text in (public, spans):
         assert CANARY not in text
         assert "Sunny, 21C" not in text and "sk-ant-test" not in text  # nor prompt text, nor the key
@@ -350,8 +395,14 @@ def test_failure_metric_counts_provider_count_failures(runtime, provider, teleme
     cw.completion(**_claude(provider))
     assert cw.flush(5)
     data = telemetry.metrics.get_metrics_data()
-    points = [p for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
-              if m.name == "agent.context_window.provider_count.failures" for p in m.data.data_points]
+    points = [
+        p
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "agent.context_window.provider_count.failures"
+        for p in m.data.data_points
+    ]
     assert sum(p.value for p in points) == 1
 
 
@@ -445,7 +496,11 @@ def test_injected_client_and_timeout(provider):  # noqa: F811
 
     counter = ProviderCounter(timeout=0.1, client=httpx.Client(transport=httpx.MockTransport(handler)))
     results = []
-    counter.submit(CountTarget("openai", "gpt-4o", None, "k"), {"model": "gpt-4o", "messages": CONVERSATION}, lambda t, f: results.append((t, f)))
+    counter.submit(
+        CountTarget("openai", "gpt-4o", None, "k"),
+        {"model": "gpt-4o", "messages": CONVERSATION},
+        lambda t, f: results.append((t, f)),
+    )
     assert counter.wait_idle(5)
     assert results == [(None, WarningCode.PROVIDER_COUNT_TIMEOUT)]
     assert str(seen[0].url) == "https://api.openai.com/v1/responses/input_tokens"

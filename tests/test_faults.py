@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import traceback
 
 import litellm
@@ -19,7 +20,6 @@ import pytest
 from providers import CANARY, CHAT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-import sys
 from cw_middleware import wrapper as wrapper_module
 from cw_middleware.contract import CountMethod, WarningCode
 from cw_middleware.telemetry import CallTelemetry, Telemetry
@@ -139,8 +139,12 @@ def test_tokenizer_failure(runtime, provider, caplog, monkeypatch):  # noqa: F81
 def test_tags_are_stripped_even_when_the_estimate_fails(runtime, provider, monkeypatch):  # noqa: F811
     monkeypatch.setattr(runtime.estimator, "estimate", _boom)
     tagged = [cw.message("system", [cw.segment("Notes.", "memory", "AGENTS.md")]), {"role": "user", "content": "Hi"}]
-    tools = [cw.tool({"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}},
-                     source=cw.ToolSource.skill("pdf"))]
+    tools = [
+        cw.tool(
+            {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}},
+            source=cw.ToolSource.skill("pdf"),
+        )
+    ]
     cw.completion(**_request(provider, messages=tagged, tools=tools))
     assert "cw_tag" not in json.dumps(provider.hits(CHAT)[-1].body)
 
@@ -216,7 +220,6 @@ def test_stream_observation_failure(runtime, provider, caplog, monkeypatch):  # 
     _no_content_logged(caplog)
 
 
-
 async def test_stream_observation_failure_async(runtime, provider, caplog, monkeypatch):  # noqa: F811
     monkeypatch.setattr(wrapper_module, "_observe_stream", _boom)
 
@@ -240,8 +243,10 @@ def test_provider_errors_propagate_unchanged_and_without_content(runtime, provid
     assert type(ours.value) is type(plain.value)
     assert str(ours.value) == str(plain.value)
     spans = telemetry.spans.get_finished_spans()
-    text = json.dumps([{**dict(s.attributes), "events": [dict(e.attributes) for e in s.events],
-                        "status": s.status.description} for s in spans], default=str)
+    text = json.dumps(
+        [{**dict(s.attributes), "events": [dict(e.attributes) for e in s.events], "status": s.status.description} for s in spans],
+        default=str,
+    )
     text += "".join(s.model_dump_json() for s in cw.snapshots())
     assert CANARY not in text and SECRET not in text
     (call_span,) = [s for s in spans if s.attributes.get("error.type")]
@@ -277,7 +282,9 @@ def _outcome(fn, **kwargs):
     ],
 )
 def test_odd_shapes_get_litellms_own_outcome(runtime, provider, odd):  # noqa: F811
-    assert _outcome(cw.completion, **_request(provider, messages=odd)) == _outcome(litellm.completion, **_request(provider, messages=odd))
+    assert _outcome(cw.completion, **_request(provider, messages=odd)) == _outcome(
+        litellm.completion, **_request(provider, messages=odd)
+    )
 
 
 # ---------------------------------------------------------------- caller mistakes do raise

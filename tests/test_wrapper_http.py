@@ -11,7 +11,8 @@ import json
 
 import litellm
 import pytest
-from providers import CHAT, provider  # noqa: F401 - the fixture
+from providers import ANTHROPIC, CHAT, provider  # noqa: F401 - the fixture
+from providers import MESSAGES as MESSAGES_API
 
 import cw_middleware as cw
 from cw_middleware.contract import CountMethod, WarningCode
@@ -126,8 +127,10 @@ def test_tags_and_options_never_reach_the_provider(runtime, provider):  # noqa: 
         cw.message("user", "Use the pdf skill.", category="skills", source="skill:pdf"),
     ]
     tools = [
-        cw.tool({"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {}}}},
-                source=cw.ToolSource.mcp("github")),
+        cw.tool(
+            {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {}}}},
+            source=cw.ToolSource.mcp("github"),
+        ),
     ]
     cw.completion(**_kwargs(provider, messages=messages, tools=tools, cw_context_window=50_000, cw_provider_count="never"))
 
@@ -140,7 +143,11 @@ def test_tags_and_options_never_reach_the_provider(runtime, provider):  # noqa: 
     snap = cw.snapshots()[-1]
     _assert_reconciled(snap, provider[CHAT].tokens, ("system_prompt", "memory", "skills", "mcp_tools"))
     assert snap.context_window_tokens == 50_000
-    assert {(d.category.value, d.source) for d in snap.details} >= {("memory", "AGENTS.md"), ("skills", "skill:pdf"), ("mcp_tools", "mcp:github")}
+    assert {(d.category.value, d.source) for d in snap.details} >= {
+        ("memory", "AGENTS.md"),
+        ("skills", "skill:pdf"),
+        ("mcp_tools", "mcp:github"),
+    }
 
 
 def test_mock_response_keeps_the_local_estimate(runtime, provider):  # noqa: F811
@@ -171,3 +178,28 @@ def test_local_estimate_matches_tiktoken_framing(runtime, provider):  # noqa: F8
     expected = 3 + sum(3 + len(enc.encode(m["role"])) + len(enc.encode(m["content"])) for m in MESSAGES)
     cw.completion(**_kwargs(provider))
     assert cw.snapshots()[0].input_tokens == expected
+
+
+def test_anthropic_usage_counts_cache_reads_and_writes(runtime, provider, monkeypatch):  # noqa: F811
+    """Anthropic's input_tokens excludes the cache: the context is input + cache writes + cache reads."""
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    route = provider[MESSAGES_API]
+    response = cw.completion(
+        model="anthropic/claude-3-5-sonnet-20241022",
+        messages=MESSAGES,
+        max_tokens=50,
+        api_base=provider.url,
+        api_key="sk-ant-test",
+    )
+    assert response.choices[0].message.content == route.reply
+    assert cw.flush(5)
+    by_method = {s.count_method: s for s in cw.snapshots()}
+    _assert_reconciled(
+        by_method[CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN], route.tokens + route.cache_write_tokens + route.cached_tokens
+    )
+    # auto: Anthropic's tokenizer is approximate here and credentials exist, so the count endpoint was asked too
+    counted = by_method[CountMethod.PROVIDER_API_SCALED_BREAKDOWN]
+    assert counted.input_tokens == sum(b.tokens for b in counted.breakdown) == provider[ANTHROPIC].tokens
+    (request,) = provider.hits(MESSAGES_API)
+    assert request.body["system"] and "cw_tag" not in json.dumps(request.body)
