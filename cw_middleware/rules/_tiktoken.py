@@ -16,6 +16,20 @@ def encoder(encoding_name: str) -> Callable[[str], list[int]]:
     return tiktoken.get_encoding(encoding_name).encode_ordinary
 
 
+SHORT_TEXT = 64  # roles, names, recipients, separators: counted once, not once per message
+
+
+@lru_cache(maxsize=None)
 def counter(encoding_name: str) -> Callable[[str], int]:
+    """Token count of a text. Short framing strings recur in every message, so they are memoised;
+    long texts are cached by the estimator (keyed by hash, holding no text)."""
     encode = encoder(encoding_name)
-    return lambda text: len(encode(text))
+
+    @lru_cache(maxsize=4096)
+    def short(text: str) -> int:
+        return len(encode(text))
+
+    def count(text: str) -> int:
+        return short(text) if len(text) <= SHORT_TEXT else len(encode(text))
+
+    return count

@@ -31,9 +31,9 @@ _HARMONY_PREFIXES = ("gpt-5", "o1", "o3", "o4", "gpt-oss", "codex")
 MESSAGE_SPECIALS = 3  # <|im_start|>, <|im_sep|>, <|im_end|> (harmony: <|start|>, <|message|>, <|end|>)
 REPLY_PRIMING = {"chatml": 3, "harmony": 2}
 
-# Measured against reported usage (see benchmarks/accuracy.py): a call costs its name and
-# arguments plus this much header; a structured-output section sits in its own message.
-TOOL_CALL_FRAMING = 3
+# Measured against reported usage (see benchmarks/accuracy.py): a tool result costs a little
+# more than a message; a structured-output section sits in its own message.
+TOOL_RESULT_EXTRA = 4  # a tool result's header names the function it answers
 RESPONSE_FORMAT_MESSAGE = 4
 NEW_SYSTEM_MESSAGE = 3  # <|im_start|>system<|im_sep|> ... <|im_end|>, one token merging with the block
 # Reasoning models over chat completions bill a fixed preamble (harmony's channel rules for
@@ -69,14 +69,17 @@ class OpenAIRules:
 
     def message_framing(self, message: Mapping[str, Any]) -> int:
         role = str(message.get("role") or "user")
-        return MESSAGE_SPECIALS + self.text(role)
+        extra = TOOL_RESULT_EXTRA if role in ("tool", "function") else 0
+        return MESSAGE_SPECIALS + self.text(role) + extra
 
     def tool_calls(self, tool_calls: Sequence[Mapping[str, Any]]) -> int:
-        total = 0
-        for call in tool_calls:
-            fn = call.get("function") or {}
-            total += TOOL_CALL_FRAMING + self.text(str(fn.get("name", ""))) + self.text(_as_text(fn.get("arguments", "")))
-        return total
+        """A call is the assistant header's recipient plus its arguments; several become one parallel call."""
+        calls = [(str((c.get("function") or {}).get("name", "")), _as_text((c.get("function") or {}).get("arguments", ""))) for c in tool_calls]
+        if len(calls) == 1:
+            name, args = calls[0]
+            return self.text(f" to=functions.{name}") + self.text(args)
+        body = ",".join(f'{{"recipient_name":"functions.{name}","parameters":{args or "{}"}}}' for name, args in calls)
+        return self.text(" to=multi_tool_use.parallel") + self.text(f'{{"tool_uses":[{body}]}}')
 
     def tool_definition(self, tool: Mapping[str, Any]) -> int:
         return self.text(render_tool(tool))
