@@ -345,7 +345,8 @@ def _add(conv: _Conversation, count: _MessageCount) -> None:
 
 def _common_prefix(frozen: list[Any], messages: list[Any]) -> int:
     n = min(len(frozen), len(messages))
-    if frozen[:n] == messages[:n]:  # the common case, compared in C
+    # The common case (the conversation grew), compared in C; slices only where lengths differ.
+    if (frozen if n == len(frozen) else frozen[:n]) == (messages if n == len(messages) else messages[:n]):
         return n
     k = 0
     while k < n and frozen[k] == _as_dict(messages[k]):
