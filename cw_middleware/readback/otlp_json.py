@@ -55,6 +55,7 @@ class Span:
     end_ns: int
     attributes: dict[str, Any]
     events: list[Event] = field(default_factory=list)
+    writer: str = ""  # service.instance.id of the resource: one writer exports spans in end order
 
 
 def _get(obj: dict[str, Any], camel: str, snake: str, default: Any = None) -> Any:
@@ -147,10 +148,13 @@ def iter_spans(doc: Any) -> Iterator[Span]:
             or rs.get("instrumentation_library_spans")
             or []
         )
+        resource = rs.get("resource") or {}
+        writer = attributes(resource.get("attributes")).get("service.instance.id", "") if isinstance(resource, dict) else ""
         for scope in scopes:
             for raw in (scope or {}).get("spans", []) or []:
                 span = decode_span(raw)
                 if span is not None:
+                    span.writer = writer if isinstance(writer, str) else ""
                     yield span
 
 
@@ -318,6 +322,7 @@ class StageFold:
 
     def __init__(self, run_id: str, stage_id: str) -> None:
         self.run_id, self.stage_id = run_id, stage_id
+        self._best_writer = ""
         self.seen = False
         self.state: Optional[str] = None  # "live" | "stored"
         self.kind: Optional[str] = None
@@ -341,9 +346,15 @@ class StageFold:
             self.started_marker_seen = True
         for record in records:
             if self.best is None or record.order > self.best.order:
-                self.best = record
-        if self.best is not None and span.end_ns and span.end_ns < self.best.event_time_ns - self.SLACK_NS:
-            self._older_than_best = True
+                self.best, self._best_writer = record, span.writer
+        if self.best is not None and span.end_ns:
+            # A span's events happen before it ends, and one writer exports spans in the order
+            # they end: once a span of the best snapshot's writer ended before that snapshot,
+            # nothing older from that writer can beat it. Other writers get a clock-skew margin.
+            same_writer = bool(span.writer) and span.writer == self._best_writer
+            margin = 0 if same_writer else self.SLACK_NS
+            if span.end_ns < self.best.event_time_ns - margin:
+                self._older_than_best = True
 
     @property
     def done(self) -> bool:

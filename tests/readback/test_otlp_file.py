@@ -1,0 +1,87 @@
+"""The OTLP JSON lines file reader: tail scan, tolerance, late snapshots."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from embedded_helpers import embedded_runtime
+
+import cw_middleware as cw
+from cw_middleware.contract import CountMethod, Staleness
+from cw_middleware.readback.otlp_file import OtlpFileReader
+from cw_middleware.snapshot import RequestMeta, build_snapshot
+from cw_middleware.contract import Category
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+
+
+def _write_stages(path, stages):
+    with embedded_runtime(export=f"file:{path}", export_interval_ms=10) as rt:
+        for run_id, stage_id in stages:
+            with cw.stage(run_id, stage_id):
+                cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="ok")
+            rt.flush(5)  # one export batch a stage: many lines
+
+
+def test_reads_among_many_lines_and_skips_metric_and_damaged_lines(tmp_path):
+    path = tmp_path / "t.jsonl"
+    stages = [("run-a", "s@1"), ("run-b", "s@1"), ("run-a", "s@2"), ("run-a", "ünïcode stage/1")]
+    _write_stages(path, stages)
+    with open(path, "ab") as f:
+        f.write(b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"half-writ')  # a line being written
+    lines = path.read_bytes().splitlines()
+    assert any(line.startswith(b'{"resourceMetrics"') for line in lines)
+    reader = cw.reader(f"file:{path}")
+    for run_id, stage_id in stages:
+        answer = reader.context_window(run_id, stage_id)
+        assert answer.available and answer.stage_id == stage_id and answer.staleness is Staleness.STORED
+    assert [s.stage_id for s in reader.stages("run-a")] == ["s@1", "s@2", "ünïcode stage/1"]
+    with pytest.raises(cw.NotFound):
+        reader.context_window("run-b", "s@2")
+
+
+def test_missing_file_is_not_found(tmp_path):
+    reader = cw.reader(f"file:{tmp_path / 'absent.jsonl'}")
+    with pytest.raises(cw.NotFound):
+        reader.context_window("r", "s")
+    assert OtlpFileReader(str(tmp_path / "absent.jsonl")).latest("r", "s") is None
+
+
+def test_unreadable_file_is_a_backend_error(tmp_path):
+    with pytest.raises(cw.BackendError):
+        cw.reader(f"file:{tmp_path}").context_window("r", "s")  # a directory
+
+
+def test_url_forms(tmp_path):
+    path = tmp_path / "t.jsonl"
+    _write_stages(path, [("r", "s")])
+    for url in (f"file:{path}", f"file://{path}", str(path)):
+        assert cw.reader(url).context_window("r", "s").available
+    with pytest.raises(cw.ConfigError):
+        cw.reader("jaeger2:http://x")
+    with pytest.raises(cw.ConfigError):
+        cw.reader(f"file:{path}").context_window("r", "bad\nid")
+
+
+def test_late_snapshot_reaches_the_file_and_is_the_latest(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with embedded_runtime(export=f"file:{path}") as rt:
+        tel = rt.telemetry
+        with cw.stage("run-late", "agent@1") as stage:
+            call = tel.start_call("chat", "openai", "gpt-4o", stage)
+            meta = RequestMeta(stage.run_id, stage.stage_id, "openai", "gpt-4o", 128000)
+            by_source = {(Category.SYSTEM_PROMPT, "system"): 10, (Category.CONVERSATION, "user"): 30}
+            call.record(build_snapshot(by_source, meta, CountMethod.LOCAL_ESTIMATE))
+            call.end(input_tokens=41)
+        # The stage is over; the slow provider count arrives now.
+        late = build_snapshot(by_source, meta, CountMethod.PROVIDER_API_SCALED_BREAKDOWN, total=44)
+        call.record(late)
+    spans = [s for line in path.read_text().splitlines() if line.startswith('{"resourceSpans"')
+             for rs in json.loads(line)["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+    late_spans = [s for s in spans if s["name"] == "agent.context_window.late_snapshot"]
+    assert len(late_spans) == 1 and late_spans[0]["links"][0]["spanId"] == call.span.get_span_context().span_id.to_bytes(8, "big").hex()
+    answer = cw.reader(f"file:{path}").context_window("run-late", "agent@1")
+    assert answer.count_method is CountMethod.PROVIDER_API_SCALED_BREAKDOWN
+    assert answer.input_tokens == 44 and answer.event_seq == late.event_seq
+    assert answer.staleness is Staleness.STORED

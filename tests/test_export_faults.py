@@ -1,0 +1,141 @@
+"""Export never blocks or breaks the LLM call: dead collector, unwritable file, full queue."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+import pytest
+from embedded_helpers import embedded_runtime
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+import cw_middleware as cw
+from cw_middleware import embedded
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings():
+    embedded._warn._last.clear()
+    yield
+    embedded._warn._last.clear()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _calls(n: int) -> float:
+    started = time.perf_counter()
+    with cw.stage("run-f", "agent@1"):
+        for _ in range(n):
+            response = cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="ok")
+            assert response.choices[0].message.content == "ok"
+    return time.perf_counter() - started
+
+
+def _cw_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "cw_middleware" and r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_dead_collector_neither_blocks_nor_raises(monkeypatch, caplog, protocol):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    with embedded_runtime(export="otlp", export_interval_ms=50) as rt:
+        inner = rt.pipeline.span_processor._batch_processor._exporter._inner  # type: ignore[attr-defined]
+        assert ("grpc" in type(inner).__module__) == (protocol == "grpc")
+        _calls(1)  # warm caches (model map, tokenizer) before timing
+        elapsed = _calls(5)
+        assert elapsed < 2.0, f"calls waited on a dead collector ({elapsed:.2f}s)"
+        started = time.perf_counter()
+        rt.flush(3.0)  # never raises; bounded by its timeout
+        assert time.perf_counter() - started < 5.0
+    warnings = _cw_warnings(caplog)
+    span_warnings = [w for w in warnings if "span export" in w]
+    assert len(span_warnings) == 1, warnings  # logged once, not per batch
+
+
+def test_unwritable_telemetry_file(tmp_path, caplog):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    path = blocker / "telemetry.jsonl"  # a path under a file: unwritable even for root
+    with embedded_runtime(export=f"file:{path}", export_interval_ms=20) as rt:
+        _calls(3)
+        rt.flush(2.0)
+        _calls(2)
+        rt.flush(2.0)
+    warnings = [w for w in _cw_warnings(caplog) if "cannot write telemetry" in w]
+    assert len(warnings) == 1, _cw_warnings(caplog)
+    assert str(path) in warnings[0]
+    assert not path.exists()
+
+
+def test_directory_as_telemetry_file(tmp_path, caplog):
+    with embedded_runtime(export=f"file:{tmp_path}", export_interval_ms=20) as rt:
+        _calls(2)
+        rt.flush(2.0)  # reports whether the flush finished in time; never raises
+    assert any("cannot write telemetry" in w for w in _cw_warnings(caplog))
+
+
+class _StuckExporter(SpanExporter):
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.exported = 0
+
+    def export(self, spans):
+        self.release.wait(10)
+        self.exported += len(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self.release.set()
+
+
+def test_full_queue_drops_instead_of_blocking(tmp_path, caplog):
+    stuck = _StuckExporter()
+    with embedded_runtime(export=f"file:{tmp_path / 't.jsonl'}", export_queue_size=4, export_interval_ms=10,
+                          span_exporter=stuck):
+        _calls(1)
+        time.sleep(0.1)  # the worker is now stuck inside export()
+        elapsed = _calls(20)  # ~40 spans into a queue of 4
+        assert elapsed < 3.0
+        stuck.release.set()
+    assert 0 < stuck.exported < 40  # some went out, the overflow was dropped
+    assert any("Queue full" in r.getMessage() or "dropping" in r.getMessage().lower() for r in caplog.records)
+
+
+def test_configure_leaves_the_applications_provider_alone(monkeypatch, tmp_path):
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from cw_middleware import _setup
+    from cw_middleware.runtime import set_runtime
+
+    app_provider = TracerProvider()
+    spans = InMemorySpanExporter()
+    app_provider.add_span_processor(SimpleSpanProcessor(spans))
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: app_provider)
+    path = tmp_path / "t.jsonl"
+    previous = None
+    try:
+        rt = _setup.configure(export=f"file:{path}")
+        previous = rt
+        with cw.stage("run-app", "agent@1"):
+            cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="ok")
+        assert trace.get_tracer_provider() is app_provider
+    finally:
+        if previous is not None:
+            previous.shutdown()
+        set_runtime(None)
+    names = [s.name for s in spans.get_finished_spans()]
+    assert "agent.stage.start" in names and any(n.startswith("chat") for n in names)
+    assert not path.exists()  # the application's pipeline, not ours

@@ -1,0 +1,102 @@
+"""Telemetry out: GenAI call spans under the stage span, snapshot events, stage markers, metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+import cw_middleware as cw
+from cw_middleware import telemetry as t
+from cw_middleware.config import resolve
+from cw_middleware.runtime import Runtime, set_runtime
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+
+
+def _metrics(telemetry):
+    data = telemetry.metrics.get_metrics_data()
+    out = {}
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                out[m.name] = m
+    return out
+
+
+def test_stage_and_call_spans(runtime, telemetry):
+    with cw.stage("run-1", "agent@1"):
+        cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="ok")
+    with cw.stage("run-1", "lint@1", kind="tool"):
+        pass
+    spans = {s.name: s for s in telemetry.spans.get_finished_spans()}
+    stage = spans["agent.stage agent"]
+    call = spans["chat gpt-4o"]
+    assert call.parent.span_id == stage.context.span_id
+    assert call.attributes[t.GEN_AI_OPERATION] == "chat" and call.attributes[t.GEN_AI_PROVIDER] == "openai"
+    assert call.attributes[t.GEN_AI_REQUEST_MODEL] == "gpt-4o" and call.attributes[t.ATTR_STAGE_KIND] == "agent"
+    assert dict(stage.attributes) | {} == {t.ATTR_RUN_ID: "run-1", t.ATTR_STAGE_ID: "agent@1", t.ATTR_STAGE_KIND: "agent",
+                                          t.ATTR_SCHEMA: 1, t.ATTR_STAGE_STATE: "ended"}
+    markers = [s for s in telemetry.spans.get_finished_spans() if s.name == t.STAGE_START_SPAN]
+    assert [(m.attributes[t.ATTR_STAGE_ID], m.attributes[t.ATTR_STAGE_KIND], m.attributes[t.ATTR_STAGE_STATE]) for m in markers] == [
+        ("agent@1", "agent", "started"), ("lint@1", "tool", "started")]
+    assert markers[0].parent.span_id == stage.context.span_id
+    events = [e for e in call.events if e.name == t.SNAPSHOT_EVENT]
+    assert len(events) == 2
+    attrs = events[-1].attributes
+    assert attrs[t.ATTR_RUN_ID] == "run-1" and attrs[t.ATTR_STAGE_ID] == "agent@1" and attrs[t.ATTR_SCHEMA] == 1
+    assert sum(attrs[t.TOKENS_PREFIX + c.value] for c in cw.Category) == attrs[t.ATTR_INPUT_TOKENS]
+    assert 0 < attrs[t.ATTR_UTILIZATION] < 1 and not any(k.startswith("gen_ai.") for k in attrs)
+    # The latest totals are mirrored on the span for backends that search span attributes only.
+    assert call.attributes[t.ATTR_EVENT_SEQ] == attrs[t.ATTR_EVENT_SEQ] and call.attributes[t.ATTR_SCHEMA] == 1
+
+
+def test_marker_is_exported_while_the_stage_runs(runtime, telemetry):
+    with cw.stage("run-1", "agent@1"):
+        assert [s.name for s in telemetry.spans.get_finished_spans()] == [t.STAGE_START_SPAN]
+
+
+def test_stage_error_records_type_only(runtime, telemetry):
+    with pytest.raises(ValueError):
+        with cw.stage("run-1", "agent@1"):
+            raise ValueError("secret prompt text")
+    stage = next(s for s in telemetry.spans.get_finished_spans() if s.name == "agent.stage agent")
+    assert stage.attributes[t.ERROR_TYPE] == "ValueError" and not stage.events
+    assert "secret" not in str(stage.status.description) and stage.attributes[t.ATTR_STAGE_STATE] == "ended"
+
+
+def test_metrics_names_and_attributes(runtime, telemetry):
+    with cw.stage("run-1", "agent@1"):
+        cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="ok")
+    metrics = _metrics(telemetry)
+    assert {"agent.context_window.tokens", "agent.context_window.limit", "agent.context_window.utilization",
+            "agent.context_window.snapshots"} <= set(metrics)
+    tokens = metrics["agent.context_window.tokens"]
+    assert tokens.unit == "{token}"
+    cats = {p.attributes[t.ATTR_CATEGORY] for p in tokens.data.data_points}
+    assert cats == {c.value for c in cw.Category}
+    for p in tokens.data.data_points:
+        assert t.ATTR_RUN_ID not in p.attributes and p.attributes[t.GEN_AI_PROVIDER] == "openai"
+    counted = {p.attributes[t.ATTR_COUNT_METHOD]: p.value for p in metrics["agent.context_window.snapshots"].data.data_points}
+    assert counted == {"local_estimate": 2}
+    # OTel -> Prometheus: dots become underscores, {annotations} add no unit suffix, counters get _total.
+    assert _prometheus_name(tokens) == "agent_context_window_tokens"
+    assert _prometheus_name(metrics["agent.context_window.snapshots"], counter=True) == "agent_context_window_snapshots_total"
+
+
+def test_run_labels_only_when_opted_in(telemetry):
+    rt = Runtime(resolve(export="none", environ={}, metric_run_labels=True), telemetry.tracer_provider, telemetry.meter_provider)
+    previous = set_runtime(rt)
+    try:
+        with cw.stage("run-1", "agent@1"):
+            cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="ok")
+    finally:
+        set_runtime(previous)
+    points = _metrics(telemetry)["agent.context_window.tokens"].data.data_points
+    assert all(p.attributes[t.ATTR_RUN_ID] == "run-1" and p.attributes[t.ATTR_STAGE_ID] == "agent@1" for p in points)
+
+
+def _prometheus_name(metric, counter=False):
+    name = metric.name.replace(".", "_")
+    unit = metric.unit or ""
+    if unit and not unit.startswith("{") and unit != "1":
+        name += "_" + unit
+    return name + ("_total" if counter else "")
