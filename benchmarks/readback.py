@@ -17,22 +17,27 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def generate(path: str, snapshots: int) -> tuple[float, list[tuple[str, str]]]:
     from cw_middleware.config import resolve
-    from cw_middleware.contract import CountMethod
+    from cw_middleware.contract import Category, CountMethod
     from cw_middleware.embedded import install
     from cw_middleware.snapshot import RequestMeta, build_snapshot
-    from cw_middleware.contract import Category
     from cw_middleware.telemetry import StageInfo, Telemetry
 
     cfg = resolve(export=f"file:{path}", environ={}, export_queue_size=1_000_000)
     pipeline = install(cfg)
     tel = Telemetry(cfg, pipeline.tracer_provider, pipeline.meter_provider)
-    by_source = {(Category.SYSTEM_PROMPT, "system"): 1200, (Category.TOOLS, "native"): 3400, (Category.MCP_TOOLS, "mcp:github"): 900,
-                 (Category.MEMORY, "AGENTS.md"): 700, (Category.CONVERSATION, "user"): 5000, (Category.SKILLS, "skill:pdf"): 300}
+    by_source = {
+        (Category.SYSTEM_PROMPT, "system"): 1200,
+        (Category.TOOLS, "native"): 3400,
+        (Category.MCP_TOOLS, "mcp:github"): 900,
+        (Category.MEMORY, "AGENTS.md"): 700,
+        (Category.CONVERSATION, "user"): 5000,
+        (Category.SKILLS, "skill:pdf"): 300,
+    }
     started = time.perf_counter()
     calls = snapshots // 2
     stages_per_run, calls_per_stage = 10, 50
@@ -110,10 +115,16 @@ def main() -> int:
     reader = cw.reader(f"file:{path}")
     newest = order[-1] if order else ("run-0", "stage-1@1")
     oldest_agent = next((o for o in order if not o[1].startswith("stage-0")), ("run-0", "stage-1@1"))
-    cases = [("newest stage", newest), ("oldest stage (start of file)", oldest_agent), ("long stage (whole file)", ("run-long", "watch@1"))]
+    cases = [
+        ("newest stage", newest),
+        ("oldest stage (start of file)", oldest_agent),
+        ("long stage (whole file)", ("run-long", "watch@1")),
+    ]
     for label, (run_id, stage_id) in cases:
-        seconds, answer = timed(lambda: reader.context_window(run_id, stage_id))
-        print(f"latest, {label:<30} {seconds * 1000:8.1f} ms  ({answer.staleness.value}, {answer.count_method and answer.count_method.value})")
+        seconds, answer = timed(lambda r=run_id, s=stage_id: reader.context_window(r, s))
+        print(
+            f"latest, {label:<30} {seconds * 1000:8.1f} ms  ({answer.staleness.value}, {answer.count_method and answer.count_method.value})"
+        )
     seconds, _ = timed(lambda: reader.stages(newest[0]))
     print(f"stages listing of one run               {seconds * 1000:8.1f} ms")
     seconds, _ = timed(lambda: _missing(reader), repeat=3)
@@ -123,7 +134,7 @@ def main() -> int:
     print(f"`cw-middleware show` (new process)      {seconds * 1000:8.1f} ms")
     if not args.keep and not args.file:
         os.remove(path)
-    print(f"at {datetime.now(timezone.utc).isoformat(timespec='seconds')}")
+    print(f"at {datetime.now(UTC).isoformat(timespec='seconds')}")
     return 0
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_BACKEND = 0, 2, 3, 4
 
@@ -30,7 +31,11 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         except json.JSONDecodeError as exc:
             print(f"error: the request is not valid JSON ({exc.msg} at line {exc.lineno})", file=sys.stderr)
             return EXIT_USAGE
-    if not isinstance(request, dict) or not isinstance(request.get("model"), str) or not isinstance(request.get("messages"), list):
+    if (
+        not isinstance(request, dict)
+        or not isinstance(request.get("model"), str)
+        or not isinstance(request.get("messages"), list)
+    ):
         print("error: the request must be a JSON object with a 'model' string and a 'messages' list", file=sys.stderr)
         return EXIT_USAGE
     import cw_middleware as cw
@@ -153,8 +158,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port} ({exc.strerror})", file=sys.stderr)
         return EXIT_USAGE
-    print(f"serving {reader.url} on {server.url}  (GET /api/v1/runs/RUN/stages/STAGE/context-window, /openapi.json)",
-          file=sys.stderr, flush=True)
+    print(
+        f"serving {reader.url} on {server.url}  (GET /api/v1/runs/RUN/stages/STAGE/context-window, /openapi.json)",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -24,9 +24,10 @@ against the working directory of the process.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Mapping, Optional
+from typing import Optional
 
 from .errors import ConfigError
 
@@ -109,7 +110,9 @@ def resolve(
             raise ConfigError(f"context window for {model!r} must be a positive integer, got {size!r}")
     defaults = Config()
     queue = _positive_int("export_queue_size", export_queue_size, env.get("OTEL_BSP_MAX_QUEUE_SIZE"), defaults.export_queue_size)
-    delay = _positive_int("export_interval_ms", export_interval_ms, env.get("OTEL_BSP_SCHEDULE_DELAY"), defaults.export_interval_ms)
+    delay = _positive_int(
+        "export_interval_ms", export_interval_ms, env.get("OTEL_BSP_SCHEDULE_DELAY"), defaults.export_interval_ms
+    )
     metric_delay = _positive_int(
         "metric_interval_ms", metric_interval_ms, env.get("OTEL_METRIC_EXPORT_INTERVAL"), defaults.metric_interval_ms
     )

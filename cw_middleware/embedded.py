@@ -24,8 +24,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -124,8 +125,11 @@ class _JsonLinesFile:
                     f.write(line)
             return True
         except OSError as exc:
-            _warn("file", f"cw_middleware: cannot write telemetry to {self.path} ({type(exc).__name__}: {exc.strerror}); "
-                          "snapshots are not exported, the LLM calls proceed")
+            _warn(
+                "file",
+                f"cw_middleware: cannot write telemetry to {self.path} ({type(exc).__name__}: {exc.strerror}); "
+                "snapshots are not exported, the LLM calls proceed",
+            )
             return False
 
 

@@ -69,7 +69,11 @@ def render(view: Union[Snapshot, StageContextWindow], title: str = "", top_sourc
     window = view.context_window_tokens
     tokens = {item.category.value: item.tokens for item in view.breakdown}
     scale = max(window or 0, total) or 1
-    used = f"{_fmt(total)} / {_fmt(window)} tokens ({100 * total / window:.1f}%)" if window else f"{_fmt(total)} tokens (window unknown)"
+    used = (
+        f"{_fmt(total)} / {_fmt(window)} tokens ({100 * total / window:.1f}%)"
+        if window
+        else f"{_fmt(total)} tokens (window unknown)"
+    )
     header = f"  {view.provider + '/' if view.provider else ''}{view.model or '?'}  {used}"
     lines.append(header)
     lines.append(f"  [{_bar(tokens, scale)}]")

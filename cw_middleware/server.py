@@ -52,10 +52,22 @@ def openapi_document() -> dict[str, Any]:
     id_param = {"in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 256}}
     errors = {
         "400": {"description": "invalid id", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
-        "401": {"description": "missing or wrong bearer token", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
-        "404": {"description": "no such run or stage", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
-        "502": {"description": "the backend answered something unreadable", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
-        "503": {"description": "the backend could not be reached", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+        "401": {
+            "description": "missing or wrong bearer token",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        },
+        "404": {
+            "description": "no such run or stage",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        },
+        "502": {
+            "description": "the backend answered something unreadable",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        },
+        "503": {
+            "description": "the backend could not be reached",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        },
     }
     stage_summary = {
         "type": "object",
@@ -124,7 +136,7 @@ def openapi_document() -> dict[str, Any]:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: "ReadbackServer"
+    server: ReadbackServer
     server_version = "cw-middleware"
     sys_version = ""
 

@@ -13,15 +13,16 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from .config import Config
-from .contract import CATEGORIES, Snapshot
+from .contract import Snapshot
 
 logger = logging.getLogger("cw_middleware")
 
@@ -181,7 +182,9 @@ class Telemetry:
             finally:
                 span.set_attribute(ATTR_STAGE_STATE, STAGE_STATE_ENDED)
 
-    def start_call(self, operation: str, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> "CallTelemetry":
+    def start_call(
+        self, operation: str, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]
+    ) -> CallTelemetry:
         attrs: dict[str, Any] = {GEN_AI_OPERATION: operation}
         if provider:
             attrs[GEN_AI_PROVIDER] = provider
@@ -218,7 +221,9 @@ class Telemetry:
 class CallTelemetry:
     """The span of one LLM call; snapshots land on it as events, or on a linked span once it ended."""
 
-    def __init__(self, owner: Telemetry, span: trace.Span, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]):
+    def __init__(
+        self, owner: Telemetry, span: trace.Span, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]
+    ):
         self._owner = owner
         self.span = span
         self._provider = provider

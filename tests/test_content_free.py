@@ -31,20 +31,48 @@ RUN, STAGE = "run-canary", "agent@1"
 
 def _request() -> dict:
     tools = [
-        cw.tool({"type": "function", "function": {
-            "name": CANARIES["tool_name"], "description": f"does things {CANARIES['schema']}",
-            "parameters": {"type": "object", "properties": {"q": {"type": "string", "description": CANARIES["schema"]}}}}}),
-        cw.tool({"type": "function", "function": {"name": "search", "description": f"search {CANARIES['schema']}",
-                                                  "parameters": {"type": "object", "properties": {}}}},
-                cw.ToolSource.mcp("github")),
+        cw.tool(
+            {
+                "type": "function",
+                "function": {
+                    "name": CANARIES["tool_name"],
+                    "description": f"does things {CANARIES['schema']}",
+                    "parameters": {"type": "object", "properties": {"q": {"type": "string", "description": CANARIES["schema"]}}},
+                },
+            }
+        ),
+        cw.tool(
+            {
+                "type": "function",
+                "function": {
+                    "name": "search",
+                    "description": f"search {CANARIES['schema']}",
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            },
+            cw.ToolSource.mcp("github"),
+        ),
     ]
     messages = [
-        cw.message("system", [cw.segment(f"You are careful. {CANARIES['system']}", "system_prompt"),
-                              cw.segment(f"# AGENTS.md {CANARIES['memory']}", "memory", "AGENTS.md")]),
+        cw.message(
+            "system",
+            [
+                cw.segment(f"You are careful. {CANARIES['system']}", "system_prompt"),
+                cw.segment(f"# AGENTS.md {CANARIES['memory']}", "memory", "AGENTS.md"),
+            ],
+        ),
         {"role": "user", "content": f"please {CANARIES['user']}"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function",
-             "function": {"name": CANARIES["tool_name"], "arguments": json.dumps({"q": CANARIES["arguments"]})}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": CANARIES["tool_name"], "arguments": json.dumps({"q": CANARIES["arguments"]})},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": f"result {CANARIES['tool_result']}"},
     ]
     return {"messages": messages, "tools": tools}
@@ -56,15 +84,25 @@ def _scenario(provider: OpenAIStub) -> None:
         stream = cw.completion(model="gpt-4o", mock_response="streamed ok", stream=True, **_request())
         for _ in stream:
             pass
-        provider.fail(400, {"error": {"message": f"bad request {CANARIES['error_body']}", "type": "invalid_request_error",
-                                      "param": None, "code": "bad"}})
+        provider.fail(
+            400,
+            {
+                "error": {
+                    "message": f"bad request {CANARIES['error_body']}",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "bad",
+                }
+            },
+        )
         with pytest.raises(litellm.BadRequestError) as raised:
             cw.completion(model="openai/gpt-4o", api_base=provider.url, api_key="sk-test", max_retries=0, **_request())
         assert CANARIES["error_body"] in str(raised.value)  # the caller sees LiteLLM's error as is
         provider.fail(500, {"error": {"message": f"server {CANARIES['error_body']}", "type": "server_error"}})
         with pytest.raises(litellm.InternalServerError):
-            cw.completion(model="openai/gpt-4o", api_base=provider.url, api_key="sk-test", max_retries=0, num_retries=0,
-                          **_request())
+            cw.completion(
+                model="openai/gpt-4o", api_base=provider.url, api_key="sk-test", max_retries=0, num_retries=0, **_request()
+            )
         provider.status, provider.body = 200, None
         cw.completion(model="openai/gpt-4o", api_base=provider.url, api_key="sk-test", **_request())
     assert provider.requests and all(CANARIES["user"] in json.dumps(r) for r in provider.requests)  # the provider got it all

@@ -100,8 +100,7 @@ class _StuckExporter(SpanExporter):
 
 def test_full_queue_drops_instead_of_blocking(tmp_path, caplog):
     stuck = _StuckExporter()
-    with embedded_runtime(export=f"file:{tmp_path / 't.jsonl'}", export_queue_size=4, export_interval_ms=10,
-                          span_exporter=stuck):
+    with embedded_runtime(export=f"file:{tmp_path / 't.jsonl'}", export_queue_size=4, export_interval_ms=10, span_exporter=stuck):
         _calls(1)
         time.sleep(0.1)  # the worker is now stuck inside export()
         elapsed = _calls(20)  # ~40 spans into a queue of 4

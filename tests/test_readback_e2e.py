@@ -23,8 +23,13 @@ RUN = "run-42"
 
 def _agent_messages(turn: int) -> list:
     messages = [
-        cw.message("system", [cw.segment("You are a coding agent.", "system_prompt"),
-                              cw.segment("# AGENTS.md\n- run pytest\n" * 20, "memory", "AGENTS.md")]),
+        cw.message(
+            "system",
+            [
+                cw.segment("You are a coding agent.", "system_prompt"),
+                cw.segment("# AGENTS.md\n- run pytest\n" * 20, "memory", "AGENTS.md"),
+            ],
+        ),
         {"role": "user", "content": "Fix the failing test."},
     ]
     for i in range(turn):
@@ -34,11 +39,27 @@ def _agent_messages(turn: int) -> list:
 
 
 TOOLS = [
-    cw.tool({"type": "function", "function": {"name": "read_file", "description": "Read a file.",
-                                              "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}),
-    cw.tool({"type": "function", "function": {"name": "create_issue", "description": "Open an issue.",
-                                              "parameters": {"type": "object", "properties": {"title": {"type": "string"}}}}},
-            cw.ToolSource.mcp("github")),
+    cw.tool(
+        {
+            "type": "function",
+            "function": {
+                "name": "read_file",
+                "description": "Read a file.",
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+            },
+        }
+    ),
+    cw.tool(
+        {
+            "type": "function",
+            "function": {
+                "name": "create_issue",
+                "description": "Open an issue.",
+                "parameters": {"type": "object", "properties": {"title": {"type": "string"}}},
+            },
+        },
+        cw.ToolSource.mcp("github"),
+    ),
 ]
 
 
@@ -75,7 +96,9 @@ def test_multi_stage_agent_read_back_everywhere(tmp_path, capsys, served):
             pass  # a non-agent stage
         with cw.stage(RUN, "implement@1"):
             cw.completion(model="gpt-4o", messages=_agent_messages(0), tools=TOOLS, mock_response="ok")
-            stream = cw.completion(model="gpt-4o", messages=_agent_messages(1), tools=TOOLS, mock_response="streamed", stream=True)
+            stream = cw.completion(
+                model="gpt-4o", messages=_agent_messages(1), tools=TOOLS, mock_response="streamed", stream=True
+            )
             assert "".join(c.choices[0].delta.content or "" for c in stream) == "streamed"
             # A live agent stage, read while it runs.
             cw.flush()
@@ -83,7 +106,9 @@ def test_multi_stage_agent_read_back_everywhere(tmp_path, capsys, served):
             assert live.available and live.staleness is Staleness.LIVE
             assert live.count_method is CountMethod.LOCAL_ESTIMATE
             # The last call goes to a real (local) OpenAI endpoint: its usage reconciles the breakdown.
-            cw.completion(model="openai/gpt-4o", api_base=provider.url, api_key="sk-test", messages=_agent_messages(2), tools=TOOLS)
+            cw.completion(
+                model="openai/gpt-4o", api_base=provider.url, api_key="sk-test", messages=_agent_messages(2), tools=TOOLS
+            )
         last_snapshot = rt.snapshots()[-1]
         with cw.stage(RUN, "review@1"):  # an agent stage with no calls yet, still running
             cw.flush()
@@ -105,11 +130,20 @@ def test_multi_stage_agent_read_back_everywhere(tmp_path, capsys, served):
     assert impl.event_seq == last_snapshot.event_seq
     assert impl.breakdown == last_snapshot.breakdown
     assert impl.context_window_tokens == last_snapshot.context_window_tokens
-    assert {b.category for b in impl.breakdown if b.tokens} >= {Category.SYSTEM_PROMPT, Category.MEMORY, Category.TOOLS,
-                                                                 Category.MCP_TOOLS, Category.CONVERSATION}
+    assert {b.category for b in impl.breakdown if b.tokens} >= {
+        Category.SYSTEM_PROMPT,
+        Category.MEMORY,
+        Category.TOOLS,
+        Category.MCP_TOOLS,
+        Category.CONVERSATION,
+    }
     assert any(d.source == "AGENTS.md" and d.category is Category.MEMORY for d in impl.details)
     plan = reader.context_window(RUN, "plan@1")
-    assert (plan.available, plan.unavailable_reason, plan.staleness) == (False, UnavailableReason.NOT_AGENT_STAGE, Staleness.UNAVAILABLE)
+    assert (plan.available, plan.unavailable_reason, plan.staleness) == (
+        False,
+        UnavailableReason.NOT_AGENT_STAGE,
+        Staleness.UNAVAILABLE,
+    )
     review = reader.context_window(RUN, "review@1")
     assert review.unavailable_reason is UnavailableReason.NOT_OBSERVED
     stages = {s.stage_id: s for s in reader.stages(RUN)}

@@ -33,11 +33,17 @@ def test_stage_and_call_spans(runtime, telemetry):
     assert call.parent.span_id == stage.context.span_id
     assert call.attributes[t.GEN_AI_OPERATION] == "chat" and call.attributes[t.GEN_AI_PROVIDER] == "openai"
     assert call.attributes[t.GEN_AI_REQUEST_MODEL] == "gpt-4o" and call.attributes[t.ATTR_STAGE_KIND] == "agent"
-    assert dict(stage.attributes) | {} == {t.ATTR_RUN_ID: "run-1", t.ATTR_STAGE_ID: "agent@1", t.ATTR_STAGE_KIND: "agent",
-                                          t.ATTR_SCHEMA: 1, t.ATTR_STAGE_STATE: "ended"}
+    assert dict(stage.attributes) | {} == {
+        t.ATTR_RUN_ID: "run-1",
+        t.ATTR_STAGE_ID: "agent@1",
+        t.ATTR_STAGE_KIND: "agent",
+        t.ATTR_SCHEMA: 1,
+        t.ATTR_STAGE_STATE: "ended",
+    }
     markers = [s for s in telemetry.spans.get_finished_spans() if s.name == t.STAGE_START_SPAN]
-    assert [(m.attributes[t.ATTR_STAGE_ID], m.attributes[t.ATTR_STAGE_KIND], m.attributes[t.ATTR_STAGE_STATE]) for m in markers] == [
-        ("agent@1", "agent", "started"), ("lint@1", "tool", "started")]
+    assert [
+        (m.attributes[t.ATTR_STAGE_ID], m.attributes[t.ATTR_STAGE_KIND], m.attributes[t.ATTR_STAGE_STATE]) for m in markers
+    ] == [("agent@1", "agent", "started"), ("lint@1", "tool", "started")]
     assert markers[0].parent.span_id == stage.context.span_id
     events = [e for e in call.events if e.name == t.SNAPSHOT_EVENT]
     assert len(events) == 2
@@ -67,8 +73,12 @@ def test_metrics_names_and_attributes(runtime, telemetry):
     with cw.stage("run-1", "agent@1"):
         cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="ok")
     metrics = _metrics(telemetry)
-    assert {"agent.context_window.tokens", "agent.context_window.limit", "agent.context_window.utilization",
-            "agent.context_window.snapshots"} <= set(metrics)
+    assert {
+        "agent.context_window.tokens",
+        "agent.context_window.limit",
+        "agent.context_window.utilization",
+        "agent.context_window.snapshots",
+    } <= set(metrics)
     tokens = metrics["agent.context_window.tokens"]
     assert tokens.unit == "{token}"
     cats = {p.attributes[t.ATTR_CATEGORY] for p in tokens.data.data_points}

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Callable, Optional, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Optional, Protocol, runtime_checkable
 
 from ..contract import StageContextWindow
 from ..errors import ConfigError, NotFound
@@ -81,7 +82,7 @@ class Reader:
     def close(self) -> None:
         self.backend.close()
 
-    def __enter__(self) -> "Reader":
+    def __enter__(self) -> Reader:
         return self
 
     def __exit__(self, *exc: object) -> None:

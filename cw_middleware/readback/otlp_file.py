@@ -17,7 +17,8 @@ import json
 import mmap
 import os
 import re
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 from ..contract import StageContextWindow
 from ..errors import BackendResponseError, BackendUnavailable

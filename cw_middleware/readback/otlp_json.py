@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Iterable, Iterator, Optional
+from datetime import UTC, datetime
+from typing import Any, Optional
 
 from .. import telemetry as keys
 from ..contract import (
@@ -189,10 +190,10 @@ def _parse_time(value: Any, fallback_ns: int) -> datetime:
     if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value)
-            return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
         except ValueError:
             pass
-    return datetime.fromtimestamp(fallback_ns / 1e9, tz=timezone.utc)
+    return datetime.fromtimestamp(fallback_ns / 1e9, tz=UTC)
 
 
 def _percent(tokens: int, window: Optional[int]) -> Optional[float]:
@@ -234,8 +235,10 @@ class SnapshotRecord:
         input_tokens = a.get(keys.ATTR_INPUT_TOKENS)
         input_tokens = _int(input_tokens) if input_tokens is not None else sum(b.tokens for b in breakdown)
         details = []
-        cats, sources, toks = (a.get(k) or [] for k in (keys.ATTR_DETAIL_CATEGORIES, keys.ATTR_DETAIL_SOURCES, keys.ATTR_DETAIL_TOKENS))
-        for cat, source, tokens in zip(cats, sources, toks):
+        cats, sources, toks = (
+            a.get(k) or [] for k in (keys.ATTR_DETAIL_CATEGORIES, keys.ATTR_DETAIL_SOURCES, keys.ATTR_DETAIL_TOKENS)
+        )
+        for cat, source, tokens in zip(cats, sources, toks, strict=False):
             try:
                 details.append(DetailItem(category=Category(cat), source=str(source), tokens=_int(tokens)))
             except ValueError:
@@ -374,8 +377,12 @@ class StageFold:
         if self.best is not None:
             return self.best.to_window(self.stage_id, staleness)
         if self.kind is not None and self.kind != keys.AGENT_STAGE_KIND:
-            return StageContextWindow.unavailable(self.stage_id, UnavailableReason.NOT_AGENT_STAGE, _warnings([WarningCode.NOT_AGENT_STAGE.value]))
-        return StageContextWindow.unavailable(self.stage_id, UnavailableReason.NOT_OBSERVED, _warnings([WarningCode.NOT_OBSERVED.value]))
+            return StageContextWindow.unavailable(
+                self.stage_id, UnavailableReason.NOT_AGENT_STAGE, _warnings([WarningCode.NOT_AGENT_STAGE.value])
+            )
+        return StageContextWindow.unavailable(
+            self.stage_id, UnavailableReason.NOT_OBSERVED, _warnings([WarningCode.NOT_OBSERVED.value])
+        )
 
 
 @dataclass
@@ -410,7 +417,11 @@ class RunFold:
         if a.get(keys.ATTR_RUN_ID) != self.run_id or not isinstance(stage_id, str):
             for event in span.events:  # ids only on the events (a foreign producer)
                 ea = event.attributes
-                if event.name == keys.SNAPSHOT_EVENT and ea.get(keys.ATTR_RUN_ID) == self.run_id and isinstance(ea.get(keys.ATTR_STAGE_ID), str):
+                if (
+                    event.name == keys.SNAPSHOT_EVENT
+                    and ea.get(keys.ATTR_RUN_ID) == self.run_id
+                    and isinstance(ea.get(keys.ATTR_STAGE_ID), str)
+                ):
                     self._touch(ea[keys.ATTR_STAGE_ID], None, None, event.time_ns)
             return
         role = role_of(span, self.run_id, stage_id)
@@ -419,7 +430,7 @@ class RunFold:
         self._touch(stage_id, kind, state, span.start_ns)
 
     def _touch(self, stage_id: str, kind: Optional[str], state: Optional[Staleness], time_ns: int) -> None:
-        started = datetime.fromtimestamp(time_ns / 1e9, tz=timezone.utc) if time_ns else None
+        started = datetime.fromtimestamp(time_ns / 1e9, tz=UTC) if time_ns else None
         summary = self._stages.get(stage_id)
         if summary is None:
             summary = self._stages[stage_id] = StageSummary(stage_id, kind, state or Staleness.LIVE, started)
@@ -433,7 +444,7 @@ class RunFold:
     def result(self) -> Optional[list[StageSummary]]:
         if not self._stages:
             return None
-        return sorted(self._stages.values(), key=lambda s: (s.started_at or datetime.max.replace(tzinfo=timezone.utc), s.stage_id))
+        return sorted(self._stages.values(), key=lambda s: (s.started_at or datetime.max.replace(tzinfo=UTC), s.stage_id))
 
 
 def fold_stage(spans: Iterable[Span], run_id: str, stage_id: str) -> Optional[StageContextWindow]:

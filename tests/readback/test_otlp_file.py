@@ -8,10 +8,9 @@ import pytest
 from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
-from cw_middleware.contract import CountMethod, Staleness
+from cw_middleware.contract import Category, CountMethod, Staleness
 from cw_middleware.readback.otlp_file import OtlpFileReader
 from cw_middleware.snapshot import RequestMeta, build_snapshot
-from cw_middleware.contract import Category
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
 
@@ -77,10 +76,19 @@ def test_late_snapshot_reaches_the_file_and_is_the_latest(tmp_path):
         # The stage is over; the slow provider count arrives now.
         late = build_snapshot(by_source, meta, CountMethod.PROVIDER_API_SCALED_BREAKDOWN, total=44)
         call.record(late)
-    spans = [s for line in path.read_text().splitlines() if line.startswith('{"resourceSpans"')
-             for rs in json.loads(line)["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+    spans = [
+        s
+        for line in path.read_text().splitlines()
+        if line.startswith('{"resourceSpans"')
+        for rs in json.loads(line)["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+    ]
     late_spans = [s for s in spans if s["name"] == "agent.context_window.late_snapshot"]
-    assert len(late_spans) == 1 and late_spans[0]["links"][0]["spanId"] == call.span.get_span_context().span_id.to_bytes(8, "big").hex()
+    assert (
+        len(late_spans) == 1
+        and late_spans[0]["links"][0]["spanId"] == call.span.get_span_context().span_id.to_bytes(8, "big").hex()
+    )
     answer = cw.reader(f"file:{path}").context_window("run-late", "agent@1")
     assert answer.count_method is CountMethod.PROVIDER_API_SCALED_BREAKDOWN
     assert answer.input_tokens == 44 and answer.event_seq == late.event_seq

@@ -1,0 +1,46 @@
+"""The CLI: demo exports to the embedded file and reads its breakdown back; serve never imports LiteLLM."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from cw_middleware import cli
+from cw_middleware.runtime import get_runtime, set_runtime
+
+
+def test_demo_exports_and_reads_back(tmp_path, capsys, runtime):
+    path = tmp_path / "demo.jsonl"
+    try:
+        assert cli.main(["demo", "--turns", "2", "--run-id", "demo-t", "--export", f"file:{path}"]) == 0
+    finally:
+        demo_runtime = get_runtime()
+        if demo_runtime is not runtime:
+            demo_runtime.shutdown()
+        set_runtime(runtime)
+    out = capsys.readouterr().out
+    assert f"read back from file:{path}" in out
+    after = out.split("read back from", 1)[1]
+    assert "implement@1" in after and "plan@1" in after and "staleness: stored" in after and "Skills" in after
+    assert path.stat().st_size > 0
+    assert cli.main(["show", "demo-t", "plan@1", "--backend", f"file:{path}", "--json"]) == 0
+    assert '"not_agent_stage"' in capsys.readouterr().out
+
+
+def test_bad_export_is_a_usage_error(capsys, runtime):
+    assert cli.main(["demo", "--export", "ftp:x"]) == cli.EXIT_USAGE
+    assert "export must be" in capsys.readouterr().err
+
+
+def test_serve_path_never_imports_heavy_modules(tmp_path):
+    code = (
+        "import sys\n"
+        "import cw_middleware as cw\n"
+        "from cw_middleware.server import make_server\n"
+        f"s = make_server(cw.reader('file:{tmp_path}/t.jsonl'), '127.0.0.1', 0)\n"
+        "s.server_close()\n"
+        "print(sorted(m for m in ('litellm', 'tiktoken', 'opentelemetry.sdk') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
