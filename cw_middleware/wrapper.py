@@ -198,7 +198,12 @@ class _Call:
 
     def _start_provider_count(self, per_call_policy: Any) -> None:
         """Queue a background count where the policy asks for one; never waits for it."""
-        policy = parse_policy(per_call_policy) if per_call_policy is not None else self.runtime.config.provider_count
+        policy = self.runtime.config.provider_count
+        if per_call_policy is not None:
+            try:
+                policy = parse_policy(per_call_policy)
+            except ConfigError:  # the call still goes out, with the configured policy and a log line saying why
+                self.runtime.log.warning("policy", f"cw_middleware: ignoring {OPTION_PROVIDER_COUNT}: use 'auto', 'always' or 'never'")
         assert self.estimate is not None
         if policy is ProviderCountPolicy.NEVER or (policy is ProviderCountPolicy.AUTO and self.estimate.rules.exact):
             return
