@@ -203,7 +203,8 @@ class _Call:
             try:
                 policy = parse_policy(per_call_policy)
             except ConfigError:  # the call still goes out, with the configured policy and a log line saying why
-                self.runtime.log.warning("policy", f"cw_middleware: ignoring {OPTION_PROVIDER_COUNT}: use 'auto', 'always' or 'never'")
+                message = f"cw_middleware: ignoring {OPTION_PROVIDER_COUNT}: use 'auto', 'always' or 'never'"
+                self.runtime.log.warning("policy", message)
         assert self.estimate is not None
         if policy is ProviderCountPolicy.NEVER or (policy is ProviderCountPolicy.AUTO and self.estimate.rules.exact):
             return
@@ -228,7 +229,8 @@ class _Call:
             return
         if self.telemetry is not None:
             try:
-                self.runtime.telemetry.count_failures.add(1, self.runtime.telemetry.metric_attributes(self.meta.provider, self._model, self.stage))
+                attributes = self.runtime.telemetry.metric_attributes(self.meta.provider, self._model, self.stage)
+                self.runtime.telemetry.count_failures.add(1, attributes)
             except Exception:  # noqa: BLE001
                 pass
         with self._lock:
@@ -380,10 +382,10 @@ class _UsageChunkFilter:
     def __init__(self, stream: Any) -> None:
         self._stream = stream
 
-    def __iter__(self) -> "_UsageChunkFilter":
+    def __iter__(self) -> _UsageChunkFilter:
         return self
 
-    def __aiter__(self) -> "_UsageChunkFilter":
+    def __aiter__(self) -> _UsageChunkFilter:
         return self
 
     def __next__(self) -> Any:
