@@ -1,40 +1,149 @@
 """Gemini: no per-message framing; a scaled o200k count approximates its SentencePiece tokenizer.
 
-Calibration (dev set, clean records, see benchmarks/accuracy.py): Gemini's
-vocabulary (shared with Gemma) splits text into ~6% more pieces than
-o200k_base, and ``promptTokenCount`` carries no role or turn markers ("Hello"
-is 1-2 tokens), so text is ``ceil(o200k * TEXT_SCALE)`` and framing is zero.
-Function declarations are billed much more compactly than their JSON
-(``DECLARATION_SCALE`` of the o200k count of the declaration JSON, grid-searched
-on requests with tools). ``responseSchema`` is not counted. The official
-tokenizer would need the ``sentencepiece`` model of Gemma (not shipped offline
-by an installed package), so it is not used.
+Text: Gemini's vocabulary (shared with Gemma) splits English text into a few
+percent more pieces than o200k_base, and ``promptTokenCount`` carries no role
+or turn markers ("Hello" is 1-2 tokens), so text is ``round(o200k * TEXT_SCALE)``
+(at least 1 for non-empty text) and framing is zero.
+
+Tools, calls and results follow what Google's own SDK counts
+(``google.genai.local_tokenizer._TextsAccumulator``, which mirrors countTokens):
+only the *text values* of a function declaration are billed -- its name,
+description, each property's key, description, format, enum values and the
+``required`` names -- tokenized piece by piece, never the JSON syntax or type
+names. A ``functionCall`` bills its name plus the keys and string values of its
+arguments, a ``functionResponse`` its name plus the keys and string values of
+the response object. That is exactly the 1.x/2.0 generation. The 2.5 and later
+models (and names newer than this table) render each declaration as a JSON
+object in the prompt: billed close to the o200k count of the declaration's
+JSON, with ``additionalProperties`` and ``title`` annotations dropped and local
+``$ref``s inlined (checked on reported usage; see benchmarks/accuracy.py).
+
+``responseSchema`` is not counted in ``promptTokenCount``.
+
+Not visible in a LiteLLM request (and so not counted): a Gemini 3 model's
+``thoughtSignature`` on a replayed function call is billed on the Gemini API
+(~0.2 token per base64 character), and replayed ``thought`` parts are billed as
+text. LiteLLM keeps signatures in ``provider_specific_fields``; when a message
+carries one there, it is counted (see `tool_calls`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from ._tiktoken import counter
 
 TEXT_SCALE = 1.06
-DECLARATION_SCALE = 0.7
+# 2.5+: the declaration's JSON (o200k, default separators) without these annotations.
+_DROPPED_SCHEMA_KEYS = frozenset({"additionalProperties", "title", "$defs", "definitions", "$schema"})
+_MAX_REF_DEPTH = 6
+# Base64 characters of a thought signature per billed token (Gemini API, Gemini 3: ~0.2 token/char).
+SIGNATURE_CHARS_PER_TOKEN = 5
+# Families that bill declarations as their text values only (Google's SDK accumulator).
+_TEXT_VALUE_FAMILIES = ("gemini-1.", "gemini-2.0", "gemini-pro", "gemma")
 
 
 def _scaled(count: Callable[[str], int], scale: float) -> Callable[[str], int]:
-    return lambda text: math.ceil(count(text) * scale) if text else 0
+    def text(value: str) -> int:
+        if not value:
+            return 0
+        return max(1, round(count(value) * scale))
+
+    return text
+
+
+def _schema_values(schema: Any, out: list[str], root: Any, depth: int = 0) -> None:
+    """The texts Google's accumulator takes from a schema (format, description, enum, required, keys)."""
+    schema = _resolve(schema, root, depth)
+    if not isinstance(schema, Mapping) or depth > _MAX_REF_DEPTH + 8:
+        return
+    for key in ("format", "description"):
+        if isinstance(schema.get(key), str) and schema[key]:
+            out.append(schema[key])
+    for key in ("enum", "required"):
+        if isinstance(schema.get(key), list):
+            out.extend(str(v) for v in schema[key])
+    items = schema.get("items")
+    if isinstance(items, Mapping):
+        _schema_values(items, out, root, depth + 1)
+    props = schema.get("properties")
+    if isinstance(props, Mapping):
+        for name, sub in props.items():
+            out.append(str(name))
+            _schema_values(sub, out, root, depth + 1)
+    for key in ("anyOf", "oneOf", "allOf", "any_of"):
+        if isinstance(schema.get(key), list):
+            for sub in schema[key]:
+                _schema_values(sub, out, root, depth + 1)
+
+
+def _value_texts(value: Any, out: list[str]) -> None:
+    """Keys and string values of a JSON value (numbers, booleans and null are not text)."""
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, Mapping):
+        for key, sub in value.items():
+            out.append(str(key))
+            _value_texts(sub, out)
+    elif isinstance(value, list):
+        for sub in value:
+            _value_texts(sub, out)
+
+
+def _resolve(schema: Any, root: Any, depth: int) -> Any:
+    if isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str) and depth < _MAX_REF_DEPTH:
+        ref = schema["$ref"]
+        if ref.startswith("#/") and isinstance(root, Mapping):
+            target: Any = root
+            for part in ref[2:].split("/"):
+                target = target.get(part) if isinstance(target, Mapping) else None
+            if isinstance(target, Mapping):
+                return {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    return schema
+
+
+def _json_form(schema: Any, root: Any, depth: int = 0) -> Any:
+    """The schema as the 2.5+ models see it: refs inlined, annotations dropped."""
+    schema = _resolve(schema, root, depth)
+    if isinstance(schema, list):
+        return [_json_form(v, root, depth + 1) for v in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    if depth > _MAX_REF_DEPTH + 8:
+        return {}
+    out = {}
+    for key, value in schema.items():
+        if key in _DROPPED_SCHEMA_KEYS:
+            continue
+        if key == "properties" and isinstance(value, Mapping):
+            out[key] = {name: _json_form(sub, root, depth + 1) for name, sub in value.items()}
+        else:
+            out[key] = _json_form(value, root, depth + 1)
+    return out
+
+
+def _parse(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
 
 
 @dataclass(frozen=True)
 class GeminiRules:
-    name: str = "gemini:o200k_x1.06"
+    json_declarations: bool = True
+    name: str = "gemini:o200k_x1.06r"
     provider: str = "gemini"
     exact: bool = False
     text: Callable[[str], int] = field(default_factory=lambda: _scaled(counter("o200k_base"), TEXT_SCALE), repr=False, compare=False)
     _raw: Callable[[str], int] = field(default_factory=lambda: counter("o200k_base"), repr=False, compare=False)
+
+    def _pieces(self, texts: Sequence[str]) -> int:
+        return sum(self.text(t) for t in texts if t)
 
     def message_framing(self, message: Mapping[str, Any]) -> int:
         return 0
@@ -43,13 +152,28 @@ class GeminiRules:
         total = 0
         for call in tool_calls:
             fn = call.get("function") or {}
-            args = fn.get("arguments", "")
-            total += self.text(str(fn.get("name", ""))) + self.text(args if isinstance(args, str) else json.dumps(args))
+            texts = [str(fn.get("name", ""))]
+            _value_texts(_parse(fn.get("arguments", "")), texts)
+            total += self._pieces(texts)
+            total += _signature_tokens(call)
         return total
 
     def tool_definition(self, tool: Mapping[str, Any]) -> int:
         fn = tool.get("function", tool)
-        return math.ceil(self._raw(json.dumps(fn, ensure_ascii=False)) * DECLARATION_SCALE)
+        if not isinstance(fn, Mapping):
+            return 0
+        params = fn.get("parameters")
+        if self.json_declarations:
+            form = {k: v for k, v in fn.items() if k not in ("parameters", "strict")}
+            if isinstance(params, Mapping):
+                form["parameters"] = _json_form(params, params)
+            return self._raw(json.dumps(form, ensure_ascii=False))
+        texts = [str(fn.get("name", ""))]
+        if isinstance(fn.get("description"), str):
+            texts.append(fn["description"])
+        if isinstance(params, Mapping):
+            _schema_values(params, texts, params)
+        return self._pieces(texts)
 
     def tools_overhead(self, tools: Sequence[Mapping[str, Any]], tool_choice: Any) -> int:
         return 0
@@ -61,5 +185,13 @@ class GeminiRules:
         return 0
 
 
+def _signature_tokens(call: Mapping[str, Any]) -> int:
+    """A replayed thought signature, where LiteLLM keeps it (provider_specific_fields)."""
+    fields = call.get("provider_specific_fields")
+    sig = fields.get("thought_signature") if isinstance(fields, Mapping) else None
+    return len(sig) // SIGNATURE_CHARS_PER_TOKEN if isinstance(sig, str) else 0
+
+
 def rules(model: str) -> GeminiRules:
-    return GeminiRules()
+    name = model.lower().rsplit("/", 1)[-1]
+    return GeminiRules(json_declarations=not name.startswith(_TEXT_VALUE_FAMILIES))
