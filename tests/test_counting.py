@@ -543,3 +543,31 @@ def test_bad_per_call_policy_falls_back_to_the_configured_one(runtime, provider,
     assert [s.count_method for s in cw.snapshots()][0] is CountMethod.LOCAL_ESTIMATE
     assert all(WarningCode.ESTIMATE_FAILED.value not in s.warning_codes() for s in cw.snapshots())
     assert "ignoring cw_provider_count" in caplog.text
+
+
+async def test_slow_count_does_not_block_the_event_loop(runtime, provider):  # noqa: F811
+    import asyncio
+
+    request = {"model": "openai/gpt-4o", "api_base": f"{provider.url}/v1", "api_key": "sk-test"}
+    await cw.acompletion(messages=[{"role": "user", "content": "warm up"}], cw_provider_count="never", **request)
+    provider[OPENAI_COUNT].delay = 2.0
+    start = time.perf_counter()
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    responses = await asyncio.gather(
+        *(cw.acompletion(messages=CONVERSATION[: i + 2], cw_provider_count="always", **request) for i in range(3))
+    )
+    elapsed = time.perf_counter() - start
+    await asyncio.sleep(0.05)
+    task.cancel()
+    assert all(r.usage.prompt_tokens == provider[CHAT].tokens for r in responses)
+    assert elapsed < 1.0 and ticks > 0
+    assert cw.flush(10)
+    assert len(_counted()) == 3 and len(provider.hits(OPENAI_COUNT)) == 3
