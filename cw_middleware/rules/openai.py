@@ -112,27 +112,34 @@ class OpenAIRules:
         header = f"# Response Formats\n\n## {spec.get('name') or 'response'}\n\n"
         if isinstance(spec.get("description"), str) and spec["description"]:
             header += spec["description"] + "\n\n"
-        body = json.dumps(strip_titles(schema), separators=(",", ":"), ensure_ascii=False)
+        body = json.dumps(strip_titles(schema, _UNSHOWN_SCHEMA_KEYS), separators=(",", ":"), ensure_ascii=False)
         return RESPONSE_FORMAT_MESSAGE + self.text(header) + self.text(body)
 
     def request_overhead(self, n_messages: int) -> int:
         return REPLY_PRIMING[self.layout]
 
 
-def strip_titles(schema: Any) -> Any:
-    """A schema without its ``title`` annotations (property *names* called "title" are kept)."""
+# Numeric bounds are enforced by the decoder, not shown: a schema with ``minimum``/``maximum``
+# bills exactly their tokens less (structured outputs, reported usage).
+_UNSHOWN_SCHEMA_KEYS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+
+
+def strip_titles(schema: Any, drop: frozenset[str] = frozenset()) -> Any:
+    """A schema without its ``title`` annotations (property *names* called "title" are kept), nor `drop` keywords."""
     if isinstance(schema, list):
-        return [strip_titles(v) for v in schema]
+        return [strip_titles(v, drop) for v in schema]
     if not isinstance(schema, Mapping):
         return schema
     out = {}
     for key, value in schema.items():
         if key == "title" and isinstance(value, str):
             continue
+        if key in drop and not isinstance(value, (Mapping, list)):
+            continue
         if key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(value, Mapping):
-            out[key] = {name: strip_titles(sub) for name, sub in value.items()}
+            out[key] = {name: strip_titles(sub, drop) for name, sub in value.items()}
         else:
-            out[key] = strip_titles(value)
+            out[key] = strip_titles(value, drop)
     return out
 
 
