@@ -1,11 +1,14 @@
 """Anthropic: no public tokenizer; a scaled o200k count plus the documented hidden prompts.
 
 Calibration (dev set ``gt_dev.jsonl``, clean records, see benchmarks/accuracy.py):
-Claude's tokenizer splits English prose and code into ~18% more pieces than
-o200k_base, so text is ``ceil(o200k * TEXT_SCALE)``; each message costs
-``MESSAGE_FRAMING`` (turn markers) and a request ``REQUEST_OVERHEAD``; the three
-were chosen by grid search minimising the median absolute percentage error on
-requests without tools or schemas. LiteLLM's bundled ``anthropic_tokenizer.json``
+Claude's tokenizer splits English prose, code and JSON into ~18% more pieces
+than o200k_base, so text (and tool-definition JSON) is ``ceil(o200k * TEXT_SCALE)``.
+Framing follows the turn layout Claude models read: the system prompt sits
+before the first turn with no header of its own (``SYSTEM_FRAMING`` 0), every
+user/assistant turn opens with a "Human:"/"Assistant:"-style
+header (``MESSAGE_FRAMING``) and the reply is primed with one more
+(``REQUEST_OVERHEAD``); a one-message request bills ~7 tokens over its text,
+and a system message adds only its text. LiteLLM's bundled ``anthropic_tokenizer.json``
 is the Claude-2-era vocabulary: it needs the ``tokenizers`` package at run time and
 is no closer for Claude 3+ models, so it is not used.
 
@@ -29,9 +32,10 @@ from typing import Any, Callable, Mapping, Sequence
 from ._tiktoken import counter
 
 TEXT_SCALE = 1.18
-TOOL_SCALE = 1.1
-MESSAGE_FRAMING = 2
-REQUEST_OVERHEAD = 4
+TOOL_SCALE = TEXT_SCALE  # one tokenizer ratio for prose and for JSON definitions
+MESSAGE_FRAMING = 3
+SYSTEM_FRAMING = 0
+REQUEST_OVERHEAD = 3
 STRUCTURED_OUTPUT_PROMPT = 120
 
 # Hidden tool-use system prompt by family (auto/none), newest first; first prefix match wins.
@@ -67,6 +71,8 @@ class AnthropicRules:
     _raw: Callable[[str], int] = field(default_factory=lambda: counter("o200k_base"), repr=False, compare=False)
 
     def message_framing(self, message: Mapping[str, Any]) -> int:
+        if message.get("role") in ("system", "developer"):
+            return SYSTEM_FRAMING
         return MESSAGE_FRAMING
 
     def tool_calls(self, tool_calls: Sequence[Mapping[str, Any]]) -> int:
