@@ -104,5 +104,6 @@ class AnthropicRules:
 
 def rules(model: str) -> AnthropicRules:
     tokens = tool_prompt_tokens(model)
-    # The name is the text-cache namespace: the tool prompt does not change text counts, so it is shared.
-    return AnthropicRules(tool_prompt=tokens)
+    # The name keys the estimator's text and tool-count caches: families with different hidden
+    # tool prompts must not share a tool count.
+    return AnthropicRules(tool_prompt=tokens, name=f"anthropic:o200k_x{TEXT_SCALE}:tp{tokens}")

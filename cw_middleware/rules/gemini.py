@@ -194,4 +194,6 @@ def _signature_tokens(call: Mapping[str, Any]) -> int:
 
 def rules(model: str) -> GeminiRules:
     name = model.lower().rsplit("/", 1)[-1]
-    return GeminiRules(json_declarations=not name.startswith(_TEXT_VALUE_FAMILIES))
+    json_declarations = not name.startswith(_TEXT_VALUE_FAMILIES)
+    # The name keys the estimator's text and tool-count caches: the two declaration styles must not share.
+    return GeminiRules(json_declarations=json_declarations, name=f"gemini:o200k_x{TEXT_SCALE}:{'json' if json_declarations else 'values'}")

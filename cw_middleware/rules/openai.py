@@ -156,7 +156,8 @@ def render_tool(tool: Mapping[str, Any]) -> str:
 def rules(model: str) -> OpenAIRules:
     encoding = encoding_for(model)
     layout = layout_for(model)
-    return OpenAIRules(name=f"openai:{encoding}", provider="openai", exact=True, text=counter(encoding), layout=layout)
+    # The name is also the estimator's tool-count cache key: layouts render tools differently.
+    return OpenAIRules(name=f"openai:{encoding}:{layout}", provider="openai", exact=True, text=counter(encoding), layout=layout)
 
 
 def approximate_rules(provider: str) -> OpenAIRules:
