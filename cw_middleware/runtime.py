@@ -54,6 +54,8 @@ class Runtime:
         self.log = _OnceLogger()
         self._history: deque[Snapshot] = deque(maxlen=self.config.snapshot_history)
         self._pending: dict[tuple[str, str], set[WarningCode]] = {}
+        self._newest_call: dict[tuple[str, str], int] = {}
+        self._call_seq = 0
         self._lock = threading.Lock()
         self._shutdown = shutdown
         self._flush = flush
@@ -61,20 +63,35 @@ class Runtime:
 
     # ------------------------------------------------------------ snapshots
 
-    def publish(self, snapshot: Snapshot, call: Optional[CallTelemetry], stage: Optional[StageInfo]) -> None:
+    def publish(
+        self, snapshot: Snapshot, call: Optional[CallTelemetry], stage: Optional[StageInfo], superseded: bool = False
+    ) -> None:
         """Keep a snapshot and send it out; telemetry failures are logged, never raised."""
         with self._lock:
             self._history.append(snapshot)
         if call is None:
             return
         try:
-            call.record(snapshot)
+            call.record(snapshot, superseded=superseded)
         except Exception as exc:  # noqa: BLE001 - telemetry must never break the caller
             self.log.warning("telemetry", f"cw_middleware: could not record a snapshot ({type(exc).__name__})")
 
     def snapshots(self) -> list[Snapshot]:
         with self._lock:
             return list(self._history)
+
+    def register_call(self, stage: Optional[StageInfo]) -> int:
+        """A new call in a stage: returns its sequence number, which makes it the stage's newest."""
+        key = (stage.run_id, stage.stage_id) if stage else ("", "")
+        with self._lock:
+            self._call_seq += 1
+            self._newest_call[key] = self._call_seq
+            return self._call_seq
+
+    def is_newest_call(self, stage: Optional[StageInfo], call_seq: int) -> bool:
+        key = (stage.run_id, stage.stage_id) if stage else ("", "")
+        with self._lock:
+            return self._newest_call.get(key) == call_seq
 
     def defer_warning(self, stage: Optional[StageInfo], code: WarningCode) -> None:
         """A warning that arrives after its call's last snapshot rides on the stage's next one."""

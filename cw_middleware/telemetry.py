@@ -47,6 +47,8 @@ AGENT_STAGE_KIND = "agent"
 # A snapshot that arrives after its call span ended rides on a short linked span.
 LATE_SNAPSHOT_SPAN = "agent.context_window.late_snapshot"
 ATTR_LATE = "agent.context_window.late"
+# A late snapshot whose call is no longer its stage's newest: kept (nothing is lost), never "latest".
+ATTR_SUPERSEDED = "agent.context_window.superseded"
 ATTR_INPUT_TOKENS = "agent.context_window.input_tokens"
 ATTR_LIMIT_TOKENS = "agent.context_window.limit_tokens"
 ATTR_UTILIZATION = "agent.context_window.utilization"
@@ -234,8 +236,10 @@ class CallTelemetry:
         # land on a span that is ending, where the SDK drops it.
         self._lock = threading.Lock()
 
-    def record(self, snapshot: Snapshot) -> None:
+    def record(self, snapshot: Snapshot, superseded: bool = False) -> None:
         attrs = snapshot_attributes(snapshot, include_details=True)
+        if superseded:
+            attrs[ATTR_SUPERSEDED] = True
         with self._lock:
             on_span = not self._ended
             if on_span:
@@ -255,7 +259,8 @@ class CallTelemetry:
             )
             late.add_event(SNAPSHOT_EVENT, attributes=attrs)
             late.end()
-        self._owner.record_snapshot_metrics(snapshot, self._stage)
+        if not superseded:  # the gauges show the stage's newest request, not an older one's late count
+            self._owner.record_snapshot_metrics(snapshot, self._stage)
 
     def end(
         self,

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import weakref
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, Iterator, Optional
 
-from . import counting
 from .config import ProviderCountPolicy, parse_policy
 from .contract import CountMethod, Snapshot, WarningCode
 from .errors import ConfigError, TagError
@@ -119,6 +119,7 @@ class _Call:
         self.args = args
         self.kwargs = kwargs
         self.stage = current_stage()
+        self.call_seq = runtime.register_call(self.stage)
         self.estimate: Optional[Estimate] = None
         self.meta = RequestMeta(self.stage and self.stage.run_id, self.stage and self.stage.stage_id, None, None, None)
         self.warnings: set[WarningCode] = set()
@@ -208,6 +209,8 @@ class _Call:
         assert self.estimate is not None
         if policy is ProviderCountPolicy.NEVER or (policy is ProviderCountPolicy.AUTO and self.estimate.rules.exact):
             return
+        from . import counting  # imports httpx: only calls that may count pay for it, not the read side
+
         target = counting.target_for(self.meta.provider, self._model, self.kwargs)
         if target is None:
             self.warnings.add(WarningCode.PROVIDER_UNCONFIGURED)
@@ -223,7 +226,9 @@ class _Call:
     def _on_provider_count(self, tokens: Optional[int], failure: Optional[WarningCode]) -> None:
         """Runs on the counter's worker thread (or, for a full queue, inside submit)."""
         if tokens is not None:
-            self._publish(CountMethod.PROVIDER_API_SCALED_BREAKDOWN, total=tokens)
+            # A count that lands after a newer call of the stage began is kept but never "latest".
+            superseded = not self.runtime.is_newest_call(self.stage, self.call_seq)
+            self._publish(CountMethod.PROVIDER_API_SCALED_BREAKDOWN, total=tokens, superseded=superseded)
             return
         if failure is None:
             return
@@ -306,11 +311,11 @@ class _Call:
         except Exception as inner:  # noqa: BLE001
             self.runtime.log.warning("fail", f"cw_middleware: could not end the call span ({type(inner).__name__})")
 
-    def _publish(self, method: CountMethod, total: Optional[int] = None) -> None:
+    def _publish(self, method: CountMethod, total: Optional[int] = None, superseded: bool = False) -> None:
         try:
             by_source = self.estimate.by_source if self.estimate is not None else {}
             snap = build_snapshot(by_source, self.meta, method, set(self.warnings), total=total, max_details=self.runtime.config.max_details)
-            self.runtime.publish(snap, self.telemetry, self.stage)
+            self.runtime.publish(snap, self.telemetry, self.stage, superseded=superseded)
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("publish", f"cw_middleware: could not build a snapshot ({type(exc).__name__})")
 
@@ -373,6 +378,8 @@ def _observe_stream(stream: Any, call: _Call) -> Any:
         _stream_classes[base] = cls
     stream.__class__ = cls
     stream._cw_call = call
+    # A caller may stop reading early and drop the stream: end the call when it is collected.
+    weakref.finalize(stream, call.finish_stream).atexit = False  # at exit, flush() has had its say
     return stream
 
 

@@ -103,3 +103,21 @@ def test_snapshot_history_is_bounded(telemetry):
         assert len(seqs) == 5 and seqs == sorted(seqs)
     finally:
         set_runtime(previous)
+
+
+def test_a_stream_dropped_before_its_end_still_ends_its_call(runtime, telemetry):
+    import gc
+    import time
+
+    stream = cw.completion(model="gpt-4o", messages=MSGS, stream=True, mock_response="one two three four")
+    next(iter(stream))  # read one chunk, then walk away
+    assert not [s for s in telemetry.spans.get_finished_spans() if s.name.startswith("chat")]
+    del stream
+    deadline = time.monotonic() + 10  # LiteLLM's logging pool holds the stream until its queued work ran
+    while not [s for s in telemetry.spans.get_finished_spans() if s.name.startswith("chat")]:
+        assert time.monotonic() < deadline, "the dropped stream's call never ended"
+        gc.collect()
+        time.sleep(0.05)
+    ended = [s for s in telemetry.spans.get_finished_spans() if s.name.startswith("chat")]
+    assert len(ended) == 1
+    assert len(cw.snapshots()) == 2  # the local estimate, then the call's last word

@@ -273,6 +273,8 @@ def snapshot_records(span: Span, run_id: str, stage_id: str) -> list[SnapshotRec
         if event.name != keys.SNAPSHOT_EVENT:
             continue
         a = event.attributes
+        if a.get(keys.ATTR_SUPERSEDED):  # an older call's late count: kept in the backend, never the latest
+            continue
         if a.get(keys.ATTR_RUN_ID, span.attributes.get(keys.ATTR_RUN_ID)) != run_id:
             continue
         if a.get(keys.ATTR_STAGE_ID, span.attributes.get(keys.ATTR_STAGE_ID)) != stage_id:
