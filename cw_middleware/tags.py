@@ -176,7 +176,7 @@ def strip_message(msg: Any) -> Any:
     if TAG_KEY not in msg and not parts_tagged:
         return msg
     clean = {k: v for k, v in msg.items() if k != TAG_KEY}
-    if parts_tagged:
+    if parts_tagged and isinstance(content, list):
         clean["content"] = [strip_part(p) for p in content]
     return clean
 

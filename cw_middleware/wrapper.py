@@ -121,7 +121,8 @@ class _Call:
         self.stage = current_stage()
         self.call_seq = runtime.register_call(self.stage)
         self.estimate: Optional[Estimate] = None
-        self.meta = RequestMeta(self.stage and self.stage.run_id, self.stage and self.stage.stage_id, None, None, None)
+        st = self.stage
+        self.meta = RequestMeta(st.run_id if st else None, st.stage_id if st else None, None, None, None)
         self.warnings: set[WarningCode] = set()
         self.telemetry: Optional[CallTelemetry] = None
         self.mock = kwargs.get("mock_response") is not None

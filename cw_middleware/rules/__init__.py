@@ -13,17 +13,24 @@ a fallback for names newer than LiteLLM's model map.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Mapping, Optional, Protocol, Sequence
+from typing import Callable, Any, Mapping, Optional, Protocol, Sequence
 
 
 class CountingRules(Protocol):
     """One provider family's counting model. Every method returns a token count >= 0."""
 
-    name: str  # cache namespace: equal names must count text identically
-    provider: str  # "openai", "anthropic", "gemini", or the LiteLLM provider name
-    exact: bool  # True when `text` is the provider's own tokenizer
+    # Read-only members (frozen dataclasses implement them).
+    @property
+    def name(self) -> str: ...  # cache namespace: equal names must count text (and tools) identically
 
-    def text(self, text: str) -> int: ...
+    @property
+    def provider(self) -> str: ...  # "openai", "anthropic", "gemini", or the LiteLLM provider name
+
+    @property
+    def exact(self) -> bool: ...  # True when `text` is the provider's own tokenizer
+
+    @property
+    def text(self) -> Callable[[str], int]: ...
 
     def message_framing(self, message: Mapping[str, Any]) -> int: ...
 
