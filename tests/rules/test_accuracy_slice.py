@@ -1,4 +1,12 @@
-"""A pinned slice of real recorded requests: the estimate must stay within per-provider tolerances."""
+"""A pinned slice of real recorded requests: the estimate must stay within per-record tolerances.
+
+The records are loaded at test time from the shared ground-truth file (skipped when it is
+absent). Tolerances are absolute percentage errors, set just above today's error: OpenAI
+records are exact or within a token or two; Anthropic and Gemini are approximations, pinned
+a few points above their current error so a change to framing, scales, tool prompts or
+declaration rendering shows up here. The slice spans every provider, API, tools / structured
+output / tool-call history, and model generation the rules distinguish.
+"""
 
 import json
 import runpy
@@ -14,18 +22,48 @@ SCORER = ROOT.parent / "shared/tools/accuracy.py"
 
 # id -> tolerance (absolute percentage error, %)
 SLICE = {
-    # OpenAI: exact or nearly (plain chat, tools, parallel tool calls, structured output)
-    "openai-chat_completions-12f22bc714be": 3.0,
-    "openai-chat_completions-0ddca1c03621": 3.0,
-    "openai-chat_completions-cafd40b655ff": 2.0,
-    "openai-chat_completions-02f9f2438918": 2.0,
-    "openai-chat_completions-48f6d7db80a8": 5.0,
-    "openai-chat_completions-9e7377e743e6": 2.0,
-    "openai-chat_completions-616ebcd258e5": 5.0,
-    "openai-chat_completions-ca3c1f6b3407": 8.0,
-    # Anthropic and Gemini: approximations
-    "anthropic-messages-bb35ac674040": 70.0,
-    "anthropic-messages-5607ef456b81": 50.0,
+    # OpenAI chat completions: plain, history, tools, tool-call history, structured output
+    "openai-chat_completions-02f9f2438918": 0.5,  # gpt-4 (cl100k)
+    "openai-chat_completions-ca3c1f6b3407": 7.5,  # gpt-3.5-turbo
+    "openai-chat_completions-9e7377e743e6": 0.5,  # gpt-4.1-mini
+    "openai-chat_completions-616ebcd258e5": 0.5,  # gpt-4.1-mini
+    "openai-chat_completions-12f22bc714be": 2.5,  # gpt-4o, tools
+    "openai-chat_completions-48f6d7db80a8": 4.5,  # gpt-4o-mini
+    "openai-chat_completions-cafd40b655ff": 2.5,  # gpt-4o-mini tools after a gpt-5 request with the same tools
+    "openai-chat_completions-94c845b9a2e4": 0.5,  # gpt-4o, multi-turn
+    "openai-chat_completions-46b57c6ef0af": 2.0,  # gpt-4.1-mini, multi-turn
+    "openai-chat_completions-9c6a99355400": 0.5,  # structured output with minimum/maximum
+    "openai-chat_completions-0b137a202376": 0.5,  # gpt-5.4-mini tools (harmony preamble)
+    "openai-chat_completions-26194c4b9e9c": 1.0,  # gpt-4o-mini tools
+    "openai-chat_completions-778e127181dd": 2.0,  # tool-call history
+    "openai-chat_completions-78754c5911cc": 1.0,  # tool-call history
+    "openai-chat_completions-1a259f1778f5": 1.0,  # tools + structured output
+    "openai-chat_completions-81037bed6569": 2.0,  # tools + schema + history
+    # OpenAI responses
+    "openai-responses-5a2c39710131": 0.5,  # structured output
+    "openai-responses-5ae0e4d308ad": 1.0,  # tools, long instructions
+    "openai-responses-d32304899a60": 2.0,  # tool-call history
+    # Anthropic
+    "anthropic-count_tokens-a249c13eb2fe": 3,  # one short message
+    "anthropic-messages-c3cb451c69ea": 10,  # claude-3-5-sonnet, short
+    "anthropic-messages-d40e88eea8e0": 5,  # structured output
+    "anthropic-messages-aa1d3019ae15": 4,  # haiku 4.5 tools (4.5 tool prompt)
+    "anthropic-messages-d5777e9e1bad": 8,  # claude-3-5-sonnet tools
+    "anthropic-messages-14e085f74899": 4,  # sonnet 4 tools with history
+    "anthropic-messages-17e0aaf57ab2": 4,  # tools + structured output
+    "anthropic-messages-f00b9eabecc6": 9,  # tools + schema + history
+    # Gemini
+    "gemini-generate_content-5adfad6d3b15": 10,  # 2.5 plain text
+    "gemini-generate_content-643c4a3bc151": 5,  # 2.5 long text
+    "gemini-generate_content-bd62cc86d012": 13,  # 2.0 with responseSchema (not billed)
+    "gemini-generate_content-9f47f74c6b4a": 4,  # 2.0 declaration: text values only
+    "gemini-generate_content-e0714436676b": 11,  # 2.0 two declarations
+    "gemini-generate_content-2447773db65b": 10,  # 2.0 call + response history
+    "gemini-generate_content-8e4ad2cc38f4": 4,  # 2.5 very long declaration (JSON)
+    "gemini-generate_content-18a009f70130": 11,  # 2.5 declaration
+    "gemini-generate_content-a62c240124b5": 12,  # 2.5 declaration + call
+    "gemini-generate_content-9d3aef845c53": 12,  # 3-flash declaration
+    "gemini-generate_content-f67a3fba71ee": 14,  # 3-pro declaration + schema
 }
 
 
@@ -41,6 +79,10 @@ def records():
     return wanted, runpy.run_path(str(SCORER))["to_kwargs"]
 
 
+def test_slice_size():
+    assert 20 <= len(SLICE) <= 40
+
+
 @pytest.mark.parametrize("record_id", sorted(SLICE))
 def test_estimate_within_tolerance(records, record_id):
     wanted, to_kwargs = records
@@ -50,3 +92,16 @@ def test_estimate_within_tolerance(records, record_id):
     est = cw_middleware.estimate(**to_kwargs(r)).input_tokens
     rep = r["reported_input_tokens"]
     assert abs(est - rep) / rep * 100 <= SLICE[record_id], (est, rep)
+
+
+def test_tool_counts_do_not_leak_between_layouts(records):
+    """The same tools sent to a harmony model and then a chat model are counted for each."""
+    wanted, to_kwargs = records
+    r = wanted.get("openai-chat_completions-cafd40b655ff")
+    if r is None:
+        pytest.skip("record not in this data set version")
+    kwargs = to_kwargs(r)
+    cw_middleware.estimate(**{**kwargs, "model": "openai/gpt-5-mini"})
+    est = cw_middleware.estimate(**kwargs).input_tokens
+    rep = r["reported_input_tokens"]
+    assert abs(est - rep) / rep * 100 <= SLICE[r["id"]], (est, rep)

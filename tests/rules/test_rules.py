@@ -35,3 +35,42 @@ def test_unknown_model_names_fall_back_by_family():
     assert rules_for("openai/gpt-9-turbo").exact
     assert not rules_for("anthropic/claude-opus-9").exact
     assert rules_for("anthropic/claude-opus-9").tools_overhead([{"function": {"name": "x"}}], None) > 300
+
+
+def test_rules_that_count_tools_differently_have_distinct_names():
+    # The name keys the estimator's tool-count cache as well as its text cache.
+    assert rules_for("openai/gpt-4o").name != rules_for("openai/gpt-5").name
+    assert rules_for("anthropic/claude-3-5-haiku-latest").name != rules_for("anthropic/claude-sonnet-4-5").name
+    assert rules_for("gemini/gemini-2.0-flash").name != rules_for("gemini/gemini-2.5-flash").name
+
+
+def test_anthropic_system_prompt_has_no_turn_header():
+    rules = rules_for("anthropic/claude-sonnet-4-5")
+    assert rules.message_framing({"role": "system", "content": "x"}) == 0
+    assert rules.message_framing({"role": "user", "content": "x"}) > 0
+
+
+def test_gemini_2_0_declarations_count_text_values_only():
+    rules = rules_for("gemini/gemini-2.0-flash")
+    tool = {"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {
+        "type": "object", "required": ["city"], "properties": {"city": {"type": "string", "description": "City"}}}}}
+    count = counter("o200k_base")
+    pieces = ["get_weather", "Weather", "City", "city", "city"]
+    assert rules.tool_definition(tool) == sum(max(1, round(count(p) * 1.06)) for p in pieces)
+    # 2.5+ render the declaration as JSON: more than the text values
+    assert rules_for("gemini/gemini-2.5-flash").tool_definition(tool) > rules.tool_definition(tool)
+
+
+def test_gemini_calls_count_keys_and_string_values():
+    rules = rules_for("gemini/gemini-2.0-flash")
+    call = {"function": {"name": "f", "arguments": '{"city": "Paris", "n": 3}'}}
+    count = counter("o200k_base")
+    assert rules.tool_calls([call]) == sum(max(1, round(count(p) * 1.06)) for p in ("f", "city", "Paris", "n"))
+
+
+def test_openai_structured_output_hides_numeric_bounds():
+    rules = rules_for("openai/gpt-4o")
+    schema = {"type": "object", "properties": {"x": {"type": "number"}}}
+    bounded = {"type": "object", "properties": {"x": {"type": "number", "minimum": 0, "maximum": 1}}}
+    fmt = lambda s: {"type": "json_schema", "json_schema": {"name": "r", "schema": s}}  # noqa: E731
+    assert rules.response_format(fmt(bounded)) == rules.response_format(fmt(schema))
