@@ -31,6 +31,7 @@ def configure(
     *,
     tracer_provider: Optional[trace.TracerProvider] = None,
     meter_provider: Optional[metrics.MeterProvider] = None,
+    logger_provider: Any = None,
     **settings: Any,
 ) -> Runtime:
     """(Re)configure cw_middleware; see `config.resolve` for the settings and their env vars.
@@ -51,8 +52,9 @@ def configure(
 
         pipeline = install(cfg)
         tracer_provider, meter_provider = pipeline.tracer_provider, pipeline.meter_provider
+        logger_provider = logger_provider or pipeline.logger_provider
         flush, shutdown = pipeline.flush, pipeline.shutdown
-    runtime = Runtime(cfg, tracer_provider, meter_provider, shutdown=shutdown, flush=flush)
+    runtime = Runtime(cfg, tracer_provider, meter_provider, shutdown=shutdown, flush=flush, logger_provider=logger_provider)
     previous = set_runtime(runtime)
     if previous is not None:
         previous.flush()

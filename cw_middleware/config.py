@@ -14,6 +14,7 @@ the default. Environment variables:
     OTEL_METRIC_EXPORT_INTERVAL  ms between metric exports (default: 60000)
     CW_BACKEND             where the CLI and server read from (default: file:<the export file>)
     CW_SERVE_TOKEN         bearer token required by `cw-middleware serve`
+    CW_LOG_EVENTS          1 to also emit each snapshot as a log-based event (OTEP 4430)
 
 The embedded file (``file:PATH``) holds OTLP JSON lines, one export batch a line:
 ``{"resourceSpans":[...]}`` and ``{"resourceMetrics":[...]}``, the OpenTelemetry
@@ -125,7 +126,7 @@ def resolve(
         max_details=max_details or defaults.max_details,
         snapshot_history=snapshot_history or defaults.snapshot_history,
         metric_run_labels=bool(metric_run_labels) if metric_run_labels is not None else env.get("CW_METRIC_RUN_LABELS") == "1",
-        log_events=bool(log_events),
+        log_events=bool(log_events) if log_events is not None else env.get("CW_LOG_EVENTS") == "1",
         export_queue_size=queue,
         export_interval_ms=delay,
         metric_interval_ms=metric_delay,

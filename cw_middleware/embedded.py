@@ -97,6 +97,13 @@ def encode_spans_json(spans: Sequence[ReadableSpan]) -> bytes:
     return _to_json_line(encode_spans(spans))
 
 
+def encode_logs_json(batch: Sequence[Any]) -> bytes:
+    """One OTLP JSON line ``{"resourceLogs":[...]}`` (log-based snapshot events)."""
+    from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+
+    return _to_json_line(encode_logs(batch))
+
+
 def encode_metrics_json(data: MetricsData) -> bytes:
     """One OTLP JSON line ``{"resourceMetrics":[...]}``."""
     from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
@@ -170,6 +177,36 @@ class OtlpJsonFileMetricExporter(MetricExporter):
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         pass
+
+
+def _file_log_exporter(sink: _JsonLinesFile) -> Any:
+    """A LogRecordExporter writing OTLP JSON lines to the shared file (logs SDK imported only when asked)."""
+    from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
+
+    class OtlpJsonFileLogExporter(LogRecordExporter):
+        def export(self, batch: Sequence[Any]) -> LogRecordExportResult:
+            try:
+                line = encode_logs_json(batch)
+            except Exception as exc:  # noqa: BLE001
+                _warn("encode", f"cw_middleware: could not encode log events ({type(exc).__name__})")
+                return LogRecordExportResult.FAILURE
+            return LogRecordExportResult.SUCCESS if sink.append(line) else LogRecordExportResult.FAILURE
+
+        def shutdown(self) -> None:
+            pass
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return True
+
+    return OtlpJsonFileLogExporter()
+
+
+def _otlp_log_exporter() -> Any:
+    if otlp_protocol() == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter  # type: ignore[assignment]
+    return OTLPLogExporter()
 
 
 class _GuardedSpanExporter(SpanExporter):
@@ -268,6 +305,7 @@ class Pipeline:
     flush: Callable[[float], bool]
     shutdown: Callable[[], None]
     span_processor: BatchSpanProcessor
+    logger_provider: Any = None  # only with config.log_events
 
 
 def install(
@@ -297,16 +335,38 @@ def install(
     reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=config.metric_interval_ms)
     meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
 
+    logger_provider = _logger_provider(config, resource) if config.log_events else None
+
     def flush(timeout: float) -> bool:
         millis = int(timeout * 1000)
         ok = bool(tracer_provider.force_flush(millis))
+        if logger_provider is not None:
+            ok = bool(logger_provider.force_flush(millis)) and ok
         return bool(meter_provider.force_flush(millis)) and ok
 
     def shutdown() -> None:
         tracer_provider.shutdown()
         meter_provider.shutdown()
+        if logger_provider is not None:
+            logger_provider.shutdown()
 
-    return Pipeline(tracer_provider, meter_provider, flush, shutdown, processor)
+    return Pipeline(tracer_provider, meter_provider, flush, shutdown, processor, logger_provider)
+
+
+def _logger_provider(config: Config, resource: Resource) -> Any:
+    """Snapshots as log-based events (OTEP 4430 moves span events toward the Logs API)."""
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+
+    if config.export_path is not None:
+        exporter = _file_log_exporter(_JsonLinesFile(config.export_path))
+    else:
+        exporter = _otlp_log_exporter()
+    provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
+    provider.add_log_record_processor(
+        BatchLogRecordProcessor(exporter, max_queue_size=config.export_queue_size, schedule_delay_millis=config.export_interval_ms)
+    )
+    return provider
 
 
 __all__ = [

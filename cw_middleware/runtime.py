@@ -47,10 +47,11 @@ class Runtime:
         meter_provider: Optional[metrics.MeterProvider] = None,
         shutdown: Optional[Callable[[], None]] = None,
         flush: Optional[Callable[[float], bool]] = None,
+        logger_provider: Any = None,
     ) -> None:
         self.config = config or resolve()
         self.estimator = Estimator()
-        self.telemetry = Telemetry(self.config, tracer_provider, meter_provider)
+        self.telemetry = Telemetry(self.config, tracer_provider, meter_provider, logger_provider)
         self.log = _OnceLogger()
         self._history: deque[Snapshot] = deque(maxlen=self.config.snapshot_history)
         self._pending: dict[tuple[str, str], set[WarningCode]] = {}

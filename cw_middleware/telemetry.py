@@ -124,9 +124,16 @@ class Telemetry:
         config: Config,
         tracer_provider: Optional[trace.TracerProvider] = None,
         meter_provider: Optional[metrics.MeterProvider] = None,
+        logger_provider: Any = None,
     ) -> None:
         self.config = config
         self.tracer = trace.get_tracer("cw_middleware", tracer_provider=tracer_provider)
+        # Optional log-based events (OTEP 4430): the same attributes, event_name = SNAPSHOT_EVENT.
+        self.event_logger = None
+        if config.log_events:
+            from opentelemetry import _logs
+
+            self.event_logger = _logs.get_logger("cw_middleware", logger_provider=logger_provider)
         meter = metrics.get_meter("cw_middleware", meter_provider=meter_provider)
         self.tokens_gauge = meter.create_gauge(
             "agent.context_window.tokens", unit="{token}", description="Input tokens per context-window category"
@@ -259,6 +266,14 @@ class CallTelemetry:
             )
             late.add_event(SNAPSHOT_EVENT, attributes=attrs)
             late.end()
+        event_logger = self._owner.event_logger
+        if event_logger is not None:
+            # Correlated with the call span through the context, as a span event would be.
+            event_logger.emit(
+                event_name=SNAPSHOT_EVENT,
+                attributes=attrs,
+                context=trace.set_span_in_context(trace.NonRecordingSpan(self.span.get_span_context())),
+            )
         if not superseded:  # the gauges show the stage's newest request, not an older one's late count
             self._owner.record_snapshot_metrics(snapshot, self._stage)
 

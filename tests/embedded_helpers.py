@@ -17,7 +17,10 @@ def embedded_runtime(**settings: Any) -> Iterator[Runtime]:
     exporters = {k: settings.pop(k) for k in ("span_exporter", "metric_exporter") if k in settings}
     cfg = resolve(environ={}, **settings)
     pipeline = install(cfg, **exporters)
-    runtime = Runtime(cfg, pipeline.tracer_provider, pipeline.meter_provider, shutdown=pipeline.shutdown, flush=pipeline.flush)
+    runtime = Runtime(
+        cfg, pipeline.tracer_provider, pipeline.meter_provider,
+        shutdown=pipeline.shutdown, flush=pipeline.flush, logger_provider=pipeline.logger_provider,
+    )
     runtime.pipeline = pipeline  # type: ignore[attr-defined]
     previous = set_runtime(runtime)
     try:

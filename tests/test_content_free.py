@@ -124,10 +124,10 @@ def cw_logs(caplog):
 def test_file_export_and_every_answer_is_content_free(tmp_path, capsys, cw_logs):
     path = tmp_path / "t.jsonl"
     backend = f"file:{path}"
-    with running(OpenAIStub) as provider, embedded_runtime(export=backend, metric_run_labels=True):
+    with running(OpenAIStub) as provider, embedded_runtime(export=backend, metric_run_labels=True, log_events=True):
         _scenario(provider)
     exported = path.read_bytes()
-    assert b'"resourceSpans"' in exported and b'"resourceMetrics"' in exported
+    assert b'"resourceSpans"' in exported and b'"resourceMetrics"' in exported and b'"resourceLogs"' in exported
     assert b"agent.context_window.snapshot" in exported and b"error.type" in exported
     _assert_clean(exported, "the telemetry file")
 
@@ -156,9 +156,9 @@ def test_otlp_request_bodies_are_content_free(monkeypatch, cw_logs):
     with running(OtlpReceiver) as collector, running(OpenAIStub) as provider:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-        with embedded_runtime(export="otlp", metric_run_labels=True):
+        with embedded_runtime(export="otlp", metric_run_labels=True, log_events=True):
             _scenario(provider)
-        assert collector.bodies.get("/v1/traces") and collector.bodies.get("/v1/metrics")
+        assert collector.bodies.get("/v1/traces") and collector.bodies.get("/v1/metrics") and collector.bodies.get("/v1/logs")
         sent = collector.all_bytes()
         assert b"agent.context_window.snapshot" in sent and b"agent.context_window.tokens" in sent
         _assert_clean(sent, "OTLP request bodies")
