@@ -17,7 +17,10 @@ Anthropic documents per model family and tool_choice ("Tool use with Claude",
 pricing table: 346 tokens for auto/none on Claude 4 / Sonnet 3.7, 264 on Haiku 3.5,
 530 on Opus 3). The 4.5+ generation bills about 500 on reported usage; older
 families land nearer the table once the text scale is applied. Tool definitions
-are the JSON of name/description/input_schema, scaled like text.
+are the JSON of name/description/input_schema, scaled like text. Replayed
+tool_use and tool_result blocks carry their ``toolu_...`` id into the prompt:
+each id is billed as text (~15 tokens, twice per call), which accounts for the
+~40 tokens per call/result pair that arguments and results alone miss.
 Structured outputs (``output_format``) add a fixed instruction block plus the
 schema, also measured on reported usage.
 """
@@ -71,8 +74,11 @@ class AnthropicRules:
     _raw: Callable[[str], int] = field(default_factory=lambda: counter("o200k_base"), repr=False, compare=False)
 
     def message_framing(self, message: Mapping[str, Any]) -> int:
-        if message.get("role") in ("system", "developer"):
+        role = message.get("role")
+        if role in ("system", "developer"):
             return SYSTEM_FRAMING
+        if role in ("tool", "function"):  # a tool_result block is rendered with its tool_use_id
+            return MESSAGE_FRAMING + self.text(str(message.get("tool_call_id") or ""))
         return MESSAGE_FRAMING
 
     def tool_calls(self, tool_calls: Sequence[Mapping[str, Any]]) -> int:
@@ -81,6 +87,7 @@ class AnthropicRules:
             fn = call.get("function") or {}
             args = fn.get("arguments", "")
             total += self.text(str(fn.get("name", ""))) + self.text(args if isinstance(args, str) else json.dumps(args))
+            total += self.text(str(call.get("id") or ""))  # a tool_use block carries its id
         return total
 
     def tool_definition(self, tool: Mapping[str, Any]) -> int:
