@@ -2,8 +2,11 @@
 
 Text: Gemini's vocabulary (shared with Gemma) splits English text into a few
 percent more pieces than o200k_base, and ``promptTokenCount`` carries no role
-or turn markers ("Hello" is 1-2 tokens), so text is ``round(o200k * TEXT_SCALE)``
-(at least 1 for non-empty text) and framing is zero.
+or role names ("Hello" is 1-2 tokens), so text is ``round(o200k * TEXT_SCALE)``
+(at least 1 for non-empty text). Framing: the 2.5 and later models bill one token
+per Content (each turn, and the system instruction); 2.0 bills none. Checked with
+the Gemma 3 SentencePiece vocabulary, which reproduces 2.0 text counts exactly and
+2.5/3 counts to that one token per Content.
 
 Tools, calls and results follow what Google's own SDK counts
 (``google.genai.local_tokenizer._TextsAccumulator``, which mirrors countTokens):
@@ -36,6 +39,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ._tiktoken import counter
 
 TEXT_SCALE = 1.06
+CONTENT_MARKER = 1
 # 2.5+: the declaration's JSON (o200k, default separators) without these annotations.
 _DROPPED_SCHEMA_KEYS = frozenset({"additionalProperties", "title", "$defs", "definitions", "$schema"})
 _MAX_REF_DEPTH = 6
@@ -146,7 +150,8 @@ class GeminiRules:
         return sum(self.text(t) for t in texts if t)
 
     def message_framing(self, message: Mapping[str, Any]) -> int:
-        return 0
+        # 2.5 and later bill one token per Content (turn, system instruction included); 2.0 none.
+        return CONTENT_MARKER if self.json_declarations else 0
 
     def tool_calls(self, tool_calls: Sequence[Mapping[str, Any]]) -> int:
         total = 0
