@@ -49,21 +49,21 @@ SLICE = {
     "anthropic-messages-d40e88eea8e0": 5,  # structured output
     "anthropic-messages-aa1d3019ae15": 4,  # haiku 4.5 tools (4.5 tool prompt)
     "anthropic-messages-d5777e9e1bad": 8,  # claude-3-5-sonnet tools
-    "anthropic-messages-14e085f74899": 4,  # sonnet 4 tools with history
+    "anthropic-messages-14e085f74899": 7,  # sonnet 4 tools with history
     "anthropic-messages-17e0aaf57ab2": 4,  # tools + structured output
-    "anthropic-messages-f00b9eabecc6": 9,  # tools + schema + history
+    "anthropic-messages-f00b9eabecc6": 4,  # tools + schema + history
     # Gemini
-    "gemini-generate_content-5adfad6d3b15": 10,  # 2.5 plain text
+    "gemini-generate_content-5adfad6d3b15": 7,  # 2.5 plain text
     "gemini-generate_content-643c4a3bc151": 5,  # 2.5 long text
     "gemini-generate_content-bd62cc86d012": 13,  # 2.0 with responseSchema (not billed)
     "gemini-generate_content-9f47f74c6b4a": 4,  # 2.0 declaration: text values only
     "gemini-generate_content-e0714436676b": 11,  # 2.0 two declarations
     "gemini-generate_content-2447773db65b": 10,  # 2.0 call + response history
-    "gemini-generate_content-8e4ad2cc38f4": 4,  # 2.5 very long declaration (JSON)
-    "gemini-generate_content-18a009f70130": 11,  # 2.5 declaration
-    "gemini-generate_content-a62c240124b5": 12,  # 2.5 declaration + call
-    "gemini-generate_content-9d3aef845c53": 12,  # 3-flash declaration
-    "gemini-generate_content-f67a3fba71ee": 14,  # 3-pro declaration + schema
+    "gemini-generate_content-8e4ad2cc38f4": 3,  # 2.5 very long declaration (JSON)
+    "gemini-generate_content-18a009f70130": 13,  # 2.5 declaration
+    "gemini-generate_content-a62c240124b5": 14,  # 2.5 declaration + call
+    "gemini-generate_content-9d3aef845c53": 15,  # 3-flash declaration
+    "gemini-generate_content-f67a3fba71ee": 13,  # 3-pro declaration + schema
 }
 
 
