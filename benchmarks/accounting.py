@@ -18,8 +18,8 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -78,8 +78,15 @@ def bench_accounting(n_turns: int, repeats: int = 5) -> dict[str, float]:
     for msgs in requests:
         litellm.token_counter(model=MODEL, messages=msgs, tools=tools)
     theirs = time.perf_counter() - start
-    return {"turns": n_turns, "final_input_tokens": last.input_tokens, "floor_tokens": floor_tokens,
-            "cw_s": ours, "token_counter_s": theirs, "floor_s": floor, "strict_floor_s": strict_floor}
+    return {
+        "turns": n_turns,
+        "final_input_tokens": last.input_tokens,
+        "floor_tokens": floor_tokens,
+        "cw_s": ours,
+        "token_counter_s": theirs,
+        "floor_s": floor,
+        "strict_floor_s": strict_floor,
+    }
 
 
 def bench_call_path(n_calls: int) -> dict[str, float]:
@@ -107,8 +114,12 @@ def bench_call_path(n_calls: int) -> dict[str, float]:
             lite_times.append(lt)
             cw_times.append(c)
             ratios.append(c / lt)
-    return {"calls": n_calls, "litellm_median_ms": 1000 * statistics.median(lite_times),
-            "cw_median_ms": 1000 * statistics.median(cw_times), "median_ratio": statistics.median(ratios)}
+    return {
+        "calls": n_calls,
+        "litellm_median_ms": 1000 * statistics.median(lite_times),
+        "cw_median_ms": 1000 * statistics.median(cw_times),
+        "median_ratio": statistics.median(ratios),
+    }
 
 
 def main() -> int:
@@ -120,13 +131,19 @@ def main() -> int:
     speedup = acc["token_counter_s"] / acc["cw_s"]
     vs_floor = acc["cw_s"] / acc["floor_s"]
     print(f"conversation: {acc['turns']} turns, final context {acc['final_input_tokens']:,} tokens, 30 tools")
-    print(f"  floor: tiktoken encode(), each turn's new text once:  {1000 * acc['floor_s']:8.1f} ms  ({acc['floor_tokens']:,} tokens)")
+    print(
+        f"  floor: tiktoken encode(), each turn's new text once:  {1000 * acc['floor_s']:8.1f} ms"
+        f"  ({acc['floor_tokens']:,} tokens)"
+    )
     print(f"  strict floor: encode_ordinary() (no special-token scan): {1000 * acc['strict_floor_s']:8.1f} ms")
     print(f"  cw.estimate every turn:                                 {1000 * acc['cw_s']:8.1f} ms")
     print(f"  litellm.token_counter every turn:                       {1000 * acc['token_counter_s']:8.1f} ms")
     print(f"  1. speed-up vs token_counter: {speedup:7.1f}x   (bar >= 20x)   {'PASS' if speedup >= 20 else 'FAIL'}")
     print(f"  2. cost vs floor:             {vs_floor:7.2f}x   (bar <= 1.5x)  {'PASS' if vs_floor <= 1.5 else 'FAIL'}")
-    print(f"     cost vs strict floor:      {acc['cw_s'] / acc['strict_floor_s']:7.2f}x   (reported; the rest is verifying the history by value)")
+    print(
+        f"     cost vs strict floor:      {acc['cw_s'] / acc['strict_floor_s']:7.2f}x"
+        "   (reported; the rest is verifying the history by value)"
+    )
     call = bench_call_path(args.calls)
     print(f"call path at ~100k tokens, {call['calls']} alternating calls with mock_response:")
     print(f"  litellm.completion median {call['litellm_median_ms']:.2f} ms, cw.completion median {call['cw_median_ms']:.2f} ms")

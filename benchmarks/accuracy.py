@@ -61,8 +61,10 @@ def halves(rows_file: str) -> None:
             groups.setdefault(f"  {repo}", []).append(x["ape"])
         print(provider)
         for name, apes in sorted(groups.items(), key=lambda kv: (not kv[0].startswith("half"), kv[0])):
-            print(f"  {name:40} n={len(apes):4d} medAPE={statistics.median(apes):6.2f}% "
-                  f"p90={_pct(apes, 0.9):6.1f}% within2%={sum(a <= 2 for a in apes) / len(apes):.2f}")
+            print(
+                f"  {name:40} n={len(apes):4d} medAPE={statistics.median(apes):6.2f}% "
+                f"p90={_pct(apes, 0.9):6.1f}% within2%={sum(a <= 2 for a in apes) / len(apes):.2f}"
+            )
 
 
 def baseline() -> None:
@@ -84,8 +86,10 @@ def baseline() -> None:
     print("\nLiteLLM token_counter baseline")
     for p, apes in sorted(by.items()):
         apes.sort()
-        print(f"{p:12} n={len(apes):4d} medAPE={statistics.median(apes):6.2f}% "
-              f"p90={apes[int(0.9 * (len(apes) - 1))]:6.1f}% within2%={sum(a <= 2 for a in apes) / len(apes):.2f}")
+        print(
+            f"{p:12} n={len(apes):4d} medAPE={statistics.median(apes):6.2f}% "
+            f"p90={apes[int(0.9 * (len(apes) - 1))]:6.1f}% within2%={sum(a <= 2 for a in apes) / len(apes):.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -25,15 +25,19 @@ def make_tools(n: int = 30, seed: int = 7) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     tools = []
     for i in range(n):
-        props = {f"arg_{j}": {"type": rng.choice(["string", "integer", "boolean"]), "description": _text(rng, 8)} for j in range(4)}
-        tools.append({
-            "type": "function",
-            "function": {
-                "name": f"tool_{i}",
-                "description": _text(rng, 25),
-                "parameters": {"type": "object", "properties": props, "required": ["arg_0"]},
-            },
-        })
+        props = {
+            f"arg_{j}": {"type": rng.choice(["string", "integer", "boolean"]), "description": _text(rng, 8)} for j in range(4)
+        }
+        tools.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": f"tool_{i}",
+                    "description": _text(rng, 25),
+                    "parameters": {"type": "object", "properties": props, "required": ["arg_0"]},
+                },
+            }
+        )
     return tools
 
 
@@ -44,13 +48,24 @@ def make_turns(n_turns: int = 200, seed: int = 11) -> tuple[str, list[list[dict[
     turns = []
     for t in range(n_turns):
         call_id = f"call_{t}"
-        turns.append([
-            {"role": "user", "content": _text(rng, 60)},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function",
-             "function": {"name": f"tool_{t % 30}", "arguments": json.dumps({"arg_0": _text(rng, 6)})}}]},
-            {"role": "tool", "tool_call_id": call_id, "content": _text(rng, 300)},
-            {"role": "assistant", "content": _text(rng, 40)},
-        ])
+        turns.append(
+            [
+                {"role": "user", "content": _text(rng, 60)},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": f"tool_{t % 30}", "arguments": json.dumps({"arg_0": _text(rng, 6)})},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": call_id, "content": _text(rng, 300)},
+                {"role": "assistant", "content": _text(rng, 40)},
+            ]
+        )
     return system, turns
 
 

@@ -123,7 +123,8 @@ def main() -> int:
     for label, (run_id, stage_id) in cases:
         seconds, answer = timed(lambda r=run_id, s=stage_id: reader.context_window(r, s))
         print(
-            f"latest, {label:<30} {seconds * 1000:8.1f} ms  ({answer.staleness.value}, {getattr(answer.count_method, 'value', None)})"
+            f"latest, {label:<30} {seconds * 1000:8.1f} ms"
+            f"  ({answer.staleness.value}, {getattr(answer.count_method, 'value', None)})"
         )
     seconds, _ = timed(lambda: reader.stages(newest[0]))
     print(f"stages listing of one run               {seconds * 1000:8.1f} ms")

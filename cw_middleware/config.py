@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Optional
 
 from .errors import ConfigError
@@ -35,7 +35,7 @@ from .errors import ConfigError
 DEFAULT_TELEMETRY_FILE = "cw-telemetry.jsonl"
 
 
-class ProviderCountPolicy(str, Enum):
+class ProviderCountPolicy(StrEnum):
     AUTO = "auto"  # only where the local tokenizer is approximate and credentials exist
     ALWAYS = "always"
     NEVER = "never"
@@ -70,7 +70,7 @@ def parse_export(value: str) -> str:
 
 def parse_policy(value: object) -> ProviderCountPolicy:
     try:
-        return ProviderCountPolicy(value)
+        return ProviderCountPolicy(str(value))
     except ValueError:
         raise ConfigError(f"provider_count must be 'auto', 'always' or 'never', got {value!r}") from None
 

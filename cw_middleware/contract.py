@@ -12,14 +12,14 @@ short source labels chosen by the caller ("AGENTS.md", "mcp:github").
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from enum import Enum
+from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class Category(str, Enum):
+class Category(StrEnum):
     """What a token of the context window is spent on."""
 
     SYSTEM_PROMPT = "system_prompt"
@@ -34,7 +34,7 @@ class Category(str, Enum):
 CATEGORIES: tuple[Category, ...] = tuple(Category)
 
 
-class CountMethod(str, Enum):
+class CountMethod(StrEnum):
     """Where a snapshot's total comes from, best last."""
 
     LOCAL_ESTIMATE = "local_estimate"
@@ -42,19 +42,19 @@ class CountMethod(str, Enum):
     PROVIDER_API_SCALED_BREAKDOWN = "provider_api_scaled_breakdown"
 
 
-class Staleness(str, Enum):
+class Staleness(StrEnum):
     LIVE = "live"  # the stage is still running
     STORED = "stored"  # the stage has ended; this is its last word
     UNAVAILABLE = "unavailable"  # nothing to show
 
 
-class UnavailableReason(str, Enum):
+class UnavailableReason(StrEnum):
     NOT_AGENT_STAGE = "not_agent_stage"
     NOT_OBSERVED = "not_observed"
     PROVIDER_UNCONFIGURED = "provider_unconfigured"
 
 
-class WarningCode(str, Enum):
+class WarningCode(StrEnum):
     """Machine-readable reasons a number is less than exact. Messages never carry content."""
 
     APPROXIMATE_TOKENIZER = "approximate_tokenizer"
@@ -105,7 +105,7 @@ class Snapshot(_Frozen):
     input_tokens: int
     usage_percent: Optional[float] = None
     count_method: CountMethod
-    generated_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    generated_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     event_seq: int = 0
     breakdown: list[BreakdownItem]
     warnings: list[SnapshotWarning] = Field(default_factory=list)
@@ -140,7 +140,7 @@ class StageContextWindow(_Frozen):
     details: list[DetailItem] = Field(default_factory=list)
 
     @classmethod
-    def from_snapshot(cls, snapshot: Snapshot, staleness: Staleness) -> "StageContextWindow":
+    def from_snapshot(cls, snapshot: Snapshot, staleness: Staleness) -> StageContextWindow:
         return cls(
             stage_id=snapshot.stage_id or "",
             available=True,
@@ -161,7 +161,7 @@ class StageContextWindow(_Frozen):
     @classmethod
     def unavailable(
         cls, stage_id: str, reason: UnavailableReason, warnings: list[SnapshotWarning] | None = None
-    ) -> "StageContextWindow":
+    ) -> StageContextWindow:
         return cls(
             stage_id=stage_id,
             available=False,

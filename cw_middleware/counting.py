@@ -32,9 +32,9 @@ from typing import Any, Optional
 
 import httpx
 
+from ._log import RateLimitedLog
 from .contract import WarningCode
 from .rules import split_provider
-from .runtime import _OnceLogger
 
 logger = logging.getLogger("cw_middleware")
 
@@ -477,7 +477,7 @@ class ProviderCounter:
         self._busy = False
         self._closed = False
         self._thread: Optional[threading.Thread] = None
-        self._log = _OnceLogger()  # a dead endpoint fails every count: log each kind once a minute
+        self._log = RateLimitedLog()  # a dead endpoint fails every count: log each kind once a minute
 
     def submit(self, target: CountTarget, request: Mapping[str, Any], on_result: OnResult) -> bool:
         """Queue a count; False when it was not queued (full: on_result gets provider_count_dropped)."""

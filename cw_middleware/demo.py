@@ -6,7 +6,8 @@ No API key and no server: LiteLLM's ``mock_response`` stands in for the model.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import tags
 
@@ -35,8 +36,10 @@ def demo_tools() -> list[dict[str, Any]]:
     return [
         tags.tool(_fn("read_file", "Read a file of the workspace.", path="path relative to the root")),
         tags.tool(_fn("run_tests", "Run the test suite and return the summary.", selector="pytest -k expression")),
-        tags.tool(_fn("create_issue", "Create a GitHub issue.", repo="owner/name", title="title", body="markdown body"),
-                  tags.ToolSource.mcp("github")),
+        tags.tool(
+            _fn("create_issue", "Create a GitHub issue.", repo="owner/name", title="title", body="markdown body"),
+            tags.ToolSource.mcp("github"),
+        ),
         tags.tool(_fn("search_code", "Search code on GitHub.", query="search query"), tags.ToolSource.mcp("github")),
         tags.tool(_fn("load_skill", "Load a skill's instructions by name.", name="skill name"), tags.ToolSource.skill("loader")),
     ]
@@ -45,8 +48,14 @@ def demo_tools() -> list[dict[str, Any]]:
 def run(model: str, complete: Callable[..., Any], on_turn: Callable[[int, str], None], turns: int = 4) -> None:
     """Drive a short agent loop through ``complete`` (cw.completion), calling ``on_turn`` after each call."""
     messages: list[dict[str, Any]] = [
-        tags.message("system", [tags.segment(SYSTEM_PROMPT, "system_prompt"), tags.segment(MEMORY, "memory", "AGENTS.md"),
-                                tags.segment(SKILL_CATALOGUE, "skills", "skills:catalogue")]),
+        tags.message(
+            "system",
+            [
+                tags.segment(SYSTEM_PROMPT, "system_prompt"),
+                tags.segment(MEMORY, "memory", "AGENTS.md"),
+                tags.segment(SKILL_CATALOGUE, "skills", "skills:catalogue"),
+            ],
+        ),
         {"role": "user", "content": "Fill in the attached PDF form from the spreadsheet, then open an issue."},
     ]
     tools = demo_tools()
@@ -59,8 +68,13 @@ def run(model: str, complete: Callable[..., Any], on_turn: Callable[[int, str], 
             2: ("read_file", {"path": "form.pdf"}, "Name: ____ Date: ____ " * 40),
             3: ("run_tests", {"selector": "form"}, "12 passed in 0.4s"),
         }.get(turn, ("search_code", {"query": "pdf form"}, "3 results"))
-        messages.append({"role": "assistant", "content": None,
-                         "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}],
+            }
+        )
         if result is None:  # an activated skill: its instructions count as skills, not conversation
             messages.append(tags.message("tool", SKILL_PDF, category="skills", source="skill:pdf", tool_call_id=call_id))
         else:

@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -39,6 +38,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from ._log import RateLimitedLog
 from .config import Config
 
 logger = logging.getLogger("cw_middleware")
@@ -46,24 +46,8 @@ logger = logging.getLogger("cw_middleware")
 _ID_KEYS = ("traceId", "spanId", "parentSpanId")
 
 
-class _RateLimitedWarning:
-    """One warning per key per interval: a dead collector must not flood the application's log."""
-
-    def __init__(self, interval: float = 60.0) -> None:
-        self._interval = interval
-        self._last: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, key: str, message: str) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._last.get(key, -self._interval) < self._interval:
-                return
-            self._last[key] = now
-        logger.warning(message)
-
-
-_warn = _RateLimitedWarning()
+_log = RateLimitedLog()  # a dead collector must not flood the application's log
+_warn = _log.warning
 
 
 # ---------------------------------------------------------------- OTLP JSON encoding
@@ -364,7 +348,9 @@ def _logger_provider(config: Config, resource: Resource) -> Any:
         exporter = _otlp_log_exporter()
     provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
     provider.add_log_record_processor(
-        BatchLogRecordProcessor(exporter, max_queue_size=config.export_queue_size, schedule_delay_millis=config.export_interval_ms)
+        BatchLogRecordProcessor(
+            exporter, max_queue_size=config.export_queue_size, schedule_delay_millis=config.export_interval_ms
+        )
     )
     return provider
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import operator
 import threading
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Optional
 
 from .contract import Category, WarningCode
 from .rules import CountingRules, rules_for
@@ -306,8 +307,11 @@ def strip_request(
         elif any(_has_tag(m) for m in messages):
             clean_messages = [strip_message(m) for m in messages]
     clean_tools = tools
-    tools_tagged = known.tagged_tools if known is not None else tools is not None and any(
-        isinstance(t, dict) and TAG_KEY in t for t in tools)
+    tools_tagged = (
+        known.tagged_tools
+        if known is not None
+        else tools is not None and any(isinstance(t, dict) and TAG_KEY in t for t in tools)
+    )
     if tools is not None and tools_tagged:
         clean_tools = [strip_tool(t) for t in tools]
     return clean_messages, clean_tools

@@ -8,7 +8,8 @@ parts are whole numbers, never negative, and sum exactly to the total.
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Mapping, Optional, TypeVar
+from collections.abc import Hashable, Mapping
+from typing import Any, Optional, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 

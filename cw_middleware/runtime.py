@@ -8,35 +8,19 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 from opentelemetry import metrics, trace
 
+from ._log import RateLimitedLog
 from .config import Config, resolve
 from .contract import Snapshot, WarningCode
 from .estimate import Estimator
 from .telemetry import CallTelemetry, StageInfo, Telemetry
 
 logger = logging.getLogger("cw_middleware")
-
-
-class _OnceLogger:
-    """Logs each kind of internal failure once per minute: no floods, never content."""
-
-    def __init__(self, interval: float = 60.0) -> None:
-        self._last: dict[str, float] = {}
-        self._interval = interval
-        self._lock = threading.Lock()
-
-    def warning(self, key: str, message: str) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._last.get(key, -self._interval) < self._interval:
-                return
-            self._last[key] = now
-        logger.warning(message)
 
 
 class Runtime:
@@ -52,7 +36,7 @@ class Runtime:
         self.config = config or resolve()
         self.estimator = Estimator()
         self.telemetry = Telemetry(self.config, tracer_provider, meter_provider, logger_provider)
-        self.log = _OnceLogger()
+        self.log = RateLimitedLog()
         self._history: deque[Snapshot] = deque(maxlen=self.config.snapshot_history)
         self._pending: dict[tuple[str, str], set[WarningCode]] = {}
         self._newest_call: dict[tuple[str, str], int] = {}

@@ -10,10 +10,11 @@ zeros rather than gaps.
 from __future__ import annotations
 
 import itertools
-from operator import itemgetter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Optional, TypeVar
+from datetime import UTC, datetime
+from operator import itemgetter
+from typing import Any, Optional, TypeVar
 
 from pydantic import BaseModel
 
@@ -128,21 +129,24 @@ def build_snapshot(
     ranked = sorted(by_source.items(), key=itemgetter(1), reverse=True)
     if len(ranked) > max_details:
         codes.add(WarningCode.DETAILS_TRUNCATED)
-    return _trusted(Snapshot, dict(
-        run_id=meta.run_id,
-        stage_id=meta.stage_id,
-        provider=meta.provider,
-        model=meta.model,
-        context_window_tokens=window,
-        input_tokens=input_tokens,
-        usage_percent=_percent(input_tokens, window),
-        count_method=count_method,
-        generated_at=datetime.now(timezone.utc),
-        event_seq=next_event_seq(),
-        breakdown=[_breakdown_item(c, t, window) for c, t in per_category.items()],
-        warnings=make_warnings(codes),
-        details=[_detail_item(c, s, t) for (c, s), t in ranked[:max_details] if t],
-    ))
+    return _trusted(
+        Snapshot,
+        dict(
+            run_id=meta.run_id,
+            stage_id=meta.stage_id,
+            provider=meta.provider,
+            model=meta.model,
+            context_window_tokens=window,
+            input_tokens=input_tokens,
+            usage_percent=_percent(input_tokens, window),
+            count_method=count_method,
+            generated_at=datetime.now(UTC),
+            event_seq=next_event_seq(),
+            breakdown=[_breakdown_item(c, t, window) for c, t in per_category.items()],
+            warnings=make_warnings(codes),
+            details=[_detail_item(c, s, t) for (c, s), t in ranked[:max_details] if t],
+        ),
+    )
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -13,8 +13,9 @@ and, for hand-built tags, when the request is read.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 from .contract import Category
 from .errors import TagError
@@ -45,15 +46,15 @@ class ToolSource:
     label: str
 
     @classmethod
-    def native(cls) -> "ToolSource":
+    def native(cls) -> ToolSource:
         return cls(Category.TOOLS, "native")
 
     @classmethod
-    def mcp(cls, server: str) -> "ToolSource":
+    def mcp(cls, server: str) -> ToolSource:
         return cls(Category.MCP_TOOLS, f"mcp:{_check_label(server, 'MCP server name')}")
 
     @classmethod
-    def skill(cls, name: str) -> "ToolSource":
+    def skill(cls, name: str) -> ToolSource:
         return cls(Category.SKILLS, f"skill:{_check_label(name, 'skill name')}")
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextvars
 import threading
 import weakref
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from .config import ProviderCountPolicy, parse_policy
 from .contract import CountMethod, Snapshot, WarningCode
@@ -133,7 +134,7 @@ class _Call:
         self._lock = threading.Lock()
 
     @classmethod
-    def start(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> "_Call":
+    def start(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Call:
         options = {k: kwargs.pop(k) for k in _OPTIONS if k in kwargs}
         try:
             runtime = get_runtime()
@@ -315,7 +316,9 @@ class _Call:
     def _publish(self, method: CountMethod, total: Optional[int] = None, superseded: bool = False) -> None:
         try:
             by_source = self.estimate.by_source if self.estimate is not None else {}
-            snap = build_snapshot(by_source, self.meta, method, set(self.warnings), total=total, max_details=self.runtime.config.max_details)
+            snap = build_snapshot(
+                by_source, self.meta, method, set(self.warnings), total=total, max_details=self.runtime.config.max_details
+            )
             self.runtime.publish(snap, self.telemetry, self.stage, superseded=superseded)
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("publish", f"cw_middleware: could not build a snapshot ({type(exc).__name__})")
@@ -330,7 +333,9 @@ def _model_and_messages(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[
     return str(model or ""), messages
 
 
-def _meta(runtime: Runtime, model: str, custom_llm_provider: Optional[str], window_override: Any, st: Optional[StageInfo]) -> RequestMeta:
+def _meta(
+    runtime: Runtime, model: str, custom_llm_provider: Optional[str], window_override: Any, st: Optional[StageInfo]
+) -> RequestMeta:
     provider, window = _model_facts(model, custom_llm_provider)
     configured = runtime.config.context_windows
     if isinstance(window_override, int) and window_override > 0:

@@ -22,10 +22,18 @@ PDF_SKILL = "# pdf skill\n1. Run pdftotext -layout.\n2. Use pdfplumber for table
 
 
 def function(tool_name, description, **params):
-    return {"type": "function", "function": {
-        "name": tool_name, "description": description,
-        "parameters": {"type": "object", "properties": {k: {"type": "string", "description": v} for k, v in params.items()},
-                       "required": list(params)}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": tool_name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {k: {"type": "string", "description": v} for k, v in params.items()},
+                "required": list(params),
+            },
+        },
+    }
 
 
 def main() -> None:
@@ -41,11 +49,14 @@ def main() -> None:
         cw.tool(function("activate_skill", "Load a skill's instructions.", name="skill"), cw.ToolSource.skill("loader")),
     ]
     messages = [
-        cw.message("system", [
-            cw.segment("You are a release engineer. Be careful and brief.", "system_prompt"),
-            cw.segment(MEMORY_FILE, "memory", source="AGENTS.md"),
-            cw.segment(SKILLS, "skills", source="skills:catalogue"),
-        ]),
+        cw.message(
+            "system",
+            [
+                cw.segment("You are a release engineer. Be careful and brief.", "system_prompt"),
+                cw.segment(MEMORY_FILE, "memory", source="AGENTS.md"),
+                cw.segment(SKILLS, "skills", source="skills:catalogue"),
+            ],
+        ),
         {"role": "user", "content": "Summarise the attached release notes PDF and open a PR with the changelog."},
     ]
     plan = [
@@ -58,8 +69,15 @@ def main() -> None:
             cw.completion(model=model, messages=messages, tools=tools, mock_response=f"calling {tool_name}")
             print(render(cw.snapshots()[-1], title=f"\n== after call {turn}"))
             call_id = f"call_{turn}"
-            messages.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": call_id, "type": "function", "function": {"name": tool_name, "arguments": json.dumps(args)}}]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": call_id, "type": "function", "function": {"name": tool_name, "arguments": json.dumps(args)}}
+                    ],
+                }
+            )
             if result is cw.message:
                 messages.append(cw.message("tool", PDF_SKILL, category="skills", source="skill:pdf", tool_call_id=call_id))
             else:

@@ -1,6 +1,6 @@
 """The whole migration: swap the import. No API key needed (mock_response).
 
-    python examples/plain_wrap.py
+python examples/plain_wrap.py
 """
 
 import cw_middleware as cw

@@ -18,8 +18,12 @@ def embedded_runtime(**settings: Any) -> Iterator[Runtime]:
     cfg = resolve(environ={}, **settings)
     pipeline = install(cfg, **exporters)
     runtime = Runtime(
-        cfg, pipeline.tracer_provider, pipeline.meter_provider,
-        shutdown=pipeline.shutdown, flush=pipeline.flush, logger_provider=pipeline.logger_provider,
+        cfg,
+        pipeline.tracer_provider,
+        pipeline.meter_provider,
+        shutdown=pipeline.shutdown,
+        flush=pipeline.flush,
+        logger_provider=pipeline.logger_provider,
     )
     runtime.pipeline = pipeline  # type: ignore[attr-defined]
     previous = set_runtime(runtime)

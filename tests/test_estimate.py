@@ -21,8 +21,14 @@ def n(text: str) -> int:
 
 
 def fn_tool(name: str, description: str = "does a thing") -> dict[str, Any]:
-    return {"type": "function", "function": {"name": name, "description": description,
-                                             "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    }
 
 
 def test_untagged_roles_follow_the_default_rules(runtime):
@@ -40,9 +46,12 @@ def test_untagged_roles_follow_the_default_rules(runtime):
 def test_tagged_segments_go_to_their_category_whatever_the_role(runtime):
     memory = "- always run the tests before committing\n" * 20
     plain = cw.estimate(model="gpt-4o", messages=[cw.message("system", [cw.segment("You are an agent.", "system_prompt")])])
-    tagged = cw.estimate(model="gpt-4o", messages=[
-        cw.message("system", [cw.segment("You are an agent.", "system_prompt"), cw.segment(memory, "memory", "AGENTS.md")]),
-    ])
+    tagged = cw.estimate(
+        model="gpt-4o",
+        messages=[
+            cw.message("system", [cw.segment("You are an agent.", "system_prompt"), cw.segment(memory, "memory", "AGENTS.md")]),
+        ],
+    )
     assert tagged.tokens("memory") == n(memory)
     assert tagged.tokens("system_prompt") == plain.tokens("system_prompt")
     assert {(d.category, d.source) for d in tagged.details} >= {(Category.MEMORY, "AGENTS.md")}
@@ -53,11 +62,15 @@ def test_tagged_segments_go_to_their_category_whatever_the_role(runtime):
 
 def test_activated_skill_in_a_tool_result_counts_as_skills(runtime):
     skill = "# Skill: pdf\nUse pdftotext; never guess from an image.\n" * 10
-    call = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "load_skill", "arguments": '{"name": "pdf"}'}}]}
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "load_skill", "arguments": '{"name": "pdf"}'}}],
+    }
     as_conversation = cw.estimate(model="gpt-4o", messages=[call, {"role": "tool", "tool_call_id": "c1", "content": skill}])
-    as_skill = cw.estimate(model="gpt-4o", messages=[
-        call, cw.message("tool", skill, category="skills", source="skill:pdf", tool_call_id="c1")])
+    as_skill = cw.estimate(
+        model="gpt-4o", messages=[call, cw.message("tool", skill, category="skills", source="skill:pdf", tool_call_id="c1")]
+    )
     assert as_skill.input_tokens == as_conversation.input_tokens  # same tokens, other bucket
     assert as_skill.tokens("skills") >= n(skill)
     assert as_conversation.tokens("conversation") - as_skill.tokens("conversation") == as_skill.tokens("skills")
@@ -68,7 +81,9 @@ def test_tools_are_attributed_by_source_and_guesses_are_flagged(runtime):
     native = cw.estimate(model="gpt-4o", messages=msgs, tools=[fn_tool("search")])
     assert native.tokens("tools") > 0 and native.tokens("mcp_tools") == 0
     assert WarningCode.TOOL_SOURCE_INFERRED.value not in native.warning_codes()
-    mcp = cw.estimate(model="gpt-4o", messages=msgs, tools=[fn_tool("search"), cw.tool(fn_tool("create_issue"), cw.ToolSource.mcp("github"))])
+    mcp = cw.estimate(
+        model="gpt-4o", messages=msgs, tools=[fn_tool("search"), cw.tool(fn_tool("create_issue"), cw.ToolSource.mcp("github"))]
+    )
     assert mcp.tokens("mcp_tools") > 0
     assert any(d.source == "mcp:github" for d in mcp.details)
     skill = cw.estimate(model="gpt-4o", messages=msgs, tools=[cw.tool(fn_tool("load"), cw.ToolSource.skill("loader"))])
@@ -88,10 +103,18 @@ def test_images_are_never_estimated_from_their_bytes(runtime):
 
 
 def test_categories_always_sum_to_the_total(runtime):
-    snap = cw.estimate(model="gpt-4o", messages=[
-        cw.message("system", [cw.segment("sys", "system_prompt"), cw.segment("mem", "memory", "m")]),
-        {"role": "user", "content": "question"}], tools=[fn_tool("a"), cw.tool(fn_tool("b"), cw.ToolSource.mcp("s"))],
-        response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object", "properties": {"x": {"type": "string"}}}}})
+    snap = cw.estimate(
+        model="gpt-4o",
+        messages=[
+            cw.message("system", [cw.segment("sys", "system_prompt"), cw.segment("mem", "memory", "m")]),
+            {"role": "user", "content": "question"},
+        ],
+        tools=[fn_tool("a"), cw.tool(fn_tool("b"), cw.ToolSource.mcp("s"))],
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "r", "schema": {"type": "object", "properties": {"x": {"type": "string"}}}},
+        },
+    )
     assert sum(b.tokens for b in snap.breakdown) == snap.input_tokens
     assert [b.category for b in snap.breakdown] == list(Category)
     assert snap.context_window_tokens == 128000
@@ -153,7 +176,9 @@ def conversation(rng: random.Random, turns: int) -> list[dict[str, Any]]:
     msgs = [{"role": "system", "content": "system " + " ".join(rng.choice(words) for _ in range(20))}]
     for t in range(turns):
         msgs.append({"role": "user", "content": f"turn {t} " + " ".join(rng.choice(words) for _ in range(rng.randint(1, 30)))})
-        msgs.append({"role": "assistant", "content": f"answer {t} " + " ".join(rng.choice(words) for _ in range(rng.randint(1, 30)))})
+        msgs.append(
+            {"role": "assistant", "content": f"answer {t} " + " ".join(rng.choice(words) for _ in range(rng.randint(1, 30)))}
+        )
     return msgs
 
 
@@ -217,6 +242,12 @@ def test_tagged_messages_are_found_through_the_prefix_cache():
     branch = est.estimate("gpt-4o", [dict(m) for m in grown[:3]] + [{"role": "user", "content": "other"}])
     assert (first.tagged_messages, second.tagged_messages, branch.tagged_messages) == ((0,), (0, 3), (0,))
     clean, _ = strip_request(grown, None, known=second)
-    assert not any(TAG_KEY in m or any(TAG_KEY in p for p in m["content"] if isinstance(p, dict))
-                   for m in clean if isinstance(m, dict) and isinstance(m.get("content"), list)) and TAG_KEY not in clean[3]
+    assert (
+        not any(
+            TAG_KEY in m or any(TAG_KEY in p for p in m["content"] if isinstance(p, dict))
+            for m in clean
+            if isinstance(m, dict) and isinstance(m.get("content"), list)
+        )
+        and TAG_KEY not in clean[3]
+    )
     assert clean[1] is grown[1]  # untagged messages are passed through, not copied

@@ -8,7 +8,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(script: str) -> str:
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / script)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script)], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 

@@ -19,9 +19,9 @@ MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "conten
 
 @pytest.fixture(autouse=True)
 def fresh_warnings():
-    embedded._warn._last.clear()
+    embedded._log = embedded.RateLimitedLog()
+    embedded._warn = embedded._log.warning
     yield
-    embedded._warn._last.clear()
 
 
 def _closed_port() -> int:

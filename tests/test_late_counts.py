@@ -20,10 +20,10 @@ def test_an_older_calls_late_count_does_not_replace_the_newest_calls_breakdown(t
     with embedded_runtime(export=f"file:{path}", provider_count="always") as runtime:
         with cw.stage(run_id="run-late", stage_id="s1"):
             # Call 1: a slow count is queued; call 2 (no count) starts before it lands.
-            cw.completion(model="anthropic/claude-sonnet-4-5", messages=short, mock_response="ok",
-                          api_key="sk-test", api_base=provider.url)
-            cw.completion(model="anthropic/claude-sonnet-4-5", messages=long, mock_response="ok",
-                          cw_provider_count="never")
+            cw.completion(
+                model="anthropic/claude-sonnet-4-5", messages=short, mock_response="ok", api_key="sk-test", api_base=provider.url
+            )
+            cw.completion(model="anthropic/claude-sonnet-4-5", messages=long, mock_response="ok", cw_provider_count="never")
             newest = cw.snapshots()[-1]
             deadline = time.monotonic() + 10
             while not any(s.count_method is CountMethod.PROVIDER_API_SCALED_BREAKDOWN for s in cw.snapshots()):

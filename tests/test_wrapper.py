@@ -43,7 +43,10 @@ def test_stream_chunks_are_those_of_litellm(runtime):
     ours = cw.completion(model="gpt-4o", messages=MSGS, stream=True, mock_response="one two three")
     assert isinstance(ours, litellm.CustomStreamWrapper)
     got = [c.choices[0].delta.content for c in ours]
-    want = [c.choices[0].delta.content for c in litellm.completion(model="gpt-4o", messages=MSGS, stream=True, mock_response="one two three")]
+    want = [
+        c.choices[0].delta.content
+        for c in litellm.completion(model="gpt-4o", messages=MSGS, stream=True, mock_response="one two three")
+    ]
     assert got == want
     assert WarningCode.MOCK_USAGE_NOT_RECONCILED.value in cw.snapshots()[-1].warning_codes()
 

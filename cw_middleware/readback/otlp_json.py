@@ -245,7 +245,7 @@ class SnapshotRecord:
                 continue
         method = a.get(keys.ATTR_COUNT_METHOD)
         try:
-            count_method: Optional[CountMethod] = CountMethod(method)
+            count_method: Optional[CountMethod] = CountMethod(str(method))
         except ValueError:
             count_method = None
         seq = a.get(keys.ATTR_EVENT_SEQ)

@@ -12,8 +12,9 @@ a fallback for names newer than LiteLLM's model map.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
-from typing import Callable, Any, Mapping, Optional, Protocol, Sequence
+from typing import Any, Optional, Protocol
 
 
 class CountingRules(Protocol):

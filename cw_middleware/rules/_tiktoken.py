@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Callable
+from collections.abc import Callable
+from functools import cache, lru_cache
 
 from .. import _offline  # noqa: F401  - sets TIKTOKEN_CACHE_DIR before tiktoken loads
 
 
-@lru_cache(maxsize=None)
+@cache
 def encoder(encoding_name: str) -> Callable[[str], list[int]]:
     """encode_ordinary of an encoding: special-token text in a prompt counts as plain text, as providers do."""
     import tiktoken
@@ -19,7 +19,7 @@ def encoder(encoding_name: str) -> Callable[[str], list[int]]:
 SHORT_TEXT = 64  # roles, names, recipients, separators: counted once, not once per message
 
 
-@lru_cache(maxsize=None)
+@cache
 def counter(encoding_name: str) -> Callable[[str], int]:
     """Token count of a text. Short framing strings recur in every message, so they are memoised;
     long texts are cached by the estimator (keyed by hash, holding no text)."""

@@ -18,7 +18,8 @@ spells out unions and resolves local ``$defs``; that is what is done here.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 # Local $ref resolution stops here: recursive schemas render as `any` past this depth.
 _MAX_REF_DEPTH = 6
@@ -100,7 +101,9 @@ def _type(spec: Any, indent: str, root: Mapping[str, Any], depth: int) -> str:
         return _type(all_of[0], indent, root, depth + 1)
     kind = spec.get("type")
     if isinstance(kind, list):
-        return " | ".join(_scalar(k) if k not in ("object", "array") else _type({**spec, "type": k}, indent, root, depth) for k in kind)
+        return " | ".join(
+            _scalar(k) if k not in ("object", "array") else _type({**spec, "type": k}, indent, root, depth) for k in kind
+        )
     if kind == "object" or (kind is None and "properties" in spec):
         if spec.get("properties"):
             return _object(spec, indent + "  ", root, depth)

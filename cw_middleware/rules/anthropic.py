@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from ._tiktoken import counter
 
@@ -46,8 +47,19 @@ _TOOL_PROMPT_BY_FAMILY = (
     (("claude-3-5-haiku", "claude-3-haiku"), 264),
     (("claude-3-opus",), 530),
     (("claude-3-sonnet",), 159),
-    (("claude-3-5-sonnet", "claude-3-7-sonnet", "claude-sonnet-4-0", "claude-sonnet-4-2", "claude-opus-4-0",
-      "claude-opus-4-1", "claude-opus-4-2", "claude-4"), 300),
+    (
+        (
+            "claude-3-5-sonnet",
+            "claude-3-7-sonnet",
+            "claude-sonnet-4-0",
+            "claude-sonnet-4-2",
+            "claude-opus-4-0",
+            "claude-opus-4-1",
+            "claude-opus-4-2",
+            "claude-4",
+        ),
+        300,
+    ),
 )
 TOOL_PROMPT_DEFAULT = 500  # Claude 4.5 and newer, and names newer than this table
 
@@ -70,7 +82,9 @@ class AnthropicRules:
     name: str = "anthropic:o200k_x1.18"
     provider: str = "anthropic"
     exact: bool = False
-    text: Callable[[str], int] = field(default_factory=lambda: _scaled(counter("o200k_base"), TEXT_SCALE), repr=False, compare=False)
+    text: Callable[[str], int] = field(
+        default_factory=lambda: _scaled(counter("o200k_base"), TEXT_SCALE), repr=False, compare=False
+    )
     _raw: Callable[[str], int] = field(default_factory=lambda: counter("o200k_base"), repr=False, compare=False)
 
     def message_framing(self, message: Mapping[str, Any]) -> int:

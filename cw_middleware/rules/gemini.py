@@ -33,8 +33,9 @@ carries one there, it is counted (see `tool_calls`).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from ._tiktoken import counter
 
@@ -143,7 +144,9 @@ class GeminiRules:
     name: str = "gemini:o200k_x1.06r"
     provider: str = "gemini"
     exact: bool = False
-    text: Callable[[str], int] = field(default_factory=lambda: _scaled(counter("o200k_base"), TEXT_SCALE), repr=False, compare=False)
+    text: Callable[[str], int] = field(
+        default_factory=lambda: _scaled(counter("o200k_base"), TEXT_SCALE), repr=False, compare=False
+    )
     _raw: Callable[[str], int] = field(default_factory=lambda: counter("o200k_base"), repr=False, compare=False)
 
     def _pieces(self, texts: Sequence[str]) -> int:
@@ -201,4 +204,6 @@ def rules(model: str) -> GeminiRules:
     name = model.lower().rsplit("/", 1)[-1]
     json_declarations = not name.startswith(_TEXT_VALUE_FAMILIES)
     # The name keys the estimator's text and tool-count caches: the two declaration styles must not share.
-    return GeminiRules(json_declarations=json_declarations, name=f"gemini:o200k_x{TEXT_SCALE}:{'json' if json_declarations else 'values'}")
+    return GeminiRules(
+        json_declarations=json_declarations, name=f"gemini:o200k_x{TEXT_SCALE}:{'json' if json_declarations else 'values'}"
+    )

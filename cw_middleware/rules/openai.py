@@ -16,8 +16,9 @@ block in the system message (see `_typescript`).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from ._tiktoken import counter
 from ._typescript import render_function
@@ -74,7 +75,10 @@ class OpenAIRules:
 
     def tool_calls(self, tool_calls: Sequence[Mapping[str, Any]]) -> int:
         """A call is the assistant header's recipient plus its arguments; several become one parallel call."""
-        calls = [(str((c.get("function") or {}).get("name", "")), _as_text((c.get("function") or {}).get("arguments", ""))) for c in tool_calls]
+        calls = [
+            (str((c.get("function") or {}).get("name", "")), _as_text((c.get("function") or {}).get("arguments", "")))
+            for c in tool_calls
+        ]
         if len(calls) == 1:
             name, args = calls[0]
             return self.text(f" to=functions.{name}") + self.text(args)

@@ -22,11 +22,23 @@ def test_tools_overhead_is_zero_without_tools():
 
 
 def test_tool_rendering_is_typescript_like():
-    text = render_tool({"type": "function", "function": {
-        "name": "get_weather", "description": "Weather",
-        "parameters": {"type": "object", "required": ["city"], "properties": {
-            "city": {"type": "string", "description": "City"},
-            "unit": {"type": "string", "enum": ["c", "f"]}}}}})
+    text = render_tool(
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather",
+                "parameters": {
+                    "type": "object",
+                    "required": ["city"],
+                    "properties": {
+                        "city": {"type": "string", "description": "City"},
+                        "unit": {"type": "string", "enum": ["c", "f"]},
+                    },
+                },
+            },
+        }
+    )
     assert text == '// Weather\ntype get_weather = (_: {\n// City\ncity: string,\nunit?: "c" | "f",\n}) => any;\n\n'
 
 
@@ -52,8 +64,18 @@ def test_anthropic_system_prompt_has_no_turn_header():
 
 def test_gemini_2_0_declarations_count_text_values_only():
     rules = rules_for("gemini/gemini-2.0-flash")
-    tool = {"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {
-        "type": "object", "required": ["city"], "properties": {"city": {"type": "string", "description": "City"}}}}}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather",
+            "parameters": {
+                "type": "object",
+                "required": ["city"],
+                "properties": {"city": {"type": "string", "description": "City"}},
+            },
+        },
+    }
     count = counter("o200k_base")
     pieces = ["get_weather", "Weather", "City", "city", "city"]
     assert rules.tool_definition(tool) == sum(max(1, round(count(p) * 1.06)) for p in pieces)

@@ -1,0 +1,31 @@
+"""The middleware's own log: each kind of failure once per interval, never content.
+
+A dead collector or provider endpoint fails on every call; logging each failure
+would flood the application's log. Messages name exception types and settings,
+never prompt text or a provider's error body.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+logger = logging.getLogger("cw_middleware")
+
+
+class RateLimitedLog:
+    """``warning(key, message)`` logs at most once per ``interval`` seconds for each key."""
+
+    def __init__(self, interval: float = 60.0) -> None:
+        self._last: dict[str, float] = {}
+        self._interval = interval
+        self._lock = threading.Lock()
+
+    def warning(self, key: str, message: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(key, -self._interval) < self._interval:
+                return
+            self._last[key] = now
+        logger.warning(message)
