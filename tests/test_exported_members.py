@@ -1,0 +1,40 @@
+"""The public API is a contract: adding or removing a name is a deliberate change of this list."""
+
+import cw_middleware as cw
+
+PUBLIC = {
+    # the LiteLLM drop-in and its tags
+    "completion", "acompletion", "estimate", "stage", "current_stage", "snapshots",
+    "segment", "message", "tool", "ToolSource",
+    # configuration and telemetry
+    "configure", "flush", "Config", "ProviderCountPolicy",
+    # the contract
+    "Snapshot", "StageContextWindow", "BreakdownItem", "DetailItem", "SnapshotWarning",
+    "Category", "CountMethod", "Staleness", "UnavailableReason", "WarningCode",
+    # read-back
+    "reader", "Reader", "SnapshotReader", "StageSummary",
+    # errors
+    "CwMiddlewareError", "TagError", "ConfigError", "NotFound", "BackendError", "BackendUnavailable", "BackendResponseError",
+    "__version__",
+}  # fmt: skip
+
+
+def test_all_is_exactly_the_public_api():
+    assert set(cw.__all__) == PUBLIC
+    for name in cw.__all__:
+        assert getattr(cw, name) is not None
+
+
+def test_contract_enum_values_are_pinned():
+    assert [c.value for c in cw.Category] == [
+        "system_prompt", "tools", "mcp_tools", "skills", "memory", "conversation", "other",
+    ]  # fmt: skip
+    assert {m.value for m in cw.CountMethod} == {
+        "provider_api_scaled_breakdown", "response_usage_scaled_breakdown", "local_estimate",
+    }  # fmt: skip
+    assert {s.value for s in cw.Staleness} == {"live", "stored", "unavailable"}
+    assert {r.value for r in cw.UnavailableReason} == {"not_agent_stage", "not_observed", "provider_unconfigured"}
+    assert set(cw.StageContextWindow.model_fields) == {
+        "stage_id", "available", "unavailable_reason", "provider", "model", "context_window_tokens", "input_tokens",
+        "usage_percent", "count_method", "staleness", "generated_at", "event_seq", "breakdown", "warnings", "details",
+    }  # fmt: skip
