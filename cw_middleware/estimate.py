@@ -22,7 +22,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from .contract import Category, WarningCode
 from .rules import CountingRules, rules_for
@@ -61,11 +61,13 @@ class Estimate:
         return out
 
 
-@dataclass
-class _MessageCount:
+class _MessageCount(NamedTuple):
     entries: tuple[tuple[SourceKey, int], ...]
     warnings: frozenset[WarningCode]
     tagged: bool
+
+
+_NO_WARNINGS: frozenset[WarningCode] = frozenset()
 
 
 @dataclass
@@ -208,44 +210,48 @@ class Estimator:
     def _count_message(self, rules: CountingRules, msg: Any) -> _MessageCount:
         msg = _as_dict(msg)
         role = str(msg.get("role") or "user")
-        tag = read_tag(msg)
+        tag = read_tag(msg) if TAG_KEY in msg else None
         if tag is not None:
             own: SourceKey = (tag.category, tag.source or role)
         elif role in _DEFAULT_SOURCE:
             own = (Category.SYSTEM_PROMPT, _DEFAULT_SOURCE[role])
         else:
             own = (Category.CONVERSATION, role)
-        entries: Counter[SourceKey] = Counter()
+        # Most messages are one untagged string: they take the straight path, one entry, no dict.
+        tokens = rules.message_framing(msg)
+        name = msg.get("name")
+        if name:
+            tokens += self._text(rules, str(name))
+        content = msg.get("content")
+        parts: dict[SourceKey, int] = {}
         warnings: set[WarningCode] = set()
         tagged = tag is not None
-        entries[own] += rules.message_framing(msg)
-        if msg.get("name"):
-            entries[own] += self._text(rules, str(msg["name"]))
-        content = msg.get("content")
         if isinstance(content, str):
-            entries[own] += self._text(rules, content)
+            tokens += self._text(rules, content)
         elif isinstance(content, (list, tuple)):
             for part in content:
-                tagged |= self._count_part(rules, part, own, entries, warnings)
+                tagged |= self._count_part(rules, part, own, parts, warnings)
+            tokens += parts.pop(own, 0)
         calls = msg.get("tool_calls")
         if calls:
-            entries[own] += rules.tool_calls([_as_dict(c) for c in calls])
+            tokens += rules.tool_calls([_as_dict(c) for c in calls])
         if msg.get("function_call"):
-            entries[own] += rules.tool_calls([{"function": _as_dict(msg["function_call"])}])
-        return _MessageCount(tuple(entries.items()), frozenset(warnings), tagged)
+            tokens += rules.tool_calls([{"function": _as_dict(msg["function_call"])}])
+        entries = ((own, tokens), *parts.items()) if parts else ((own, tokens),)
+        return _MessageCount(entries, frozenset(warnings) if warnings else _NO_WARNINGS, tagged)
 
     def _count_part(
-        self, rules: CountingRules, part: Any, own: SourceKey, entries: Counter[SourceKey], warnings: set[WarningCode]
+        self, rules: CountingRules, part: Any, own: SourceKey, entries: dict[SourceKey, int], warnings: set[WarningCode]
     ) -> bool:
         if isinstance(part, str):
-            entries[own] += self._text(rules, part)
+            entries[own] = entries.get(own, 0) + self._text(rules, part)
             return False
         part = _as_dict(part)
         tag: Optional[Tag] = read_tag(part)
         key = (tag.category, tag.source or own[1]) if tag is not None else own
         text = part.get("text")
         if part.get("type", "text") in _TEXT_PART_TYPES or (isinstance(text, str) and "type" not in part):
-            entries[key] += self._text(rules, text if isinstance(text, str) else "")
+            entries[key] = entries.get(key, 0) + self._text(rules, text if isinstance(text, str) else "")
         else:
             # Images, audio, files: never guessed from their bytes.
             warnings.add(WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED)
