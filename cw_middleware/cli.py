@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -24,7 +25,11 @@ EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_BACKEND = 0, 2, 3, 4
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
-    source = sys.stdin if args.file in (None, "-") else open(args.file, encoding="utf-8")
+    try:
+        source = sys.stdin if args.file in (None, "-") else open(args.file, encoding="utf-8")
+    except OSError as exc:
+        print(f"error: cannot read {args.file!r} ({exc.strerror})", file=sys.stderr)
+        return EXIT_USAGE
     with source:
         try:
             request = json.load(source)
@@ -111,6 +116,11 @@ def _read_errors(fn: Any) -> Any:
             return EXIT_USAGE
         except NotFound as exc:
             print(f"not found: {exc}", file=sys.stderr)
+            backend = str(getattr(args, "backend", "") or "")
+            if backend.startswith("file:") and not os.path.exists(backend[5:]):
+                print(
+                    f"  (there is no telemetry file at {backend[5:]!r} yet: has anything been exported there?)", file=sys.stderr
+                )
             return EXIT_NOT_FOUND
         except BackendError as exc:
             print(f"backend error: {exc}", file=sys.stderr)
@@ -210,7 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    result: Any = args.func(args)
+    try:
+        result: Any = args.func(args)
+    except BrokenPipeError:
+        # The reader of our output went away (`| head`): not an error. Point stdout at
+        # devnull so the interpreter's final flush does not complain either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     return int(result or 0)
 
 

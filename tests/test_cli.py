@@ -44,3 +44,49 @@ def test_serve_path_never_imports_heavy_modules(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_estimate_reads_a_tagged_request_file(tmp_path, capsys, runtime):
+    import json
+
+    request = {
+        "model": "gpt-4o",
+        "messages": [
+            {
+                "role": "system",
+                "content": [{"type": "text", "text": "notes " * 50, "cw_tag": {"category": "memory", "source": "AGENTS.md"}}],
+            },
+            {"role": "user", "content": "hi"},
+        ],
+    }
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(request))
+    assert cli.main(["estimate", str(path)]) == 0
+    snapshot = json.loads(capsys.readouterr().out)
+    memory = next(b["tokens"] for b in snapshot["breakdown"] if b["category"] == "memory")
+    assert memory >= 50 and snapshot["input_tokens"] == sum(b["tokens"] for b in snapshot["breakdown"])
+
+
+def test_estimate_and_show_explain_bad_input_without_a_traceback(tmp_path, capsys, runtime):
+    import json
+
+    assert cli.main(["estimate", str(tmp_path / "missing.json")]) == cli.EXIT_USAGE
+    assert "cannot read" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text(
+        '{"model": "gpt-4o", "messages": [{"role": "user", "content": "x", "cw_tag": {"category": "nope"}}]}'
+    )
+    assert cli.main(["estimate", str(tmp_path / "bad.json")]) == cli.EXIT_USAGE
+    assert "unknown category 'nope'" in capsys.readouterr().err
+    assert cli.main(["show", "run", "stage", "--backend", f"file:{tmp_path / 'none.jsonl'}"]) == cli.EXIT_NOT_FOUND
+    err = capsys.readouterr().err
+    assert "not found" in err and "no telemetry file" in err and "Traceback" not in err
+
+
+def test_show_survives_a_closed_pipe(tmp_path):
+    done = subprocess.run(
+        f"{sys.executable} -m cw_middleware demo --export file:{tmp_path / 't.jsonl'} --run-id r > /dev/null 2>&1; "
+        f"{sys.executable} -m cw_middleware show r implement@1 --json --backend file:{tmp_path / 't.jsonl'} | head -1",
+        shell=True, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.stdout.strip() == "{"
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
