@@ -68,8 +68,6 @@ def test_estimate_reads_a_tagged_request_file(tmp_path, capsys, runtime):
 
 
 def test_estimate_and_show_explain_bad_input_without_a_traceback(tmp_path, capsys, runtime):
-    import json
-
     assert cli.main(["estimate", str(tmp_path / "missing.json")]) == cli.EXIT_USAGE
     assert "cannot read" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text(
