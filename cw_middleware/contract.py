@@ -12,11 +12,28 @@ short source labels chosen by the caller ("AGENTS.md", "mcp:github").
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import ConfigError
+
+MAX_ID_LENGTH = 256
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def validate_id(name: str, value: object) -> str:
+    """Run, stage and kind ids, for writing (`cw.stage`) and reading alike; ConfigError otherwise."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{name} must be a non-empty string")
+    if len(value) > MAX_ID_LENGTH:
+        raise ConfigError(f"{name} must be at most {MAX_ID_LENGTH} characters")
+    if _CONTROL.search(value):
+        raise ConfigError(f"{name} must not contain control characters")
+    return value
 
 
 class Category(StrEnum):

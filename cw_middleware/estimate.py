@@ -17,7 +17,6 @@ it on the request path, so it must stay cheap.
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,6 +33,7 @@ _DEFAULT_SOURCE = {"system": "system", "developer": "developer"}
 
 MAX_TEXT_CACHE = 65_536  # per generation; two generations are kept
 MAX_CONVERSATIONS = 32
+MAX_TOOL_SETS = 4  # per rules name
 
 SourceKey = tuple[Category, str]
 _RESPONSE_FORMAT: SourceKey = (Category.OTHER, "response_format")
@@ -48,7 +48,6 @@ class Estimate:
     warnings: frozenset[WarningCode]
     rules: CountingRules
     tagged_messages: tuple[int, ...] = ()  # indexes of messages that carry a tag (to strip)
-    tagged_tools: bool = False
 
     @property
     def total(self) -> int:
@@ -81,12 +80,10 @@ class _Conversation:
 
 @dataclass
 class _ToolsCount:
-    objects: list[Any]  # the caller's definitions, held so their ids stay theirs
     frozen: Any
     tool_choice: Any
     entries: tuple[tuple[SourceKey, int], ...]
     warnings: frozenset[WarningCode]
-    tagged: bool
 
 
 class Estimator:
@@ -100,7 +97,7 @@ class Estimator:
         self._max_conversations = max_conversations
         self._conversations: dict[tuple[str, int], list[_Conversation]] = {}
         self._n_conversations = 0
-        self._tools: dict[str, _ToolsCount] = {}
+        self._tools: dict[str, list[_ToolsCount]] = {}
 
     # ------------------------------------------------------------ public
 
@@ -120,8 +117,7 @@ class Estimator:
             conv = self._count_messages(rules, messages)
             by_source: dict[SourceKey, int] = dict(conv.totals)
             warnings = {code for code, n in conv.warnings.items() if n}
-            all_tools = list(tools or ()) + [{"type": "function", "function": f} for f in functions or ()]
-            tagged_tools = False
+            all_tools = list(tools or ()) + [_legacy_function(f) for f in functions or ()]
             if all_tools:
                 tc = self._count_tools(rules, all_tools, tool_choice)
                 for key, tokens in tc.entries:
@@ -133,14 +129,13 @@ class Estimator:
                 if placement is not None:
                     key = (Category.TOOLS, "tool_framing")
                     by_source[key] = by_source.get(key, 0) + placement(_system_first(messages))
-                tagged_tools = tc.tagged
         if response_format is not None:
             by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(response_format)
         by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
         return Estimate(
-            {k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx), tagged_tools
+            {k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx)
         )
 
     # ------------------------------------------------------------ text cache
@@ -260,17 +255,12 @@ class Estimator:
     # ------------------------------------------------------------ tools
 
     def _count_tools(self, rules: CountingRules, tools: list[Any], tool_choice: Any) -> _ToolsCount:
-        cached = self._tools.get(rules.name)
-        # Tool definitions are the same objects turn after turn in nearly every agent: identity
-        # answers in O(1) per tool. A new list of fresh dicts is compared by value.
-        if (
-            cached is not None
-            and cached.tool_choice == tool_choice
-            and len(cached.objects) == len(tools)
-            and (all(map(operator.is_, cached.objects, tools)) or cached.frozen == tools)
-        ):
-            cached.objects = tools
-            return cached
+        # Compared by value (in C), like messages: a definition edited in place is recounted.
+        # A few tool sets per rules name: a main agent and its sub-agents alternate.
+        recent = self._tools.setdefault(rules.name, [])
+        for cached in recent:
+            if cached.tool_choice == tool_choice and cached.frozen == tools:
+                return cached
         entries: Counter[SourceKey] = Counter()
         warnings: set[WarningCode] = set()
         plain = []
@@ -287,11 +277,11 @@ class Estimator:
                     warnings.add(WarningCode.TOOL_SOURCE_INFERRED)
             entries[key] += rules.tool_definition(definition)
         entries[(Category.TOOLS, "tool_framing")] += rules.tools_overhead(plain, tool_choice)
-        tagged = any(isinstance(t, Mapping) and TAG_KEY in t for t in tools)
-        counted = _ToolsCount(list(tools), _freeze(tools), tool_choice, tuple(entries.items()), frozenset(warnings), tagged)
+        counted = _ToolsCount(_freeze(tools), tool_choice, tuple(entries.items()), frozenset(warnings))
         if len(self._tools) > 64:
             self._tools.clear()
-        self._tools[rules.name] = counted
+        recent.insert(0, counted)
+        del recent[MAX_TOOL_SETS:]
         return counted
 
 
@@ -312,15 +302,14 @@ def strip_request(
                     clean_messages[i] = strip_message(messages[i])
         elif any(_has_tag(m) for m in messages):
             clean_messages = [strip_message(m) for m in messages]
-    clean_tools = tools
-    tools_tagged = (
-        known.tagged_tools
-        if known is not None
-        else tools is not None and any(isinstance(t, dict) and TAG_KEY in t for t in tools)
-    )
-    if tools is not None and tools_tagged:
-        clean_tools = [strip_tool(t) for t in tools]
-    return clean_messages, clean_tools
+    return clean_messages, strip_tools(tools)
+
+
+def strip_tools(tools: Any) -> Any:
+    """Tool definitions (or legacy functions) without tags; the same list when none is tagged."""
+    if isinstance(tools, (list, tuple)) and any(isinstance(t, Mapping) and TAG_KEY in t for t in tools):
+        return [strip_tool(t) for t in tools]
+    return tools
 
 
 def _has_tag(msg: Any) -> bool:
@@ -329,11 +318,18 @@ def _has_tag(msg: Any) -> bool:
     if TAG_KEY in msg:
         return True
     content = msg.get("content")
-    return isinstance(content, list) and any(isinstance(p, dict) and TAG_KEY in p for p in content)
+    return isinstance(content, (list, tuple)) and any(isinstance(p, dict) and TAG_KEY in p for p in content)
 
 
 def _system_first(messages: Sequence[Any]) -> bool:
     return bool(messages) and _as_dict(messages[0]).get("role") in ("system", "developer")
+
+
+def _legacy_function(function: Any) -> Any:
+    """A legacy ``functions=`` entry as a tool; its tag (from `cw.tool`) moves to the tool."""
+    if isinstance(function, Mapping) and TAG_KEY in function:
+        return {"type": "function", "function": strip_tool(function), TAG_KEY: function[TAG_KEY]}
+    return {"type": "function", "function": function}
 
 
 def _untagged_tool_key(definition: Mapping[str, Any]) -> SourceKey:

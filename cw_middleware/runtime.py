@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -21,6 +21,10 @@ from .estimate import Estimator
 from .telemetry import CallTelemetry, StageInfo, Telemetry
 
 logger = logging.getLogger("cw_middleware")
+
+
+# Stages whose newest call is remembered (for superseded late counts); old stages fall out.
+MAX_TRACKED_STAGES = 10_000
 
 
 class Runtime:
@@ -39,7 +43,7 @@ class Runtime:
         self.log = RateLimitedLog()
         self._history: deque[Snapshot] = deque(maxlen=self.config.snapshot_history)
         self._pending: dict[tuple[str, str], set[WarningCode]] = {}
-        self._newest_call: dict[tuple[str, str], int] = {}
+        self._newest_call: OrderedDict[tuple[str, str], int] = OrderedDict()  # bounded: MAX_TRACKED_STAGES
         self._call_seq = 0
         self._lock = threading.Lock()
         self._shutdown = shutdown
@@ -71,6 +75,9 @@ class Runtime:
         with self._lock:
             self._call_seq += 1
             self._newest_call[key] = self._call_seq
+            self._newest_call.move_to_end(key)
+            if len(self._newest_call) > MAX_TRACKED_STAGES:
+                self._newest_call.popitem(last=False)
             return self._call_seq
 
     def is_newest_call(self, stage: Optional[StageInfo], call_seq: int) -> bool:
@@ -137,10 +144,22 @@ def set_runtime(runtime: Optional[Runtime]) -> Optional[Runtime]:
 
 
 def get_runtime() -> Runtime:
-    """The configured runtime, or one built from the environment on first use."""
+    """The configured runtime, or one built from the environment on first use.
+
+    Never raises: the call path must not fail on a bad environment variable. Then
+    the settings' defaults apply with telemetry off, and one warning says why.
+    """
     runtime = _runtime
     if runtime is not None:
         return runtime
     from ._setup import configure
 
-    return configure()
+    try:
+        return configure()
+    except Exception as exc:  # noqa: BLE001 - ConfigError from the environment, or anything else
+        logger.warning(
+            "cw_middleware: configuration failed (%s: %s); telemetry is off until configure() succeeds", type(exc).__name__, exc
+        )
+        fallback = Runtime(Config(export="none"), trace.NoOpTracerProvider(), metrics.NoOpMeterProvider())
+        set_runtime(fallback)
+        return fallback

@@ -173,11 +173,11 @@ def strip_message(msg: Any) -> Any:
     if not isinstance(msg, dict):
         return msg
     content = msg.get("content")
-    parts_tagged = isinstance(content, list) and any(isinstance(p, dict) and TAG_KEY in p for p in content)
+    parts_tagged = isinstance(content, (list, tuple)) and any(isinstance(p, dict) and TAG_KEY in p for p in content)
     if TAG_KEY not in msg and not parts_tagged:
         return msg
     clean = {k: v for k, v in msg.items() if k != TAG_KEY}
-    if parts_tagged and isinstance(content, list):
+    if parts_tagged and isinstance(content, (list, tuple)):
         clean["content"] = [strip_part(p) for p in content]
     return clean
 

@@ -19,9 +19,9 @@ from functools import lru_cache
 from typing import Any, Optional
 
 from .config import ProviderCountPolicy, parse_policy
-from .contract import CountMethod, Snapshot, WarningCode
+from .contract import CountMethod, Snapshot, WarningCode, validate_id
 from .errors import ConfigError, TagError
-from .estimate import Estimate, strip_request
+from .estimate import Estimate, strip_request, strip_tools
 from .reconcile import usage_input_tokens
 from .rules import split_provider
 from .runtime import Runtime, get_runtime
@@ -35,7 +35,6 @@ _OPTIONS = (OPTION_CONTEXT_WINDOW, OPTION_PROVIDER_COUNT)
 _ESTIMATE_KEYS = ("tools", "tool_choice", "response_format", "functions", "custom_llm_provider")
 # Providers whose streams report usage when asked with stream_options.include_usage.
 _STREAM_USAGE_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "openai_compatible", "hosted_vllm"})
-MAX_ID_LENGTH = 256
 
 _current_stage: contextvars.ContextVar[Optional[StageInfo]] = contextvars.ContextVar("cw_stage", default=None)
 
@@ -47,8 +46,7 @@ _current_stage: contextvars.ContextVar[Optional[StageInfo]] = contextvars.Contex
 def stage(run_id: str, stage_id: str, kind: str = "agent") -> Iterator[StageInfo]:
     """Attribute the calls inside to (run_id, stage_id); opens the stage span. Sync and async safe."""
     for name, value in (("run_id", run_id), ("stage_id", stage_id), ("kind", kind)):
-        if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
-            raise ConfigError(f"{name} must be a non-empty string of at most {MAX_ID_LENGTH} characters")
+        validate_id(name, value)  # the same rule the readers apply: what is written can be read
     info = StageInfo(run_id, stage_id, kind)
     token = _current_stage.set(info)
     try:
@@ -136,10 +134,7 @@ class _Call:
     @classmethod
     def start(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Call:
         options = {k: kwargs.pop(k) for k in _OPTIONS if k in kwargs}
-        try:
-            runtime = get_runtime()
-        except Exception:  # noqa: BLE001 - a broken environment must not stop the call
-            runtime = Runtime()
+        runtime = get_runtime()  # never raises: a broken environment gets a no-op runtime and a log line
         call = cls(runtime, args, kwargs)
         call._estimate()  # raises TagError for a malformed hand-made tag: the caller's mistake
         call._strip_tags()
@@ -182,6 +177,10 @@ class _Call:
                 self.kwargs["messages"] = clean_messages
         if clean_tools is not tools:
             self.kwargs["tools"] = clean_tools
+        functions = self.kwargs.get("functions")
+        clean_functions = strip_tools(functions)
+        if clean_functions is not functions:
+            self.kwargs["functions"] = clean_functions
 
     def _prepare(self, options: dict[str, Any]) -> None:
         runtime, kwargs = self.runtime, self.kwargs
@@ -211,6 +210,8 @@ class _Call:
         assert self.estimate is not None
         if policy is ProviderCountPolicy.NEVER or (policy is ProviderCountPolicy.AUTO and self.estimate.rules.exact):
             return
+        if self.mock and policy is not ProviderCountPolicy.ALWAYS:
+            return  # a mocked call sends nothing upstream unless a count was asked for explicitly
         from . import counting  # imports httpx: only calls that may count pay for it, not the read side
 
         target = counting.target_for(self.meta.provider, self._model, self.kwargs)

@@ -81,6 +81,7 @@ def _counted(kind=CountMethod.PROVIDER_API_SCALED_BREAKDOWN):
 
 
 def _claude(provider, **extra):  # noqa: F811
+    # mock_response stands in for the chat call; a mocked call counts only when asked explicitly.
     return {
         "model": CLAUDE,
         "messages": CONVERSATION,
@@ -88,6 +89,7 @@ def _claude(provider, **extra):  # noqa: F811
         "api_base": provider.url,
         "api_key": "sk-ant-test",
         "mock_response": "ok",
+        "cw_provider_count": "always",
         **extra,
     }
 
@@ -253,7 +255,14 @@ def test_anthropic_count_scales_the_breakdown_to_the_provider_total(runtime, pro
 
 
 def test_gemini_count_through_the_wrapper(runtime, provider):  # noqa: F811
-    cw.completion(model=GEMINI_MODEL, messages=CONVERSATION, api_base=provider.url, api_key="g-test", mock_response="ok")
+    cw.completion(
+        model=GEMINI_MODEL,
+        messages=CONVERSATION,
+        api_base=provider.url,
+        api_key="g-test",
+        mock_response="ok",
+        cw_provider_count="always",
+    )
     assert cw.flush(5)
     (snap,) = _counted()
     assert snap.input_tokens == sum(b.tokens for b in snap.breakdown) == provider[GEMINI].tokens
@@ -264,14 +273,14 @@ def test_gemini_count_through_the_wrapper(runtime, provider):  # noqa: F811
 def test_credentials_from_the_environment(runtime, provider, monkeypatch):  # noqa: F811
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", provider.url)
-    cw.completion(model=CLAUDE, messages=CONVERSATION, mock_response="ok")
+    cw.completion(model=CLAUDE, messages=CONVERSATION, mock_response="ok", cw_provider_count="always")
     assert cw.flush(5)
     assert provider.hits(ANTHROPIC)[0].headers["x-api-key"] == "sk-ant-env"
     assert _counted()[0].input_tokens == provider[ANTHROPIC].tokens
 
 
 def test_no_credentials_warns_provider_unconfigured(runtime, provider):  # noqa: F811
-    cw.completion(model=CLAUDE, messages=CONVERSATION, mock_response="ok")
+    cw.completion(model=CLAUDE, messages=CONVERSATION, mock_response="ok", cw_provider_count="always")
     assert cw.flush(5)
     assert provider.requests == []
     snaps = cw.snapshots()
@@ -307,10 +316,20 @@ def test_always_counts_an_openai_model_through_responses_input_tokens(runtime, p
 def test_never_per_call_and_in_config(runtime, provider):  # noqa: F811
     cw.completion(**_claude(provider, cw_provider_count="never"))
     _set_config(runtime, provider_count="never")
-    cw.completion(**_claude(provider, messages=CONVERSATION[:2]))
+    cw.completion(**_claude(provider, messages=CONVERSATION[:2], cw_provider_count=None))
     assert cw.flush(5)
     assert provider.requests == [] and not _counted()
     assert all(not {w for w in s.warning_codes() if w.startswith("provider_")} for s in cw.snapshots())
+
+
+def test_mocked_calls_count_only_when_asked_explicitly(runtime, provider):  # noqa: F811
+    # A test suite or the demo with real credentials in the environment must not send prompts upstream.
+    cw.completion(**_claude(provider, cw_provider_count=None))  # auto
+    assert cw.flush(5)
+    assert provider.requests == [] and not _counted()
+    cw.completion(**_claude(provider))  # always
+    assert cw.flush(5)
+    assert len(provider.hits(ANTHROPIC)) == 1
 
 
 def test_always_in_config(runtime, provider):  # noqa: F811
@@ -537,9 +556,10 @@ def test_a_failing_callback_does_not_kill_the_worker(provider):  # noqa: F811
 
 def test_bad_per_call_policy_falls_back_to_the_configured_one(runtime, provider, caplog):  # noqa: F811
     caplog.set_level(logging.WARNING, logger="cw_middleware")
+    _set_config(runtime, provider_count="always")
     cw.completion(**_claude(provider, cw_provider_count="sometimes"))
     assert cw.flush(5)
-    assert len(provider.hits(ANTHROPIC)) == 1  # auto, as configured
+    assert len(provider.hits(ANTHROPIC)) == 1  # always, as configured
     assert [s.count_method for s in cw.snapshots()][0] is CountMethod.LOCAL_ESTIMATE
     assert all(WarningCode.ESTIMATE_FAILED.value not in s.warning_codes() for s in cw.snapshots())
     assert "ignoring cw_provider_count" in caplog.text

@@ -251,3 +251,47 @@ def test_tagged_messages_are_found_through_the_prefix_cache():
         and TAG_KEY not in clean[3]
     )
     assert clean[1] is grown[1]  # untagged messages are passed through, not copied
+
+
+def test_tools_edited_in_place_are_recounted(runtime):
+    tool = fn_tool("search", "short")
+    tools = [tool]
+    before = cw.estimate(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], tools=tools)
+    tool["function"]["description"] = "a much longer description of what the tool does " * 20
+    after = cw.estimate(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], tools=tools)
+    assert after.tokens("tools") - before.tokens("tools") >= n("a much longer description of what the tool does " * 20) - 2
+
+
+def test_alternating_tool_sets_are_both_cached(monkeypatch):
+    rules = CountingRules()
+    use_rules(monkeypatch, rules)
+    est = Estimator()
+    main_tools, sub_tools = [fn_tool(f"main_{i}") for i in range(5)], [fn_tool("sub")]
+    calls = []
+    monkeypatch.setattr(rules, "tool_definition", lambda tool: calls.append(tool) or 5)
+    for _ in range(3):
+        est.estimate("m", [{"role": "user", "content": "a"}], tools=main_tools)
+        est.estimate("m", [{"role": "user", "content": "b"}], tools=sub_tools)
+    assert len(calls) == 6  # each definition counted once, not once per switch
+
+
+def test_legacy_functions_keep_their_tags_and_lose_them_before_the_provider(runtime):
+    from cw_middleware.estimate import strip_tools
+    from cw_middleware.tags import TAG_KEY
+
+    fn = fn_tool("search")["function"]
+    tagged = cw.tool(fn, source=cw.ToolSource.mcp("github"))
+    snap = cw.estimate(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], functions=[tagged])
+    assert snap.tokens("mcp_tools") > 0  # attributed by its tag, not as a native tool
+    assert all(TAG_KEY not in f for f in strip_tools([tagged]))
+
+
+def test_tuple_content_tags_are_counted_and_stripped(runtime):
+    from cw_middleware.estimate import strip_request
+    from cw_middleware.tags import TAG_KEY
+
+    msg = {"role": "system", "content": (cw.segment("rules", "system_prompt"), cw.segment("memo " * 30, "memory", "AGENTS.md"))}
+    snap = cw.estimate(model="gpt-4o", messages=[msg])
+    assert snap.tokens("memory") >= 30
+    (clean,), _ = strip_request([msg], None)
+    assert all(TAG_KEY not in part for part in clean["content"])

@@ -124,3 +124,24 @@ def test_a_stream_dropped_before_its_end_still_ends_its_call(runtime, telemetry)
     ended = [s for s in telemetry.spans.get_finished_spans() if s.name.startswith("chat")]
     assert len(ended) == 1
     assert len(cw.snapshots()) == 2  # the local estimate, then the call's last word
+
+
+def test_a_bad_environment_never_breaks_the_call(monkeypatch, caplog):
+    from cw_middleware.runtime import set_runtime
+
+    monkeypatch.setenv("CW_PROVIDER_COUNT", "sometimes")
+    previous = set_runtime(None)  # as in a fresh process: the first call configures from the environment
+    try:
+        with cw.stage(run_id="run-env", stage_id="s"):
+            resp = cw.completion(model="gpt-4o", messages=MSGS, mock_response="still fine")
+        assert resp.choices[0].message.content == "still fine"
+        assert cw.snapshots()[-1].input_tokens > 0  # snapshots still made, telemetry off
+        assert "configuration failed" in caplog.text and "sometimes" in caplog.text
+    finally:
+        set_runtime(previous)
+
+
+def test_stage_ids_follow_the_readers_rules():
+    with pytest.raises(cw.ConfigError, match="control characters"):
+        with cw.stage(run_id="run", stage_id="impl\t1"):
+            pass

@@ -16,16 +16,12 @@ Nothing in this package imports LiteLLM or tiktoken: the read side starts fast.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from typing import Optional, Protocol, runtime_checkable
 
-from ..contract import StageContextWindow
+from ..contract import MAX_ID_LENGTH, StageContextWindow, validate_id  # noqa: F401 - re-exported
 from ..errors import ConfigError, NotFound
 from .otlp_json import StageSummary
-
-MAX_ID_LENGTH = 256
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @runtime_checkable
@@ -41,17 +37,6 @@ class SnapshotReader(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def validate_id(name: str, value: object) -> str:
-    """Ids as `cw.stage()` accepts them; raises ConfigError (HTTP 400, CLI exit 2) otherwise."""
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{name} must be a non-empty string")
-    if len(value) > MAX_ID_LENGTH:
-        raise ConfigError(f"{name} must be at most {MAX_ID_LENGTH} characters")
-    if _CONTROL.search(value):
-        raise ConfigError(f"{name} must not contain control characters")
-    return value
 
 
 class Reader:
