@@ -206,3 +206,19 @@ def test_show_subprocess_never_imports_litellm(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "HEAVY []" in done.stderr
     assert json.loads(done.stdout)["available"] is True
+
+
+def test_a_stream_consumed_after_its_stage_ended_leaves_the_stage_stored(tmp_path):
+    from embedded_helpers import embedded_runtime
+
+    path = tmp_path / "t.jsonl"
+    with embedded_runtime(export=f"file:{path}") as runtime:
+        with cw.stage(run_id="run-s", stage_id="impl@1"):
+            stream = cw.completion(
+                model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True, mock_response="a b c"
+            )
+        chunks = list(stream)  # the call span ends now, after the stage span
+        assert chunks and runtime.flush(5)
+    reader = cw.reader(f"file:{path}")
+    assert reader.context_window("run-s", "impl@1").staleness.value == "stored"
+    assert [s.staleness.value for s in reader.stages("run-s")] == ["stored"]

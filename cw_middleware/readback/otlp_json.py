@@ -316,10 +316,13 @@ def role_of(span: Span, run_id: str, stage_id: str) -> str:
 class StageFold:
     """Accumulates the spans of one (run_id, stage_id), newest first, into its answer.
 
-    Feed spans newest-to-oldest (reverse export order). The first START, END or CALL
-    record decides staleness: a stage span is exported only when it ends, after all
-    its calls, so a START or CALL seen before any END belongs to a stage still
-    running. `done` says when older spans can no longer change the answer.
+    Feed spans newest-to-oldest (reverse export order). The newest START marker or
+    END (stage span) decides staleness: the marker is exported when the stage
+    begins and the stage span when it ends, so a START newer than any END is a stage
+    still running. CALL spans do not decide it: a stream consumed after its stage
+    ended exports its call span after the stage span. Only for a producer that
+    writes no markers does a CALL mean "live". `done` says when older spans can no
+    longer change the answer.
     """
 
     # Clock skew tolerated between writers before older spans are ignored.
@@ -333,6 +336,7 @@ class StageFold:
         self.kind: Optional[str] = None
         self.best: Optional[SnapshotRecord] = None
         self.started_marker_seen = False
+        self.call_seen = False
         self._older_than_best = False
 
     def add(self, span: Span) -> None:
@@ -345,8 +349,9 @@ class StageFold:
         self.seen = True
         if self.kind is None and isinstance(span.attributes.get(keys.ATTR_STAGE_KIND), str):
             self.kind = span.attributes[keys.ATTR_STAGE_KIND]
-        if self.state is None and role in (SpanRole.START, SpanRole.END, SpanRole.CALL):
+        if self.state is None and role in (SpanRole.START, SpanRole.END):
             self.state = "stored" if role == SpanRole.END else "live"
+        self.call_seen |= role == SpanRole.CALL
         if role == SpanRole.START:
             self.started_marker_seen = True
         for record in records:
@@ -375,7 +380,8 @@ class StageFold:
         """The answer, or None when no span names this stage."""
         if not self.seen:
             return None
-        staleness = Staleness.STORED if self.state == "stored" else Staleness.LIVE
+        state = self.state or ("live" if self.call_seen else None)
+        staleness = Staleness.STORED if state == "stored" else Staleness.LIVE
         if self.best is not None:
             return self.best.to_window(self.stage_id, staleness)
         if self.kind is not None and self.kind != keys.AGENT_STAGE_KIND:
@@ -427,7 +433,8 @@ class RunFold:
                     self._touch(ea[keys.ATTR_STAGE_ID], None, None, event.time_ns)
             return
         role = role_of(span, self.run_id, stage_id)
-        state = {SpanRole.END: Staleness.STORED, SpanRole.START: Staleness.LIVE, SpanRole.CALL: Staleness.LIVE}.get(role)
+        # Markers and stage spans decide staleness (see StageFold); a call span only names the stage.
+        state = {SpanRole.END: Staleness.STORED, SpanRole.START: Staleness.LIVE}.get(role)
         kind = a.get(keys.ATTR_STAGE_KIND) if isinstance(a.get(keys.ATTR_STAGE_KIND), str) else None
         self._touch(stage_id, kind, state, span.start_ns)
 
