@@ -36,6 +36,9 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         except json.JSONDecodeError as exc:
             print(f"error: the request is not valid JSON ({exc.msg} at line {exc.lineno})", file=sys.stderr)
             return EXIT_USAGE
+        except UnicodeDecodeError:
+            print("error: the request is not UTF-8 text", file=sys.stderr)
+            return EXIT_USAGE
     if (
         not isinstance(request, dict)
         or not isinstance(request.get("model"), str)
@@ -50,6 +53,13 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         snapshot = cw.estimate(**request)
     except cw.TagError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (TypeError, ValueError, AttributeError) as exc:
+        # A field of the wrong shape (e.g. "tools": 5). The type only: the message could quote the request.
+        print(
+            f"error: the request has a field of the wrong shape ({type(exc).__name__}); see `litellm.completion`'s arguments",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     print(snapshot.model_dump_json(indent=2))
     return EXIT_OK
@@ -183,6 +193,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be between 0 and 65535, got {port}")
+    return port
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cw-middleware", description="What fills your model's context window.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -211,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="serve the read-back API over HTTP (loopback by default)")
     p.add_argument("--backend", help=backend_help)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--port", type=_port, default=8765)
     p.add_argument("--token", help="require this bearer token (also $CW_SERVE_TOKEN)")
     p.set_defaults(func=_cmd_serve)
     return parser

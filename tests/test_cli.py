@@ -88,3 +88,20 @@ def test_show_survives_a_closed_pipe(tmp_path):
     )  # fmt: skip
     assert done.stdout.strip() == "{"
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
+
+
+def test_malformed_requests_and_options_are_usage_errors(tmp_path, capsys, runtime):
+    import json
+
+    import pytest
+
+    (tmp_path / "shape.json").write_text(json.dumps({"model": "gpt-4o", "messages": [], "tools": 5}))
+    assert cli.main(["estimate", str(tmp_path / "shape.json")]) == cli.EXIT_USAGE
+    assert "wrong shape" in capsys.readouterr().err
+    (tmp_path / "latin1.json").write_bytes('{"model": "gpt-4o", "messages": ["é"]}'.encode("latin-1"))
+    assert cli.main(["estimate", str(tmp_path / "latin1.json")]) == cli.EXIT_USAGE
+    assert "UTF-8" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve", "--port", "99999"])
+    assert exited.value.code == 2 and "between 0 and 65535" in capsys.readouterr().err
+    assert cli.main(["show", "r", "s", "--backend", "file://"]) == cli.EXIT_USAGE

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Optional
 
 from ..contract import StageContextWindow
-from ..errors import BackendResponseError, BackendUnavailable
+from ..errors import BackendUnavailable, ConfigError
 from .otlp_json import RunFold, Span, StageFold, StageSummary, iter_spans
 
 # Ids made only of these characters are written byte-identically by every JSON encoder we know.
@@ -53,12 +53,9 @@ class OtlpFileReader:
         fold = RunFold(run_id)
         lines = list(self._lines_newest_first(_needle(run_id), None))
         for line in reversed(lines):
-            for span in iter_spans(self._parse(line)):
+            for span in self._spans(line):
                 fold.add(span)
         return fold.result()
-
-    def run_exists(self, run_id: str) -> bool:
-        return self.stages(run_id) is not None
 
     def close(self) -> None:
         pass
@@ -68,8 +65,7 @@ class OtlpFileReader:
     def _spans_newest_first(self, run_id: str, stage_id: str) -> Iterator[Span]:
         run_needle = _needle(run_id)
         for line in self._lines_newest_first(_needle(stage_id), run_needle):
-            spans = list(iter_spans(self._parse(line)))
-            yield from reversed(spans)
+            yield from reversed(self._spans(line))
 
     def _lines_newest_first(self, needle: Optional[bytes], also: Optional[bytes]) -> Iterator[bytes]:
         """Trace lines containing ``needle`` (and ``also``), last line first."""
@@ -86,12 +82,12 @@ class OtlpFileReader:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 yield from _scan_backwards(mm, size, needle, also)
 
-    def _parse(self, line: bytes) -> object:
+    def _spans(self, line: bytes) -> list[Span]:
         try:
-            return json.loads(line)
-        except ValueError:
+            return list(iter_spans(json.loads(line)))
+        except (ValueError, TypeError, KeyError, AttributeError):
             # A line being written right now, or a damaged one: skip it, never fail the query.
-            return {}
+            return []
 
 
 def _scan_backwards(mm: mmap.mmap, size: int, needle: Optional[bytes], also: Optional[bytes]) -> Iterator[bytes]:
@@ -128,6 +124,11 @@ def _scan_backwards(mm: mmap.mmap, size: int, needle: Optional[bytes], also: Opt
 
 
 def open_reader(location: str) -> OtlpFileReader:
+    if location.startswith("//"):  # file:///abs/path, the URL spelling
+        location = location[2:]
     if not location:
-        raise BackendResponseError("file backend needs a path: file:PATH")
-    return OtlpFileReader(os.path.expanduser(location))
+        raise ConfigError("the file backend needs a path: file:PATH")
+    path = os.path.expanduser(location)
+    if os.path.isdir(path):
+        raise ConfigError(f"{path!r} is a directory; the file backend needs the telemetry file: file:PATH")
+    return OtlpFileReader(path)

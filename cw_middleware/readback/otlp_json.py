@@ -72,7 +72,11 @@ def _int(value: Any) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
+        pass
+    try:
         return int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return 0  # a damaged value must not fail the whole query
 
 
 def normalize_id(value: Any) -> str:

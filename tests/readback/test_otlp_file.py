@@ -47,9 +47,26 @@ def test_missing_file_is_not_found(tmp_path):
     assert OtlpFileReader(str(tmp_path / "absent.jsonl")).latest("r", "s") is None
 
 
-def test_unreadable_file_is_a_backend_error(tmp_path):
-    with pytest.raises(cw.BackendError):
-        cw.reader(f"file:{tmp_path}").context_window("r", "s")  # a directory
+def test_a_directory_or_no_path_is_an_input_mistake(tmp_path):
+    with pytest.raises(cw.ConfigError, match="is a directory"):
+        cw.reader(f"file:{tmp_path}")
+    with pytest.raises(cw.ConfigError, match="needs a path"):
+        cw.reader("file://")
+
+
+def test_a_well_formed_line_with_damaged_values_is_skipped(tmp_path):
+    path = tmp_path / "t.jsonl"
+    _write_stages(path, [("r", "s")])
+    good = cw.reader(f"file:{path}").context_window("r", "s")
+    damaged = {"resourceSpans": [{"scopeSpans": [{"spans": [{
+        "traceId": "zz", "spanId": 5, "name": "chat gpt-4o", "startTimeUnixNano": "n/a", "endTimeUnixNano": {"x": 1},
+        "attributes": [{"key": "agent.run.id", "value": {"stringValue": "r"}},
+                       {"key": "agent.stage.id", "value": {"stringValue": "s"}}],
+        "events": [{"name": "agent.context_window.snapshot", "timeUnixNano": [], "attributes": "nope"}],
+    }]}]}]}  # fmt: skip
+    with open(path, "a") as f:
+        f.write(json.dumps(damaged) + "\n")
+    assert cw.reader(f"file:{path}").context_window("r", "s") == good
 
 
 def test_url_forms(tmp_path):
