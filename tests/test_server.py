@@ -93,7 +93,9 @@ def test_openapi_document(serve):
 
 
 def test_backend_failure_is_503_without_traceback(serve, tmp_path):
-    server = serve(url=f"file:{tmp_path}")  # a directory: unreadable as a file
+    path = tmp_path / "t.jsonl"
+    server = serve(url=f"file:{path}")
+    path.mkdir()  # the file became unreadable after the server started
     status, body, _ = _get(f"{server.url}/api/v1/runs/r/stages/s/context-window")
     assert status == 503 and body["error"]["code"] == "backend_unavailable"
 
