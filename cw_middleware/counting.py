@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -104,22 +105,36 @@ class CountError(Exception):
         self.code = code
 
 
+# A count answer is a few bytes; anything longer is not one.
+MAX_COUNT_BODY = 64 * 1024
+
+
 def count_tokens(target: CountTarget, request: Mapping[str, Any], client: httpx.Client, timeout: Optional[float] = None) -> int:
-    """Ask the provider how many input tokens ``request`` (OpenAI chat shape, plain JSON) has."""
+    """Ask the provider how many input tokens ``request`` (OpenAI chat shape, plain JSON) has.
+
+    ``timeout`` bounds the whole count, not each socket read: a server trickling
+    bytes must not hold the single worker.
+    """
     url, headers, body, field = _endpoint(target, request)
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        if timeout is None:
-            response = client.post(url, headers=headers, json=body)
-        else:
-            response = client.post(url, headers=headers, json=body, timeout=timeout)
+        kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        with client.stream("POST", url, headers=headers, json=body, **kwargs) as response:
+            if response.status_code != 200:
+                raise CountError(WarningCode.PROVIDER_COUNT_FAILED, f"HTTP {response.status_code}")
+            raw = bytearray()
+            for chunk in response.iter_bytes():
+                raw += chunk
+                if deadline is not None and time.monotonic() > deadline:
+                    raise CountError(WarningCode.PROVIDER_COUNT_TIMEOUT, "deadline")
+                if len(raw) > MAX_COUNT_BODY:
+                    raise CountError(WarningCode.PROVIDER_COUNT_FAILED, "response too large")
     except httpx.TimeoutException as exc:
         raise CountError(WarningCode.PROVIDER_COUNT_TIMEOUT, type(exc).__name__) from None
     except httpx.HTTPError as exc:
         raise CountError(WarningCode.PROVIDER_COUNT_FAILED, type(exc).__name__) from None
-    if response.status_code != 200:
-        raise CountError(WarningCode.PROVIDER_COUNT_FAILED, f"HTTP {response.status_code}")
     try:
-        tokens = response.json()[field]
+        tokens = json.loads(bytes(raw))[field]
     except (ValueError, KeyError, TypeError):
         raise CountError(WarningCode.PROVIDER_COUNT_FAILED, "unexpected response body") from None
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:

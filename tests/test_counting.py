@@ -591,3 +591,36 @@ async def test_slow_count_does_not_block_the_event_loop(runtime, provider):  # n
     assert elapsed < 1.0 and ticks > 0
     assert cw.flush(10)
     assert len(_counted()) == 3 and len(provider.hits(OPENAI_COUNT)) == 3
+
+
+def test_the_time_box_bounds_the_whole_count_not_each_read():
+    """A server that trickles its answer a byte at a time must not hold the worker past the time box."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Trickle(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            for byte in b'{"input_tokens": 12345}':
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.2)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        target = CountTarget("anthropic", "claude-sonnet-4-5", f"http://127.0.0.1:{server.server_address[1]}", "sk-test")
+        start = time.monotonic()
+        with httpx.Client() as client, pytest.raises(CountError) as failed:
+            count_tokens(target, {"model": "claude-sonnet-4-5", "messages": CONVERSATION}, client, timeout=1.0)
+        elapsed = time.monotonic() - start
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert failed.value.code is WarningCode.PROVIDER_COUNT_TIMEOUT
+    assert elapsed < 2.0  # each read came within the timeout; the whole answer would take ~4.6 s
