@@ -134,9 +134,7 @@ class Estimator:
         by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
-        return Estimate(
-            {k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx)
-        )
+        return Estimate({k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx))
 
     # ------------------------------------------------------------ text cache
 
@@ -354,10 +352,22 @@ def _common_prefix(frozen: list[Any], messages: list[Any]) -> int:
     # The common case (the conversation grew), compared in C; slices only where lengths differ.
     if (frozen if n == len(frozen) else frozen[:n]) == (messages if n == len(messages) else messages[:n]):
         return n
-    k = 0
-    while k < n and frozen[k] == _as_dict(messages[k]):
-        k += 1
-    return k
+    # LiteLLM Message objects (a previous response's message) differ from their frozen dicts by
+    # type only: compare their (cached) dumps.
+    theirs = [m if type(m) is dict else _as_dict(m) for m in messages[:n]]
+    mine = frozen if n == len(frozen) else frozen[:n]
+    if mine == theirs:
+        return n
+    # A branch or an edit: binary search for the first difference, each probe a C-level slice
+    # comparison, so an unrelated cached conversation costs O(log n) probes, not a Python walk.
+    lo, hi = 0, n  # mine[:lo] == theirs[:lo]; the prefix of length hi differs
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if mine[lo:mid] == theirs[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo + 1 if lo < n and mine[lo] == theirs[lo] else lo
 
 
 def _head_key(msg: Any) -> int:
@@ -372,11 +382,29 @@ def _as_dict(obj: Any) -> dict[str, Any]:
         return obj
     dump = getattr(obj, "model_dump", None)
     if callable(dump):
-        return dump()
+        return _dumped(obj, dump)
     try:
         return dict(obj)
     except (TypeError, ValueError):
         return {}
+
+
+# model_dump() of a response message re-done every turn would make the history's cost Python-bound.
+# A bounded cache by identity, revalidated by the identity of the fields an agent would reassign.
+_DUMPS: dict[int, tuple[Any, Any, Any, dict[str, Any]]] = {}
+MAX_DUMPS = 4096
+
+
+def _dumped(obj: Any, dump: Any) -> dict[str, Any]:
+    content, calls = getattr(obj, "content", None), getattr(obj, "tool_calls", None)
+    hit = _DUMPS.get(id(obj))
+    if hit is not None and hit[0] is obj and hit[1] is content and hit[2] is calls:
+        return hit[3]
+    dumped = dump()
+    if len(_DUMPS) >= MAX_DUMPS:
+        _DUMPS.clear()
+    _DUMPS[id(obj)] = (obj, content, calls, dumped)  # holds obj: its id cannot be reused meanwhile
+    return dumped
 
 
 _ATOMS = (str, int, float, bool, type(None), tuple)

@@ -295,3 +295,22 @@ def test_tuple_content_tags_are_counted_and_stripped(runtime):
     assert snap.tokens("memory") >= 30
     (clean,), _ = strip_request([msg], None)
     assert all(TAG_KEY not in part for part in clean["content"])
+
+
+def test_response_message_objects_in_the_history_are_counted_once_and_edits_seen(monkeypatch):
+    import litellm
+
+    rules = CountingRules()
+    use_rules(monkeypatch, rules)
+    est = Estimator()
+    history: list[Any] = [{"role": "system", "content": "be brief"}]
+    replies = []
+    for t in range(5):
+        history.append({"role": "user", "content": f"question {t}"})
+        reply = litellm.completion(model="gpt-4o", messages=[{"role": "user", "content": "x"}], mock_response=f"answer {t}")
+        replies.append(reply.choices[0].message)
+        history.append(replies[-1])  # a Message object, as agents append it
+        est.estimate("m", list(history))
+    assert sorted(rules.seen) == sorted(["be brief"] + [f"question {t}" for t in range(5)] + [f"answer {t}" for t in range(5)])
+    replies[1].content = "a rewritten answer"  # reassigned on the object itself
+    assert est.estimate("m", list(history)).by_source == Estimator().estimate("m", list(history)).by_source
