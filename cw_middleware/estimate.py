@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
@@ -52,12 +52,6 @@ class Estimate:
     @property
     def total(self) -> int:
         return sum(self.by_source.values())
-
-    def by_category(self) -> dict[Category, int]:
-        out = dict.fromkeys(Category, 0)
-        for (category, _), tokens in self.by_source.items():
-            out[category] += tokens
-        return out
 
 
 class _MessageCount(NamedTuple):
@@ -180,12 +174,6 @@ class Estimator:
             conv.frozen.append(_freeze(msg))
             conv.counts.append(count)
             _add(conv, count)
-        if len(conv.frozen) > len(messages):  # a shorter repeat of a longer conversation
-            short = _Conversation(conv.frozen[: len(messages)], conv.counts[: len(messages)])
-            for count in short.counts:
-                _add(short, count)
-            short.tagged_idx = [i for i in conv.tagged_idx if i < len(messages)]
-            return short
         return conv
 
     def _remember(self, head: tuple[str, int], conv: _Conversation) -> None:
@@ -243,7 +231,7 @@ class Estimator:
         tag: Optional[Tag] = read_tag(part)
         key = (tag.category, tag.source or own[1]) if tag is not None else own
         text = part.get("text")
-        if part.get("type", "text") in _TEXT_PART_TYPES or (isinstance(text, str) and "type" not in part):
+        if part.get("type", "text") in _TEXT_PART_TYPES:  # a part without a type is text
             entries[key] = entries.get(key, 0) + self._text(rules, text if isinstance(text, str) else "")
         else:
             # Images, audio, files: never guessed from their bytes.
@@ -425,7 +413,3 @@ def _freeze(obj: Any) -> Any:
     if isinstance(obj, (dict, list)):
         return _freeze(dict(obj) if isinstance(obj, dict) else list(obj))
     return _as_dict(obj) or obj
-
-
-def iter_warnings(codes: Iterable[WarningCode]) -> list[WarningCode]:
-    return sorted(codes, key=lambda c: c.value)

@@ -10,7 +10,6 @@ GenAI keys follow the OpenTelemetry GenAI semantic conventions v1.41
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -313,7 +312,3 @@ class CallTelemetry:
 def _mirror(attrs: dict[str, Any]) -> dict[str, Any]:
     """The span-level copy of a snapshot: backends search span attributes, not events."""
     return {k: v for k, v in attrs.items() if not k.startswith("agent.context_window.details.")}
-
-
-def dumps_attributes(attrs: dict[str, Any]) -> str:
-    return json.dumps(attrs, sort_keys=True)

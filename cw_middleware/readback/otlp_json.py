@@ -34,7 +34,6 @@ from ..contract import (
     UnavailableReason,
     WarningCode,
 )
-from ..errors import BackendResponseError
 
 # ---------------------------------------------------------------- decoding
 
@@ -473,9 +472,3 @@ def fold_run(spans: Iterable[Span], run_id: str) -> Optional[list[StageSummary]]
     for span in spans:
         fold.add(span)
     return fold.result()
-
-
-def require_dict(doc: Any, where: str) -> dict[str, Any]:
-    if not isinstance(doc, dict):
-        raise BackendResponseError(f"{where}: expected a JSON object")
-    return doc
