@@ -17,7 +17,7 @@ from opentelemetry import metrics, trace
 from ._log import RateLimitedLog
 from .config import Config, resolve
 from .contract import Snapshot, WarningCode
-from .estimate import Estimator
+from .estimator import Estimator
 from .telemetry import CallTelemetry, StageInfo, Telemetry
 
 logger = logging.getLogger("cw_middleware")

@@ -21,7 +21,7 @@ from typing import Any, Optional
 from .config import ProviderCountPolicy, parse_policy
 from .contract import CountMethod, Snapshot, WarningCode, validate_id
 from .errors import ConfigError, TagError
-from .estimate import Estimate, strip_request, strip_tools
+from .estimator import Estimate, strip_request, strip_tools
 from .reconcile import usage_input_tokens
 from .rules import split_provider
 from .runtime import Runtime, get_runtime

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import traceback
 
 import litellm
@@ -20,11 +19,10 @@ import pytest
 from providers import CANARY, CHAT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
+import cw_middleware.estimator as estimate_module  # noqa: E402
 from cw_middleware import wrapper as wrapper_module
 from cw_middleware.contract import CountMethod, WarningCode
 from cw_middleware.telemetry import CallTelemetry, Telemetry
-
-estimate_module = sys.modules["cw_middleware.estimate"]  # the package exports a function of that name
 
 SECRET = "SECRET-prompt-text-4711"
 MESSAGES = [

@@ -3,7 +3,7 @@
 import pytest
 
 import cw_middleware as cw
-from cw_middleware.estimate import strip_request
+from cw_middleware.estimator import strip_request
 from cw_middleware.tags import TAG_KEY
 
 

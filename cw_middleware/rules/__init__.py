@@ -1,6 +1,6 @@
 """Counting rules: how each provider family turns a chat request into input tokens.
 
-The estimator (``estimate.py``) walks a request and asks a `CountingRules` for
+The estimator (``estimator.py``) walks a request and asks a `CountingRules` for
 the pieces: text, per-message framing, tool calls, tool definitions, the shared
 tool overhead (OpenAI's tool namespace, Anthropic's hidden tool-use system
 prompt), structured-output schemas and the per-request overhead. It caches the

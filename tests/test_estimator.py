@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import random
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import tiktoken
 
 import cw_middleware as cw
+import cw_middleware.estimator as estimator_module
 from cw_middleware.contract import Category, WarningCode
-from cw_middleware.estimate import Estimator
+from cw_middleware.estimator import Estimator
 
 ENC = tiktoken.get_encoding("o200k_base")
 
@@ -167,8 +167,7 @@ class CountingRules:
 
 
 def use_rules(monkeypatch, rules: CountingRules) -> None:
-    # The module, not the public function of the same name that the package re-exports.
-    monkeypatch.setattr(sys.modules["cw_middleware.estimate"], "rules_for", lambda model, provider=None: rules)
+    monkeypatch.setattr(estimator_module, "rules_for", lambda model, provider=None: rules)
 
 
 def conversation(rng: random.Random, turns: int) -> list[dict[str, Any]]:
@@ -231,7 +230,7 @@ def test_caches_are_bounded(monkeypatch):
 
 
 def test_tagged_messages_are_found_through_the_prefix_cache():
-    from cw_middleware.estimate import strip_request
+    from cw_middleware.estimator import strip_request
     from cw_middleware.tags import TAG_KEY
 
     est = Estimator()
@@ -276,7 +275,7 @@ def test_alternating_tool_sets_are_both_cached(monkeypatch):
 
 
 def test_legacy_functions_keep_their_tags_and_lose_them_before_the_provider(runtime):
-    from cw_middleware.estimate import strip_tools
+    from cw_middleware.estimator import strip_tools
     from cw_middleware.tags import TAG_KEY
 
     fn = fn_tool("search")["function"]
@@ -287,7 +286,7 @@ def test_legacy_functions_keep_their_tags_and_lose_them_before_the_provider(runt
 
 
 def test_tuple_content_tags_are_counted_and_stripped(runtime):
-    from cw_middleware.estimate import strip_request
+    from cw_middleware.estimator import strip_request
     from cw_middleware.tags import TAG_KEY
 
     msg = {"role": "system", "content": (cw.segment("rules", "system_prompt"), cw.segment("memo " * 30, "memory", "AGENTS.md"))}
