@@ -39,6 +39,9 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         except UnicodeDecodeError:
             print("error: the request is not UTF-8 text", file=sys.stderr)
             return EXIT_USAGE
+        except RecursionError:
+            print("error: the request is nested too deeply to read", file=sys.stderr)
+            return EXIT_USAGE
     if (
         not isinstance(request, dict)
         or not isinstance(request.get("model"), str)
@@ -54,7 +57,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     except cw.TagError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (TypeError, ValueError, AttributeError) as exc:
+    except (TypeError, ValueError, AttributeError, RecursionError) as exc:
         # A field of the wrong shape (e.g. "tools": 5). The type only: the message could quote the request.
         print(
             f"error: the request has a field of the wrong shape ({type(exc).__name__}); see `litellm.completion`'s arguments",

@@ -33,6 +33,10 @@ def validate_id(name: str, value: object) -> str:
         raise ConfigError(f"{name} must be at most {MAX_ID_LENGTH} characters")
     if _CONTROL.search(value):
         raise ConfigError(f"{name} must not contain control characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"{name} must be valid Unicode text (no lone surrogates)") from None
     return value
 
 

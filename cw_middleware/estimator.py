@@ -17,6 +17,7 @@ it on the request path, so it must stay cheap.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -378,24 +379,31 @@ def _as_dict(obj: Any) -> dict[str, Any]:
 
 
 # model_dump() of a response message re-done every turn would make the history's cost Python-bound.
-# A bounded cache by identity, revalidated by the identity of the fields an agent would reassign.
-_DUMPS: dict[int, tuple[Any, Any, Any, dict[str, Any]]] = {}
+# A bounded cache by identity, only for messages whose fields are all immutable values (plain
+# replies), revalidated by the identity of every field: any reassignment is seen, and nothing
+# nested can change in place. Replies with tool calls are dumped afresh each time.
+_DUMPS: dict[int, tuple[Any, tuple[Any, ...], dict[str, Any]]] = {}
 MAX_DUMPS = 4096
 
 
 def _dumped(obj: Any, dump: Any) -> dict[str, Any]:
-    content, calls = getattr(obj, "content", None), getattr(obj, "tool_calls", None)
+    try:
+        values = tuple(vars(obj).values())
+    except TypeError:
+        return dump()
+    if not all(type(v) in _ATOMS for v in values):
+        return dump()
     hit = _DUMPS.get(id(obj))
-    if hit is not None and hit[0] is obj and hit[1] is content and hit[2] is calls:
-        return hit[3]
+    if hit is not None and hit[0] is obj and len(hit[1]) == len(values) and all(map(operator.is_, hit[1], values)):
+        return hit[2]
     dumped = dump()
     if len(_DUMPS) >= MAX_DUMPS:
         _DUMPS.clear()
-    _DUMPS[id(obj)] = (obj, content, calls, dumped)  # holds obj: its id cannot be reused meanwhile
+    _DUMPS[id(obj)] = (obj, values, dumped)  # holds obj: its id cannot be reused meanwhile
     return dumped
 
 
-_ATOMS = (str, int, float, bool, type(None), tuple)
+_ATOMS = (str, int, float, bool, type(None))
 
 
 def _freeze(obj: Any) -> Any:
@@ -408,6 +416,8 @@ def _freeze(obj: Any) -> Any:
         return {k: v if type(v) in _ATOMS else _freeze(v) for k, v in obj.items()}
     if type(obj) is list:
         return [v if type(v) in _ATOMS else _freeze(v) for v in obj]
+    if type(obj) is tuple:  # tuple content parts are dicts too: copy them, or an edit in place goes unseen
+        return tuple(v if type(v) in _ATOMS else _freeze(v) for v in obj)
     if isinstance(obj, _ATOMS):
         return obj
     if isinstance(obj, (dict, list)):

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from opentelemetry import metrics, trace
 
 from ._log import RateLimitedLog
-from .config import Config, resolve
+from .config import Config, ProviderCountPolicy, resolve
 from .contract import Snapshot, WarningCode
 from .estimator import Estimator
 from .telemetry import CallTelemetry, StageInfo, Telemetry
@@ -160,6 +160,11 @@ def get_runtime() -> Runtime:
         logger.warning(
             "cw_middleware: configuration failed (%s: %s); telemetry is off until configure() succeeds", type(exc).__name__, exc
         )
-        fallback = Runtime(Config(export="none"), trace.NoOpTracerProvider(), metrics.NoOpMeterProvider())
+        # No export and no provider counts: a half-read configuration must not send anything anywhere.
+        fallback = Runtime(
+            Config(export="none", provider_count=ProviderCountPolicy.NEVER),
+            trace.NoOpTracerProvider(),
+            metrics.NoOpMeterProvider(),
+        )
         set_runtime(fallback)
         return fallback

@@ -47,6 +47,10 @@ def stage(run_id: str, stage_id: str, kind: str = "agent") -> Iterator[StageInfo
     """Attribute the calls inside to (run_id, stage_id); opens the stage span. Sync and async safe."""
     for name, value in (("run_id", run_id), ("stage_id", stage_id), ("kind", kind)):
         validate_id(name, value)  # the same rule the readers apply: what is written can be read
+    outer = _current_stage.get()
+    if outer is not None and (outer.run_id, outer.stage_id) == (run_id, stage_id):
+        # Its inner end would make the still-running outer stage read as ended.
+        raise ConfigError(f"stage {stage_id!r} of run {run_id!r} is already open here; give the inner stage its own id")
     info = StageInfo(run_id, stage_id, kind)
     token = _current_stage.set(info)
     try:

@@ -105,3 +105,9 @@ def test_malformed_requests_and_options_are_usage_errors(tmp_path, capsys, runti
         cli.main(["serve", "--port", "99999"])
     assert exited.value.code == 2 and "between 0 and 65535" in capsys.readouterr().err
     assert cli.main(["show", "r", "s", "--backend", "file://"]) == cli.EXIT_USAGE
+
+
+def test_a_request_nested_too_deeply_is_a_usage_error(tmp_path, capsys, runtime):
+    (tmp_path / "deep.json").write_text("[" * 100_000)
+    assert cli.main(["estimate", str(tmp_path / "deep.json")]) == cli.EXIT_USAGE
+    assert "nested too deeply" in capsys.readouterr().err

@@ -313,3 +313,36 @@ def test_response_message_objects_in_the_history_are_counted_once_and_edits_seen
     assert sorted(rules.seen) == sorted(["be brief"] + [f"question {t}" for t in range(5)] + [f"answer {t}" for t in range(5)])
     replies[1].content = "a rewritten answer"  # reassigned on the object itself
     assert est.estimate("m", list(history)).by_source == Estimator().estimate("m", list(history)).by_source
+
+
+def test_reply_objects_with_tool_calls_edited_in_place_are_recounted(monkeypatch):
+    import litellm
+
+    rules = CountingRules()
+    use_rules(monkeypatch, rules)
+    est = Estimator()
+    reply = (
+        litellm.completion(
+            model="gpt-4o",
+            messages=[{"role": "user", "content": "x"}],
+            mock_tool_calls=[{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        )
+        .choices[0]
+        .message
+    )
+    history = [{"role": "user", "content": "go"}, reply]
+    est.estimate("m", list(history))
+    reply.tool_calls[0].function.arguments = '{"much": "longer arguments"}'  # nested, in place
+    reply.content = None
+    assert est.estimate("m", list(history)).by_source == Estimator().estimate("m", list(history)).by_source
+
+
+def test_tuple_content_edited_in_place_is_recounted(monkeypatch):
+    rules = CountingRules()
+    use_rules(monkeypatch, rules)
+    est = Estimator()
+    part = {"type": "text", "text": "one two three four five"}
+    msgs = [{"role": "tool", "content": (part,)}]
+    before = est.estimate("m", msgs).total
+    part["text"] = "one"
+    assert before - est.estimate("m", msgs).total == 4

@@ -145,3 +145,28 @@ def test_stage_ids_follow_the_readers_rules():
     with pytest.raises(cw.ConfigError, match="control characters"):
         with cw.stage(run_id="run", stage_id="impl\t1"):
             pass
+
+
+def test_the_fallback_after_a_bad_environment_sends_nothing_upstream(monkeypatch):
+    from cw_middleware.config import ProviderCountPolicy
+    from cw_middleware.runtime import get_runtime, set_runtime
+
+    monkeypatch.setenv("CW_PROVIDER_COUNT_TIMEOUT", "5s")
+    previous = set_runtime(None)
+    try:
+        runtime = get_runtime()
+        assert runtime.config.provider_count is ProviderCountPolicy.NEVER and runtime.config.export == "none"
+    finally:
+        set_runtime(previous)
+
+
+def test_ids_that_cannot_be_exported_or_nested_reentry_are_refused(runtime):
+    with pytest.raises(cw.ConfigError, match="surrogates"):
+        with cw.stage(run_id="run", stage_id="a\ud800b"):
+            pass
+    with cw.stage(run_id="run", stage_id="outer"):
+        with pytest.raises(cw.ConfigError, match="already open"):
+            with cw.stage(run_id="run", stage_id="outer"):
+                pass
+        with cw.stage(run_id="run", stage_id="inner"):  # another id is fine
+            pass

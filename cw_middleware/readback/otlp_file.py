@@ -85,7 +85,7 @@ class OtlpFileReader:
     def _spans(self, line: bytes) -> list[Span]:
         try:
             return list(iter_spans(json.loads(line)))
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             # A line being written right now, or a damaged one: skip it, never fail the query.
             return []
 

@@ -196,7 +196,15 @@ def _parse_time(value: Any, fallback_ns: int) -> datetime:
             return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
         except ValueError:
             pass
-    return datetime.fromtimestamp(fallback_ns / 1e9, tz=UTC)
+    return _from_ns(fallback_ns) or datetime.fromtimestamp(0, tz=UTC)
+
+
+def _from_ns(time_ns: int) -> Optional[datetime]:
+    """A timestamp from nanoseconds; None for a value no datetime can hold (a damaged line)."""
+    try:
+        return datetime.fromtimestamp(time_ns / 1e9, tz=UTC) if time_ns else None
+    except (OverflowError, ValueError, OSError):
+        return None
 
 
 def _percent(tokens: int, window: Optional[int]) -> Optional[float]:
@@ -283,7 +291,12 @@ def snapshot_records(span: Span, run_id: str, stage_id: str) -> list[SnapshotRec
         if a.get(keys.ATTR_STAGE_ID, span.attributes.get(keys.ATTR_STAGE_ID)) != stage_id:
             continue
         generated = _parse_time(a.get(keys.ATTR_GENERATED_AT), event.time_ns).timestamp()
-        out.append(SnapshotRecord((generated, _int(a.get(keys.ATTR_EVENT_SEQ)), event.time_ns), a, event.time_ns))
+        record = SnapshotRecord((generated, _int(a.get(keys.ATTR_EVENT_SEQ)), event.time_ns), a, event.time_ns)
+        try:
+            record.to_window(stage_id, Staleness.STORED)  # a damaged snapshot is skipped, not fatal
+        except Exception:  # noqa: BLE001 - whatever a foreign or broken producer wrote
+            continue
+        out.append(record)
     return out
 
 
@@ -376,8 +389,8 @@ class StageFold:
             return False
         if self.best is not None:
             return self._older_than_best or self.started_marker_seen
-        # Nothing but a marker before a stage's own calls: no snapshot can hide further back.
-        return self.started_marker_seen or (self.kind != keys.AGENT_STAGE_KIND)
+        # No snapshot yet: an agent stage entered again may have one from an earlier entry.
+        return self.kind != keys.AGENT_STAGE_KIND
 
     def result(self) -> Optional[StageContextWindow]:
         """The answer, or None when no span names this stage."""
@@ -442,7 +455,7 @@ class RunFold:
         self._touch(stage_id, kind, state, span.start_ns)
 
     def _touch(self, stage_id: str, kind: Optional[str], state: Optional[Staleness], time_ns: int) -> None:
-        started = datetime.fromtimestamp(time_ns / 1e9, tz=UTC) if time_ns else None
+        started = _from_ns(time_ns)
         summary = self._stages.get(stage_id)
         if summary is None:
             summary = self._stages[stage_id] = StageSummary(stage_id, kind, state or Staleness.LIVE, started)

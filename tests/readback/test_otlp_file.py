@@ -110,3 +110,37 @@ def test_late_snapshot_reaches_the_file_and_is_the_latest(tmp_path):
     assert answer.count_method is CountMethod.PROVIDER_API_SCALED_BREAKDOWN
     assert answer.input_tokens == 44 and answer.event_seq == late.event_seq
     assert answer.staleness is Staleness.STORED
+
+
+def test_a_snapshot_with_damaged_values_is_skipped_and_an_older_good_one_wins(tmp_path):
+    path = tmp_path / "t.jsonl"
+    _write_stages(path, [("r", "s")])
+    good = cw.reader(f"file:{path}").context_window("r", "s")
+
+    def attr(key, value):
+        kind = "intValue" if isinstance(value, int) else "doubleValue" if isinstance(value, float) else "stringValue"
+        return {"key": key, "value": {kind: value}}
+
+    for damage in (
+        [attr("agent.context_window.limit_tokens", 1e999)],
+        [{"key": "agent.context_window.details.category", "value": {"intValue": 7}}],
+        [{"key": "agent.context_window.provider", "value": {"intValue": 1}}],
+    ):
+        event = {
+            "name": "agent.context_window.snapshot",
+            "timeUnixNano": "99999999999999999999999",
+            "attributes": [
+                attr("agent.run.id", "r"),
+                attr("agent.stage.id", "s"),
+                attr("agent.context_window.generated_at", "2999-01-01T00:00:00+00:00"),
+                *damage,
+            ],
+        }
+        span = {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "chat gpt-4o", "events": [event],
+                "attributes": [attr("agent.run.id", "r"), attr("agent.stage.id", "s")]}  # fmt: skip
+        with open(path, "a") as f:
+            f.write(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}) + "\n")
+        reader = cw.reader(f"file:{path}")
+        answer = reader.context_window("r", "s")
+        assert (answer.input_tokens, answer.event_seq) == (good.input_tokens, good.event_seq)
+        assert [s.stage_id for s in reader.stages("r")] == ["s"]
