@@ -24,6 +24,7 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections import OrderedDict, deque
@@ -113,13 +114,18 @@ def count_tokens(target: CountTarget, request: Mapping[str, Any], client: httpx.
     """Ask the provider how many input tokens ``request`` (OpenAI chat shape, plain JSON) has.
 
     ``timeout`` bounds the whole count, not each socket read: a server trickling
-    bytes must not hold the single worker.
+    its headers or body must not hold the single worker. httpx's timeouts are per
+    read, so a watchdog shuts the connection's socket down at the deadline (each
+    count uses a connection of its own, so the watchdog sees its socket).
     """
     url, headers, body, field = _endpoint(target, request)
     deadline = None if timeout is None else time.monotonic() + timeout
+    watchdog = _Watchdog(timeout)
     try:
         kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-        with client.stream("POST", url, headers=headers, json=body, **kwargs) as response:
+        with client.stream(
+            "POST", url, headers={**headers, "Connection": "close"}, json=body, extensions={"trace": watchdog.trace}, **kwargs
+        ) as response:
             if response.status_code != 200:
                 raise CountError(WarningCode.PROVIDER_COUNT_FAILED, f"HTTP {response.status_code}")
             raw = bytearray()
@@ -132,7 +138,12 @@ def count_tokens(target: CountTarget, request: Mapping[str, Any], client: httpx.
     except httpx.TimeoutException as exc:
         raise CountError(WarningCode.PROVIDER_COUNT_TIMEOUT, type(exc).__name__) from None
     except httpx.HTTPError as exc:
-        raise CountError(WarningCode.PROVIDER_COUNT_FAILED, type(exc).__name__) from None
+        code = WarningCode.PROVIDER_COUNT_TIMEOUT if watchdog.fired else WarningCode.PROVIDER_COUNT_FAILED
+        raise CountError(code, type(exc).__name__) from None
+    finally:
+        watchdog.cancel()
+    if watchdog.fired:  # the socket was shut at the deadline: what arrived is cut short
+        raise CountError(WarningCode.PROVIDER_COUNT_TIMEOUT, "deadline")
     try:
         tokens = json.loads(bytes(raw))[field]
     except (ValueError, KeyError, TypeError):
@@ -140,6 +151,39 @@ def count_tokens(target: CountTarget, request: Mapping[str, Any], client: httpx.
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
         raise CountError(WarningCode.PROVIDER_COUNT_FAILED, "unexpected response body")
     return tokens
+
+
+class _Watchdog:
+    """Shuts a count's socket down when its time box ends (best effort; never raises)."""
+
+    def __init__(self, timeout: Optional[float]) -> None:
+        self.fired = False
+        self._socket: Any = None
+        self._timer = threading.Timer(timeout, self._fire) if timeout is not None else None
+        if self._timer is not None:
+            self._timer.daemon = True
+            self._timer.start()
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        if event == "connection.connect_tcp.complete":
+            stream = info.get("return_value")
+            try:
+                self._socket = stream.get_extra_info("socket") if stream is not None else None
+            except Exception:  # noqa: BLE001
+                self._socket = None
+
+    def _fire(self) -> None:
+        self.fired = True
+        sock = self._socket
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 def _endpoint(target: CountTarget, request: Mapping[str, Any]) -> tuple[str, dict[str, str], dict[str, Any], str]:

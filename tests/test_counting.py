@@ -624,3 +624,35 @@ def test_the_time_box_bounds_the_whole_count_not_each_read():
         server.server_close()
     assert failed.value.code is WarningCode.PROVIDER_COUNT_TIMEOUT
     assert elapsed < 2.0  # each read came within the timeout; the whole answer would take ~4.6 s
+
+
+def test_the_time_box_also_bounds_a_server_that_trickles_its_headers():
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class TrickleHeaders(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            try:
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"x" * 40:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            except OSError:
+                pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), TrickleHeaders)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        target = CountTarget("anthropic", "claude-sonnet-4-5", f"http://127.0.0.1:{server.server_address[1]}", "sk-test")
+        start = time.monotonic()
+        with httpx.Client() as client, pytest.raises(CountError) as failed:
+            count_tokens(target, {"model": "claude-sonnet-4-5", "messages": CONVERSATION}, client, timeout=1.0)
+        elapsed = time.monotonic() - start
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert failed.value.code is WarningCode.PROVIDER_COUNT_TIMEOUT
+    assert elapsed < 2.0  # the headers alone would take ~10 s
