@@ -593,8 +593,8 @@ async def test_slow_count_does_not_block_the_event_loop(runtime, provider):  # n
     assert len(_counted()) == 3 and len(provider.hits(OPENAI_COUNT)) == 3
 
 
-def test_the_time_box_bounds_the_whole_count_not_each_read():
-    """A server that trickles its answer a byte at a time must not hold the worker past the time box."""
+def _count_against_trickle(at_once: bytes, trickled: bytes) -> tuple[CountError, float]:
+    """Count against a local server that answers ``at_once``, then ``trickled`` one byte every 0.2 s."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Trickle(BaseHTTPRequestHandler):
@@ -603,13 +603,15 @@ def test_the_time_box_bounds_the_whole_count_not_each_read():
 
         def do_POST(self):  # noqa: N802
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            for byte in b'{"input_tokens": 12345}':
-                self.wfile.write(bytes([byte]))
+            try:
+                self.wfile.write(at_once)
                 self.wfile.flush()
-                time.sleep(0.2)
+                for byte in trickled:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            except OSError:  # the client gave up: expected
+                pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -618,41 +620,22 @@ def test_the_time_box_bounds_the_whole_count_not_each_read():
         start = time.monotonic()
         with httpx.Client() as client, pytest.raises(CountError) as failed:
             count_tokens(target, {"model": "claude-sonnet-4-5", "messages": CONVERSATION}, client, timeout=1.0)
-        elapsed = time.monotonic() - start
+        return failed.value, time.monotonic() - start
     finally:
         server.shutdown()
         server.server_close()
-    assert failed.value.code is WarningCode.PROVIDER_COUNT_TIMEOUT
-    assert elapsed < 2.0  # each read came within the timeout; the whole answer would take ~4.6 s
+
+
+def test_the_time_box_bounds_the_whole_count_not_each_read():
+    """A server that trickles its answer a byte at a time must not hold the worker past the time box."""
+    body = b'{"input_tokens": 12345}'
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    error, elapsed = _count_against_trickle(head, body)
+    assert error.code is WarningCode.PROVIDER_COUNT_TIMEOUT
+    assert elapsed < 2.0  # each read came within the timeout; the whole body would take ~4.6 s
 
 
 def test_the_time_box_also_bounds_a_server_that_trickles_its_headers():
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class TrickleHeaders(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_POST(self):  # noqa: N802
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            try:
-                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"x" * 40:
-                    self.wfile.write(bytes([byte]))
-                    self.wfile.flush()
-                    time.sleep(0.2)
-            except OSError:
-                pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), TrickleHeaders)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        target = CountTarget("anthropic", "claude-sonnet-4-5", f"http://127.0.0.1:{server.server_address[1]}", "sk-test")
-        start = time.monotonic()
-        with httpx.Client() as client, pytest.raises(CountError) as failed:
-            count_tokens(target, {"model": "claude-sonnet-4-5", "messages": CONVERSATION}, client, timeout=1.0)
-        elapsed = time.monotonic() - start
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert failed.value.code is WarningCode.PROVIDER_COUNT_TIMEOUT
+    error, elapsed = _count_against_trickle(b"", b"HTTP/1.1 200 OK\r\nX-Slow: " + b"x" * 40)
+    assert error.code is WarningCode.PROVIDER_COUNT_TIMEOUT
     assert elapsed < 2.0  # the headers alone would take ~10 s
