@@ -17,6 +17,7 @@ import gc
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -89,12 +90,12 @@ def bench_accounting(n_turns: int, repeats: int = 5) -> dict[str, float]:
     }
 
 
-def bench_call_path(n_calls: int) -> dict[str, float]:
+def bench_call_path(n_calls: int, export: str = "none") -> dict[str, float]:
     import litellm
 
     system, turns = make_turns(200)
     tools = make_tools()
-    cw.configure(export="none")
+    cw.configure(export=export)
     ratios, cw_times, lite_times = [], [], []
 
     def timed(fn, msgs) -> float:
@@ -145,10 +146,14 @@ def main() -> int:
         "   (reported; the rest is verifying the history by value)"
     )
     call = bench_call_path(args.calls)
-    print(f"call path at ~100k tokens, {call['calls']} alternating calls with mock_response:")
+    print(f"call path at ~100k tokens, {call['calls']} alternating calls with mock_response, telemetry off (export=none):")
     print(f"  litellm.completion median {call['litellm_median_ms']:.2f} ms, cw.completion median {call['cw_median_ms']:.2f} ms")
     ok3 = call["median_ratio"] <= 1.15
     print(f"  3. median ratio cw/litellm:   {call['median_ratio']:7.3f}    (bar <= 1.15)  {'PASS' if ok3 else 'FAIL'}")
+    with tempfile.TemporaryDirectory() as folder:
+        embedded = bench_call_path(args.calls, export=f"file:{folder}/telemetry.jsonl")
+    print("  the same with the embedded default (spans, events and metrics to an OTLP JSON file):")
+    print(f"     median ratio cw/litellm:   {embedded['median_ratio']:7.3f}    (reported)")
     return 0 if speedup >= 20 and vs_floor <= 1.5 and ok3 else 1
 
 

@@ -294,7 +294,7 @@ def strip_request(
 
 def strip_tools(tools: Any) -> Any:
     """Tool definitions (or legacy functions) without tags; the same list when none is tagged."""
-    if isinstance(tools, (list, tuple)) and any(isinstance(t, Mapping) and TAG_KEY in t for t in tools):
+    if isinstance(tools, (list, tuple)) and any((type(t) is dict or isinstance(t, Mapping)) and TAG_KEY in t for t in tools):
         return [strip_tool(t) for t in tools]
     return tools
 

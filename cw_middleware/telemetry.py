@@ -21,7 +21,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from .config import Config
-from .contract import Snapshot
+from .contract import CATEGORIES, Category, Snapshot
 
 logger = logging.getLogger("cw_middleware")
 
@@ -126,6 +126,7 @@ class Telemetry:
         logger_provider: Any = None,
     ) -> None:
         self.config = config
+        self._attribute_cache: dict[Any, tuple[dict[str, Any], list[tuple[Category, dict[str, Any]]]]] = {}
         self.tracer = trace.get_tracer("cw_middleware", tracer_provider=tracer_provider)
         # Optional log-based events (OTEP 4430): the same attributes, event_name = SNAPSHOT_EVENT.
         self.event_logger = None
@@ -206,6 +207,23 @@ class Telemetry:
         return CallTelemetry(self, span, provider, model, stage)
 
     def metric_attributes(self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> dict[str, Any]:
+        return dict(self._attributes(provider, model, stage)[0])
+
+    def _attributes(
+        self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]
+    ) -> tuple[dict[str, Any], list[tuple[Category, dict[str, Any]]]]:
+        """(common metric attributes, per-category attributes), built once per model and stage."""
+        key = (provider, model, stage if self.config.metric_run_labels else None)
+        cached = self._attribute_cache.get(key)
+        if cached is None:
+            base = self._base_attributes(provider, model, stage)
+            cached = (base, [(c, {**base, ATTR_CATEGORY: c.value}) for c in CATEGORIES])
+            if len(self._attribute_cache) >= 1024:
+                self._attribute_cache.clear()
+            self._attribute_cache[key] = cached
+        return cached
+
+    def _base_attributes(self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> dict[str, Any]:
         attrs: dict[str, Any] = {"service.name": self.config.service_name}
         if provider:
             attrs[GEN_AI_PROVIDER] = provider
@@ -216,14 +234,18 @@ class Telemetry:
             attrs[ATTR_STAGE_ID] = stage.stage_id
         return attrs
 
-    def record_snapshot_metrics(self, snapshot: Snapshot, stage: Optional[StageInfo]) -> None:
-        base = self.metric_attributes(snapshot.provider, snapshot.model, stage)
-        for item in snapshot.breakdown:
-            self.tokens_gauge.set(item.tokens, {**base, ATTR_CATEGORY: item.category.value})
+    def count_snapshot(self, snapshot: Snapshot, stage: Optional[StageInfo]) -> None:
+        base = self._attributes(snapshot.provider, snapshot.model, stage)[0]
+        self.snapshot_counter.add(1, {**base, ATTR_COUNT_METHOD: snapshot.count_method.value})
+
+    def set_gauges(self, snapshot: Snapshot, stage: Optional[StageInfo]) -> None:
+        base, per_category = self._attributes(snapshot.provider, snapshot.model, stage)
+        tokens = {item.category: item.tokens for item in snapshot.breakdown}
+        for category, attrs in per_category:
+            self.tokens_gauge.set(tokens.get(category, 0), attrs)
         if snapshot.context_window_tokens:
             self.limit_gauge.set(snapshot.context_window_tokens, base)
             self.utilization_gauge.set(snapshot.input_tokens / snapshot.context_window_tokens, base)
-        self.snapshot_counter.add(1, {**base, ATTR_COUNT_METHOD: snapshot.count_method.value})
 
 
 class CallTelemetry:
@@ -238,6 +260,10 @@ class CallTelemetry:
         self._model = model
         self._stage = stage
         self._ended = False
+        # Gauges hold last values: a call's earlier snapshots would be overwritten by its last one
+        # within the same call, so they are set once, when the call ends (or at once if it has ended).
+        self._gauges: Optional[Snapshot] = None
+        self._mirrored: Optional[dict[str, Any]] = None  # likewise the span-level copy of the latest snapshot
         # A provider count finishes on another thread: without the lock its event could
         # land on a span that is ending, where the SDK drops it.
         self._lock = threading.Lock()
@@ -250,7 +276,8 @@ class CallTelemetry:
             on_span = not self._ended
             if on_span:
                 self.span.add_event(SNAPSHOT_EVENT, attributes=attrs)
-                self.span.set_attributes(_mirror(attrs))
+                if not superseded:
+                    self._gauges, self._mirrored = snapshot, attrs
         if not on_span:
             # The call span is gone (a slow provider count): a short span linked to it carries the event.
             late_attrs = _mirror(attrs)
@@ -273,8 +300,9 @@ class CallTelemetry:
                 attributes=attrs,
                 context=trace.set_span_in_context(trace.NonRecordingSpan(self.span.get_span_context())),
             )
-        if not superseded:  # the gauges show the stage's newest request, not an older one's late count
-            self._owner.record_snapshot_metrics(snapshot, self._stage)
+        self._owner.count_snapshot(snapshot, self._stage)
+        if not on_span and not superseded:  # the gauges show the stage's newest request, not an older one's
+            self._owner.set_gauges(snapshot, self._stage)
 
     def end(
         self,
@@ -288,11 +316,19 @@ class CallTelemetry:
             if self._ended:
                 return
             self._ended = True
+            gauges, self._gauges = self._gauges, None
+            mirrored, self._mirrored = self._mirrored, None
+        if mirrored is not None:
+            self.span.set_attributes(_mirror(mirrored))
+        if gauges is not None:
+            try:
+                self._owner.set_gauges(gauges, self._stage)
+            except Exception:  # noqa: BLE001 - a metrics failure must not leave the span open
+                logger.warning("cw_middleware: could not record context-window gauges")
         span = self.span
         if response_model:
             span.set_attribute(GEN_AI_RESPONSE_MODEL, response_model)
-        base = self._owner.metric_attributes(self._provider, self._model, self._stage)
-        base[GEN_AI_OPERATION] = "chat"
+        base = {**self._owner._attributes(self._provider, self._model, self._stage)[0], GEN_AI_OPERATION: "chat"}
         for key, value, token_type in (
             (GEN_AI_INPUT_TOKENS, input_tokens, "input"),
             (GEN_AI_OUTPUT_TOKENS, output_tokens, "output"),

@@ -182,7 +182,8 @@ def test_span_start_failure(runtime, provider, caplog, monkeypatch):  # noqa: F8
 
 
 def test_metric_failure(runtime, provider, caplog, monkeypatch):  # noqa: F811
-    monkeypatch.setattr(Telemetry, "record_snapshot_metrics", _boom)
+    monkeypatch.setattr(Telemetry, "count_snapshot", _boom)
+    monkeypatch.setattr(Telemetry, "set_gauges", _boom)
     _same_as_litellm(provider, stream=True)
     _no_content_logged(caplog)
 

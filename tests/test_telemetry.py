@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from providers import CHAT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
 from cw_middleware import telemetry as t
@@ -110,3 +111,13 @@ def _prometheus_name(metric, counter=False):
     if unit and not unit.startswith("{") and unit != "1":
         name += "_" + unit
     return name + ("_total" if counter else "")
+
+
+def test_gauges_hold_the_calls_last_snapshot(runtime, telemetry, provider):  # noqa: F811
+    provider[CHAT].tokens = 777  # the local OpenAI-compatible server reports this prompt size
+    cw.completion(model="openai/gpt-4o", messages=MESSAGES, api_base=f"{provider.url}/v1", api_key="sk-test")
+    last = cw.snapshots()[-1]
+    assert last.input_tokens == 777 and cw.snapshots()[-2].input_tokens != 777
+    points = {p.attributes[t.ATTR_CATEGORY]: p.value for p in _metrics(telemetry)["agent.context_window.tokens"].data.data_points}
+    assert points == {item.category.value: item.tokens for item in last.breakdown}
+    assert sum(points.values()) == 777
