@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, Optional
 
+from ._litellm import original
 from .config import ProviderCountPolicy, parse_policy
 from .contract import CountMethod, Snapshot, WarningCode, validate_id
 from .errors import ConfigError, TagError
@@ -69,11 +70,9 @@ def current_stage() -> Optional[StageInfo]:
 
 def completion(*args: Any, **kwargs: Any) -> Any:
     """`litellm.completion`, observed. Same arguments, same return value."""
-    import litellm
-
     call = _Call.start(args, kwargs)
     try:
-        response = litellm.completion(*call.args, **call.kwargs)
+        response = original("completion")(*call.args, **call.kwargs)
     except BaseException as exc:
         call.fail(exc)
         raise
@@ -82,11 +81,9 @@ def completion(*args: Any, **kwargs: Any) -> Any:
 
 async def acompletion(*args: Any, **kwargs: Any) -> Any:
     """`litellm.acompletion`, observed. Same arguments, same return value."""
-    import litellm
-
     call = _Call.start(args, kwargs)
     try:
-        response = await litellm.acompletion(*call.args, **call.kwargs)
+        response = await original("acompletion")(*call.args, **call.kwargs)
     except BaseException as exc:
         call.fail(exc)
         raise

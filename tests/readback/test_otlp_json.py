@@ -11,7 +11,7 @@ import pytest
 from cw_middleware.contract import Category, CountMethod, Staleness, UnavailableReason
 from cw_middleware.readback.otlp_json import any_value, fold_run, fold_stage, iter_spans, normalize_id
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TRACE_HEX = "b181d3e495396a7b1953a675c7c146bd"
 SPAN_HEX = "6f9af74775c0b9bf"
 
