@@ -93,6 +93,11 @@ class WarningCode(StrEnum):
     NOT_OBSERVED = "not_observed"
     NOT_AGENT_STAGE = "not_agent_stage"
     STAGE_END_NOT_SEEN = "stage_end_not_seen"
+    # A metrics backend (Prometheus, VictoriaMetrics) answered: see readback/prometheus.py.
+    FROM_METRICS = "from_metrics"
+    METRICS_WITHOUT_RUN_LABELS = "metrics_without_run_labels"
+    METRICS_SERIES_OVERFLOW = "metrics_series_overflow"
+    METRICS_AMBIGUOUS = "metrics_ambiguous"
 
 
 # Human-readable, content-free explanations of each warning code.
@@ -113,6 +118,22 @@ WARNING_MESSAGES: dict[WarningCode, str] = {
     WarningCode.NOT_AGENT_STAGE: "this stage does not call a model",
     WarningCode.STAGE_END_NOT_SEEN: (
         "the stage never reported its end and has been quiet past the staleness horizon; its process may have stopped"
+    ),
+    WarningCode.FROM_METRICS: (
+        "read from metrics: the latest values only, without per-source details or the snapshot's own warnings; "
+        "times are scrape times"
+    ),
+    WarningCode.METRICS_WITHOUT_RUN_LABELS: (
+        "the context-window metrics carry no run or stage labels, so a metrics backend cannot answer per stage; "
+        "turn on metric_run_labels (CW_METRIC_RUN_LABELS=1) where the agent runs, or read from a trace backend"
+    ),
+    WarningCode.METRICS_SERIES_OVERFLOW: (
+        "the producer hit its metric series limit (metric_series_limit) and folded new series into one overflow "
+        "series; this stage may be among them"
+    ),
+    WarningCode.METRICS_AMBIGUOUS: (
+        "two models or producers reported this stage within the same scrape, so the metrics cannot tell which "
+        "request came last; this answer shows one of them"
     ),
 }
 

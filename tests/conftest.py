@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 # Real Prometheus / VictoriaMetrics servers (factories), for every suite that needs them.
+from servers.agent_metrics import agent_metrics  # noqa: F401
 from servers.prometheus import prometheus_server, victoria_metrics_server  # noqa: F401
 
 import cw_middleware  # noqa: F401

@@ -255,11 +255,20 @@ def _file_backend(url: BackendURL, options: ReaderOptions) -> SnapshotReader:
     return open_reader(url.location, options)
 
 
+def _prometheus_backend(url: BackendURL, options: ReaderOptions) -> SnapshotReader:
+    from .prometheus import open_reader
+
+    return open_reader(url, options)
+
+
 # scheme -> factory(url, options). A backend is one module plus one line here.
-BACKENDS: dict[str, Callable[[BackendURL, ReaderOptions], SnapshotReader]] = {"file": _file_backend}
+BACKENDS: dict[str, Callable[[BackendURL, ReaderOptions], SnapshotReader]] = {
+    "file": _file_backend,
+    "prometheus": _prometheus_backend,  # Prometheus and VictoriaMetrics (PromQL HTTP API)
+}
 
 # How each scheme is written, for help texts and errors.
-BACKEND_FORMS: dict[str, str] = {"file": "file:PATH"}
+BACKEND_FORMS: dict[str, str] = {"file": "file:PATH", "prometheus": "prometheus+http://HOST:9090"}
 
 
 def reader(
