@@ -82,6 +82,7 @@ class WarningCode(StrEnum):
     TOOL_SOURCE_INFERRED = "tool_source_inferred"
     NON_TEXT_CONTENT_NOT_ESTIMATED = "non_text_content_not_estimated"
     UNKNOWN_CONTEXT_WINDOW = "unknown_context_window"
+    CONTEXT_WINDOW_EXCEEDED = "context_window_exceeded"
     MOCK_USAGE_NOT_RECONCILED = "mock_usage_not_reconciled"
     USAGE_MISSING = "usage_missing"
     PROVIDER_UNCONFIGURED = "provider_unconfigured"

@@ -43,12 +43,20 @@ _FRAMING: SourceKey = (Category.OTHER, "framing")
 
 @dataclass(frozen=True)
 class Estimate:
-    """A request's local token count, per (category, source), before any scaling."""
+    """A request's local token count, per (category, source), before any scaling.
+
+    ``unestimated`` names the (category, source) keys whose messages carry content the local
+    count cannot see (images, audio, files: never guessed from their bytes), with how many
+    such parts each carries. Reconciling with an authoritative total gives those keys the
+    tokens the local count missed (see `reconcile.reconcile`), instead of spreading them
+    over every category.
+    """
 
     by_source: Mapping[SourceKey, int]
     warnings: frozenset[WarningCode]
     rules: CountingRules
     tagged_messages: tuple[int, ...] = ()  # indexes of messages that carry a tag (to strip)
+    unestimated: Mapping[SourceKey, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -59,6 +67,7 @@ class _MessageCount(NamedTuple):
     entries: tuple[tuple[SourceKey, int], ...]
     warnings: frozenset[WarningCode]
     tagged: bool
+    unseen: tuple[tuple[SourceKey, int], ...] = ()  # non-text parts per carrier key
 
 
 _NO_WARNINGS: frozenset[WarningCode] = frozenset()
@@ -71,6 +80,7 @@ class _Conversation:
     totals: Counter[SourceKey] = field(default_factory=Counter)
     warnings: Counter[WarningCode] = field(default_factory=Counter)
     tagged_idx: list[int] = field(default_factory=list)
+    unseen: Counter[SourceKey] = field(default_factory=Counter)
 
 
 @dataclass
@@ -129,7 +139,10 @@ class Estimator:
         by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
-        return Estimate({k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx))
+        unestimated = {k: n for k, n in conv.unseen.items() if n > 0}
+        return Estimate(
+            {k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx), unestimated
+        )
 
     # ------------------------------------------------------------ text cache
 
@@ -207,23 +220,26 @@ class Estimator:
         content = msg.get("content")
         parts: dict[SourceKey, int] = {}
         warnings: set[WarningCode] = set()
+        unseen: dict[SourceKey, int] = {}
         tagged = tag is not None
         if isinstance(content, str):
             tokens += self._text(rules, content)
         elif isinstance(content, (list, tuple)):
             for part in content:
-                tagged |= self._count_part(rules, part, own, parts, warnings)
+                tagged |= self._count_part(rules, part, own, parts, unseen)
             tokens += parts.pop(own, 0)
+            if unseen:
+                warnings.add(WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED)
         calls = msg.get("tool_calls")
         if calls:
             tokens += rules.tool_calls([_as_dict(c) for c in calls])
         if msg.get("function_call"):
             tokens += rules.tool_calls([{"function": _as_dict(msg["function_call"])}])
         entries = ((own, tokens), *parts.items()) if parts else ((own, tokens),)
-        return _MessageCount(entries, frozenset(warnings) if warnings else _NO_WARNINGS, tagged)
+        return _MessageCount(entries, frozenset(warnings) if warnings else _NO_WARNINGS, tagged, tuple(unseen.items()))
 
     def _count_part(
-        self, rules: CountingRules, part: Any, own: SourceKey, entries: dict[SourceKey, int], warnings: set[WarningCode]
+        self, rules: CountingRules, part: Any, own: SourceKey, entries: dict[SourceKey, int], unseen: dict[SourceKey, int]
     ) -> bool:
         if isinstance(part, str):
             entries[own] = entries.get(own, 0) + self._text(rules, part)
@@ -235,8 +251,9 @@ class Estimator:
         if part.get("type", "text") in _TEXT_PART_TYPES:  # a part without a type is text
             entries[key] = entries.get(key, 0) + self._text(rules, text if isinstance(text, str) else "")
         else:
-            # Images, audio, files: never guessed from their bytes.
-            warnings.add(WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED)
+            # Images, audio, files: never guessed from their bytes. The key that carries the part is
+            # remembered: an authoritative total's surplus over the local count belongs to it.
+            unseen[key] = unseen.get(key, 0) + 1
         return tag is not None
 
     # ------------------------------------------------------------ tools
@@ -334,6 +351,8 @@ def _add(conv: _Conversation, count: _MessageCount) -> None:
         conv.totals[key] += tokens
     for code in count.warnings:
         conv.warnings[code] += 1
+    for key, parts in count.unseen:
+        conv.unseen[key] += parts
 
 
 def _common_prefix(frozen: list[Any], messages: list[Any]) -> int:

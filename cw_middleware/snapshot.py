@@ -1,8 +1,10 @@
 """Build content-free snapshots from a breakdown by (category, source).
 
 A local estimate is published as it is; an authoritative total (provider count
-or response usage) first rescales the breakdown with `reconcile.apportion`, so
-categories always sum exactly to ``input_tokens``. Details are the top sources,
+or response usage) first rescales the breakdown with `reconcile.reconcile`, so
+categories always sum exactly to ``input_tokens``. Tokens the local count could
+not see (images, audio, files) go to the (category, source) that carried them,
+never spread over everything: see reconcile.py for the rule. Details are the top sources,
 bounded; the breakdown always lists all seven categories so dashboards see
 zeros rather than gaps.
 """
@@ -28,7 +30,7 @@ from .contract import (
     SnapshotWarning,
     WarningCode,
 )
-from .reconcile import apportion
+from .reconcile import reconcile
 
 # Human-readable, content-free explanations of each warning code.
 WARNING_MESSAGES: dict[WarningCode, str] = {
@@ -36,6 +38,10 @@ WARNING_MESSAGES: dict[WarningCode, str] = {
     WarningCode.TOOL_SOURCE_INFERRED: "a tool without a source tag was classified by its name prefix",
     WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED: "images, audio or files are not estimated from their bytes",
     WarningCode.UNKNOWN_CONTEXT_WINDOW: "the model's context window is unknown; set it with context_windows",
+    WarningCode.CONTEXT_WINDOW_EXCEEDED: (
+        "the request's input is larger than the model's context window (utilization above 1): "
+        "the provider will reject or truncate it"
+    ),
     WarningCode.MOCK_USAGE_NOT_RECONCILED: "mock_response usage is synthetic; the local estimate stands",
     WarningCode.USAGE_MISSING: "the response carried no usage; the local estimate stands",
     WarningCode.PROVIDER_UNCONFIGURED: "no provider credentials for a token count; the local estimate stands",
@@ -47,6 +53,9 @@ WARNING_MESSAGES: dict[WarningCode, str] = {
     WarningCode.NOT_OBSERVED: "no snapshot has been recorded for this stage yet",
     WarningCode.NOT_AGENT_STAGE: "this stage does not call a model",
 }
+
+_UNATTRIBUTED = (Category.OTHER, "unattributed")
+_UNESTIMATED = (Category.OTHER, "unestimated")
 
 _event_seq = itertools.count(1)
 
@@ -115,16 +124,26 @@ def build_snapshot(
     warnings: Iterable[WarningCode] = (),
     total: Optional[int] = None,
     max_details: int = 20,
+    unestimated: Optional[Mapping[tuple[Category, str], int]] = None,
 ) -> Snapshot:
-    """A snapshot of ``by_source``, rescaled to ``total`` when one is given."""
+    """A snapshot of ``by_source``, rescaled to ``total`` when one is given.
+
+    ``unestimated`` (`Estimate.unestimated`) names the keys carrying content the local count
+    could not see: a total above the local sum goes to them, the rest keep their counts.
+    """
+    codes = set(warnings)
     if total is not None:
-        by_source = apportion(by_source, total, remainder_key=(Category.OTHER, "unattributed"))
+        carriers = unestimated
+        if not carriers and WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED in codes:
+            carriers = {_UNESTIMATED: 1}  # unseen content whose carrier is unknown: other, not everything
+        by_source = reconcile(by_source, total, carriers, remainder_key=_UNATTRIBUTED)
     per_category = dict.fromkeys(CATEGORIES, 0)
     for (category, _), tokens in by_source.items():
         per_category[category] += tokens
     input_tokens = sum(per_category.values())
     window = meta.context_window_tokens
-    codes = set(warnings)
+    if window and input_tokens > window:
+        codes.add(WarningCode.CONTEXT_WINDOW_EXCEEDED)
     # Largest first; sorted() is stable, so ties keep the request's order.
     ranked = sorted(by_source.items(), key=itemgetter(1), reverse=True)
     if len(ranked) > max_details:

@@ -317,9 +317,15 @@ class _Call:
 
     def _publish(self, method: CountMethod, total: Optional[int] = None, superseded: bool = False) -> None:
         try:
-            by_source = self.estimate.by_source if self.estimate is not None else {}
+            est = self.estimate
             snap = build_snapshot(
-                by_source, self.meta, method, set(self.warnings), total=total, max_details=self.runtime.config.max_details
+                est.by_source if est is not None else {},
+                self.meta,
+                method,
+                set(self.warnings),
+                total=total,
+                max_details=self.runtime.config.max_details,
+                unestimated=est.unestimated if est is not None else None,
             )
             self.runtime.publish(snap, self.telemetry, self.stage, superseded=superseded)
         except Exception as exc:  # noqa: BLE001
