@@ -22,7 +22,10 @@ import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, NamedTuple, Optional
+
+from pydantic import BaseModel
 
 from .contract import Category, WarningCode
 from .rules import CountingRules, rules_for
@@ -135,7 +138,8 @@ class Estimator:
                     key = (Category.TOOLS, "tool_framing")
                     by_source[key] = by_source.get(key, 0) + placement(_system_first(messages))
         if response_format is not None:
-            by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(response_format)
+            sent = response_format_as_sent(response_format, rules.provider)
+            by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(sent)
         by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
@@ -287,6 +291,39 @@ class Estimator:
         recent.insert(0, counted)
         del recent[MAX_TOOL_SETS:]
         return counted
+
+
+def response_format_as_sent(response_format: Any, provider: str) -> Any:
+    """``response_format`` as LiteLLM puts it on the wire: a pydantic model class becomes its JSON-schema dict.
+
+    LiteLLM accepts a ``BaseModel`` subclass and converts it per provider before sending;
+    the rules count dicts, so a class would otherwise count nothing at all.
+    """
+    if isinstance(response_format, type) and issubclass(response_format, BaseModel):
+        return _pydantic_response_format(response_format, provider)
+    return response_format
+
+
+@lru_cache(maxsize=128)
+def _pydantic_response_format(model_class: type[BaseModel], provider: str) -> Any:
+    """LiteLLM's own conversion (``type_to_response_format_param``), as each provider config calls it.
+
+    OpenAI and most providers: OpenAI's strict schema (``$ref``s inlined, ``additionalProperties:
+    false``); Anthropic: pydantic's schema with ``/$defs/`` refs; Gemini: pydantic's schema as is.
+    Imported lazily: only a request with a model class pays for it, and the call path has
+    LiteLLM loaded anyway (the read side never estimates).
+    """
+    if provider == "gemini":
+        schema: Any = model_class.model_json_schema()
+        return {"type": "json_schema", "json_schema": {"schema": schema, "name": model_class.__name__, "strict": True}}
+    try:
+        from litellm.utils import type_to_response_format_param
+
+        ref_template = "/$defs/{model}" if provider == "anthropic" else None
+        return type_to_response_format_param(model_class, ref_template=ref_template)
+    except Exception:  # noqa: BLE001 - LiteLLM moved it, or refused the class: pydantic's schema is the next best
+        schema = model_class.model_json_schema()
+        return {"type": "json_schema", "json_schema": {"schema": schema, "name": model_class.__name__, "strict": True}}
 
 
 def strip_request(
