@@ -317,7 +317,9 @@ def _pydantic_response_format(model_class: type[BaseModel], provider: str) -> An
         schema: Any = model_class.model_json_schema()
         return {"type": "json_schema", "json_schema": {"schema": schema, "name": model_class.__name__, "strict": True}}
     try:
-        from litellm.utils import type_to_response_format_param
+        from ._offline import litellm
+
+        type_to_response_format_param = litellm().utils.type_to_response_format_param
 
         ref_template = "/$defs/{model}" if provider == "anthropic" else None
         return type_to_response_format_param(model_class, ref_template=ref_template)

@@ -356,7 +356,9 @@ def _meta(
 @lru_cache(maxsize=512)
 def _model_facts(model: str, custom_llm_provider: Optional[str]) -> tuple[Optional[str], Optional[int]]:
     """(provider, max input tokens) from LiteLLM's model map; unknown models get (family guess, None)."""
-    import litellm
+    from ._offline import litellm as _import_litellm
+
+    litellm = _import_litellm()  # offline on first import, without leaving a variable behind
 
     provider: Optional[str]
     try:
