@@ -27,8 +27,7 @@ from .errors import (
     NotFound,
     TagError,
 )
-from .readback import Reader, SnapshotReader, reader
-from .readback.otlp_json import StageSummary
+from .readback import Reader, ReaderOptions, RunSummary, SnapshotReader, StageSummary, reader
 from .tags import ToolSource, message, segment, tool
 from .wrapper import acompletion, completion, current_stage, estimate, snapshots, stage
 
@@ -48,6 +47,8 @@ __all__ = [
     "NotFound",
     "ProviderCountPolicy",
     "Reader",
+    "ReaderOptions",
+    "RunSummary",
     "Snapshot",
     "SnapshotReader",
     "SnapshotWarning",
