@@ -132,3 +132,11 @@ def render_stages(run_id: str, stages: list[Any]) -> str:
         started = s.started_at.isoformat(timespec="seconds") if s.started_at else "?"
         lines.append(f"  {s.stage_id:<32} {s.kind or '?':<10} {s.staleness.value:<8} {started}")
     return "\n".join(lines)
+
+
+def render_runs(runs: list[Any]) -> str:
+    lines = [f"{len(runs)} run(s), newest activity first", f"  {'run':<40} {'stages':>6} {'live':>5}  last seen"]
+    for r in runs:
+        last = r.last_seen_at.isoformat(timespec="seconds") if r.last_seen_at else "?"
+        lines.append(f"  {r.run_id:<40} {r.stages:>6} {r.live_stages:>5}  {last}")
+    return "\n".join(lines)
