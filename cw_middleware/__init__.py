@@ -29,7 +29,7 @@ from .errors import (
 )
 from .readback import Reader, ReaderOptions, RunSummary, SnapshotReader, StageSummary, reader
 from .tags import ToolSource, message, segment, tool
-from .wrapper import acompletion, completion, current_stage, estimate, snapshots, stage
+from .wrapper import acompletion, aresponses, completion, current_stage, estimate, responses, snapshots, stage
 
 __version__ = "0.1.0"
 
@@ -61,6 +61,7 @@ __all__ = [
     "WarningCode",
     "__version__",
     "acompletion",
+    "aresponses",
     "completion",
     "configure",
     "current_stage",
@@ -68,6 +69,7 @@ __all__ = [
     "flush",
     "message",
     "reader",
+    "responses",
     "segment",
     "snapshots",
     "stage",

@@ -2,8 +2,9 @@
 
 Telemetry providers, in order of preference: the ones passed in; the ones the
 application already installed globally (never replaced silently); otherwise the
-embedded pipeline of ``embedded.py`` for ``export="file:..."`` or ``"otlp"``;
-``export="none"`` uses the OpenTelemetry API's no-op providers.
+embedded pipeline of ``embedded.py`` for ``export="file:..."`` or ``"otlp"`` (and for a
+scrape endpoint, ``metrics="prometheus:HOST:PORT"``); ``export="none"`` without one uses
+the OpenTelemetry API's no-op providers.
 
 Two choices made elsewhere decide where telemetry goes, and each is said once per
 process, with no content, as a warning: an application that installed its own
@@ -59,13 +60,14 @@ def configure(
     flush = shutdown = None
     if tracer_provider is not None or meter_provider is not None:
         pass  # the caller's providers, as given
-    elif cfg.export == "none":
+    elif cfg.export == "none" and cfg.metrics_endpoint is None:
         tracer_provider, meter_provider = trace.NoOpTracerProvider(), metrics.NoOpMeterProvider()
     elif sdk_disabled():
         _once.warning(
             "sdk-disabled",
             f"cw_middleware: OTEL_SDK_DISABLED=true switches OpenTelemetry off, so no snapshots are exported "
-            f"(export={cfg.export} is not installed); cw.snapshots() and cw.estimate() still work. Unset it to export.",
+            f"(export={cfg.export}{f', metrics={cfg.metrics}' if cfg.metrics_endpoint is not None else ''} is not installed); "
+            "cw.snapshots() and cw.estimate() still work. Unset it to export.",
         )
         tracer_provider, meter_provider = trace.NoOpTracerProvider(), metrics.NoOpMeterProvider()
     elif _app_has_providers():
@@ -77,6 +79,12 @@ def configure(
             f"({_type_name(mp)}): snapshots go to its exporters, export={cfg.export} is not installed; "
             "read them back from that backend",
         )
+        if cfg.metrics_endpoint is not None:
+            logger.warning(
+                "cw_middleware: the application has its own MeterProvider, so metrics=%s opens no endpoint; "
+                "add a PrometheusMetricReader to that provider instead",
+                cfg.metrics,
+            )
     else:
         from .embedded import install
 

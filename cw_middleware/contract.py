@@ -94,6 +94,9 @@ class WarningCode(StrEnum):
     NOT_OBSERVED = "not_observed"
     NOT_AGENT_STAGE = "not_agent_stage"
     STAGE_END_NOT_SEEN = "stage_end_not_seen"
+    OPAQUE_CONTEXT_NOT_ESTIMATED = "opaque_context_not_estimated"
+    PROVIDER_TOOL_NOT_ESTIMATED = "provider_tool_not_estimated"
+    INVALID_CONTEXT_WINDOW = "invalid_context_window"
 
 
 # Human-readable, content-free explanations of each warning code.
@@ -119,6 +122,14 @@ WARNING_MESSAGES: dict[WarningCode, str] = {
     WarningCode.STAGE_END_NOT_SEEN: (
         "the stage never reported its end and has been quiet past the staleness horizon; its process may have stopped"
     ),
+    WarningCode.OPAQUE_CONTEXT_NOT_ESTIMATED: (
+        "part of the input is held or encrypted by the provider (previous_response_id, item references, reasoning items)"
+        " and is not estimated locally"
+    ),
+    WarningCode.PROVIDER_TOOL_NOT_ESTIMATED: (
+        "provider-run tools (web search, file search, remote MCP, ...) add input that is not estimated locally"
+    ),
+    WarningCode.INVALID_CONTEXT_WINDOW: "cw_context_window was not a positive whole number; the model's window applies",
 }
 
 

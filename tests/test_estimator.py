@@ -169,7 +169,7 @@ class CountingRules:
 
 
 def use_rules(monkeypatch, rules: CountingRules) -> None:
-    monkeypatch.setattr(estimator_module, "rules_for", lambda model, custom_llm_provider=None: rules)
+    monkeypatch.setattr(estimator_module, "rules_for", lambda model, provider_name=None, api="chat": rules)
 
 
 def conversation(rng: random.Random, turns: int) -> list[dict[str, Any]]:
@@ -232,8 +232,7 @@ def test_caches_are_bounded(monkeypatch):
 
 
 def test_tagged_messages_are_found_through_the_prefix_cache():
-    from cw_middleware.estimator import strip_request
-    from cw_middleware.tags import TAG_KEY
+    from cw_middleware.tags import TAG_KEY, strip_messages
 
     est = Estimator()
     msgs = [cw.message("system", [cw.segment("rules", "system_prompt")]), {"role": "user", "content": "a"}]
@@ -242,7 +241,7 @@ def test_tagged_messages_are_found_through_the_prefix_cache():
     second = est.estimate("gpt-4o", [dict(m) for m in grown])
     branch = est.estimate("gpt-4o", [dict(m) for m in grown[:3]] + [{"role": "user", "content": "other"}])
     assert (first.tagged_messages, second.tagged_messages, branch.tagged_messages) == ((0,), (0, 3), (0,))
-    clean, _ = strip_request(grown, None, known=second)
+    clean = strip_messages(grown, second.tagged_messages)
     assert (
         not any(
             TAG_KEY in m or any(TAG_KEY in p for p in m["content"] if isinstance(p, dict))
@@ -277,8 +276,7 @@ def test_alternating_tool_sets_are_both_cached(monkeypatch):
 
 
 def test_legacy_functions_keep_their_tags_and_lose_them_before_the_provider(runtime):
-    from cw_middleware.estimator import strip_tools
-    from cw_middleware.tags import TAG_KEY
+    from cw_middleware.tags import TAG_KEY, strip_tools
 
     fn = fn_tool("search")["function"]
     tagged = cw.tool(fn, source=cw.ToolSource.mcp("github"))
@@ -288,13 +286,12 @@ def test_legacy_functions_keep_their_tags_and_lose_them_before_the_provider(runt
 
 
 def test_tuple_content_tags_are_counted_and_stripped(runtime):
-    from cw_middleware.estimator import strip_request
-    from cw_middleware.tags import TAG_KEY
+    from cw_middleware.tags import TAG_KEY, strip_messages
 
     msg = {"role": "system", "content": (cw.segment("rules", "system_prompt"), cw.segment("memo " * 30, "memory", "AGENTS.md"))}
     snap = cw.estimate(model="gpt-4o", messages=[msg])
     assert snap.tokens("memory") >= 30
-    (clean,), _ = strip_request([msg], None)
+    (clean,) = strip_messages([msg], None)
     assert all(TAG_KEY not in part for part in clean["content"])
 
 
