@@ -5,7 +5,6 @@ segments and tools; read the breakdown back from your telemetry backend.
 """
 
 from . import _offline  # noqa: F401  - first: keeps tiktoken and LiteLLM offline
-from ._setup import configure, flush
 from .config import Config, ProviderCountPolicy
 from .contract import (
     BreakdownItem,
@@ -29,6 +28,7 @@ from .errors import (
     TagError,
 )
 from .readback import Reader, ReaderOptions, RunSummary, SnapshotReader, StageSummary, reader
+from .runtime import configure, flush
 from .tags import ToolSource, message, segment, tool
 from .wrapper import acompletion, aresponses, completion, current_stage, estimate, responses, snapshots, stage
 

@@ -118,7 +118,10 @@ def estimate(*args: Any, **kwargs: Any) -> Snapshot:
     codes = set(est.warnings) | parsed.warnings
     if meta.context_window_tokens is None:
         codes.add(WarningCode.UNKNOWN_CONTEXT_WINDOW)
-    return build_snapshot(est.by_source, meta, CountMethod.LOCAL_ESTIMATE, codes, max_details=runtime.config.max_details)
+    config = runtime.config
+    return build_snapshot(
+        est.by_source, meta, CountMethod.LOCAL_ESTIMATE, codes, max_details=config.max_details, parts=runtime.parts
+    )
 
 
 def _local_estimate(runtime: Runtime, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Parsed, Estimate]:
@@ -348,6 +351,7 @@ class _Call:
                 set(self.warnings),
                 total=total,
                 max_details=self.runtime.config.max_details,
+                parts=self.runtime.parts,
             )
             self.runtime.publish(snap, self.telemetry, self.stage, superseded=superseded)
         except Exception as exc:  # noqa: BLE001
