@@ -230,7 +230,7 @@ class Responses:
         """A ResponsesAPIResponse, or a stream event: only the terminal event carries the final usage."""
         kind = getattr(obj, "type", None)
         if isinstance(kind, str):
-            if kind not in TERMINAL_EVENTS:
+            if getattr(kind, "value", kind) not in TERMINAL_EVENTS:  # LiteLLM's event types are a str Enum
                 return NOTHING
             obj = getattr(obj, "response", None)
         usage = _get(obj, "usage")
