@@ -4,7 +4,6 @@ Swap ``litellm.completion`` for ``cw_middleware.completion``; tag prompt
 segments and tools; read the breakdown back from your telemetry backend.
 """
 
-from . import _offline  # noqa: F401  - first: keeps tiktoken and LiteLLM offline
 from .config import Config, ProviderCountPolicy
 from .contract import (
     BreakdownItem,

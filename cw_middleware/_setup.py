@@ -2,7 +2,8 @@
 
 In order of preference: the ones passed in; the ones the application already
 installed globally (never replaced silently); otherwise the embedded pipeline of
-``embedded.py`` for ``export="file:..."`` or ``"otlp"``; ``export="none"`` uses
+``embedded.py`` for ``export="file:..."`` or ``"otlp"`` (and for a scrape endpoint,
+``metrics="prometheus:HOST:PORT"``); ``export="none"`` without one uses
 the OpenTelemetry API's no-op providers.
 """
 
@@ -44,11 +45,17 @@ def choose_providers(
 ) -> Providers:
     if tracer_provider is not None or meter_provider is not None:
         return Providers(tracer_provider, meter_provider, logger_provider)  # the caller's, as given
-    if cfg.export == "none":
+    if cfg.export == "none" and cfg.metrics_endpoint is None:
         return Providers(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), logger_provider)
     if _app_has_providers():
         # The application owns telemetry: emit into its providers, never replace them.
         logger.info("cw_middleware: using the application's TracerProvider/MeterProvider; export=%s is not installed", cfg.export)
+        if cfg.metrics_endpoint is not None:
+            logger.warning(
+                "cw_middleware: the application has its own MeterProvider, so metrics=%s opens no endpoint; "
+                "add a PrometheusMetricReader to that provider instead",
+                cfg.metrics,
+            )
         return Providers(None, None, logger_provider)
     from .embedded import install
 

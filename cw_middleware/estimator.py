@@ -28,7 +28,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import lru_cache
 from typing import Any, NamedTuple, Optional
+
+from pydantic import BaseModel
 
 from .contract import Category, WarningCode
 from .rules import CountingRules, rules_for
@@ -50,12 +53,20 @@ _FRAMING: SourceKey = (Category.OTHER, "framing")
 
 @dataclass(frozen=True)
 class Estimate:
-    """A request's local token count, per (category, source), before any scaling."""
+    """A request's local token count, per (category, source), before any scaling.
+
+    ``unestimated`` names the (category, source) keys whose messages carry content the local
+    count cannot see (images, audio, files: never guessed from their bytes), with how many
+    such parts each carries. Reconciling with an authoritative total gives those keys the
+    tokens the local count missed (see `reconcile.reconcile`), instead of spreading them
+    over every category.
+    """
 
     by_source: Mapping[SourceKey, int]
     warnings: frozenset[WarningCode]
     rules: CountingRules
     tagged_messages: tuple[int, ...] = ()  # indexes of messages that carry a tag (to strip)
+    unestimated: Mapping[SourceKey, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -66,6 +77,7 @@ class _MessageCount(NamedTuple):
     entries: tuple[tuple[SourceKey, int], ...]
     warnings: frozenset[WarningCode]
     tagged: bool
+    unseen: tuple[tuple[SourceKey, int], ...] = ()  # non-text parts per carrier key
 
 
 _NO_WARNINGS: frozenset[WarningCode] = frozenset()
@@ -78,6 +90,7 @@ class _Conversation:
     totals: Counter[SourceKey] = field(default_factory=Counter)
     warnings: Counter[WarningCode] = field(default_factory=Counter)
     tagged_idx: list[int] = field(default_factory=list)
+    unseen: Counter[SourceKey] = field(default_factory=Counter)
 
 
 @dataclass
@@ -138,11 +151,15 @@ class Estimator:
                     key = (Category.TOOLS, "tool_framing")
                     by_source[key] = by_source.get(key, 0) + placement(_system_first(messages, as_dict))
         if response_format is not None:
-            by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(response_format)
+            sent = response_format_as_sent(response_format, rules.provider)
+            by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(sent)
         by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
-        return Estimate({k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx))
+        unestimated = {k: n for k, n in conv.unseen.items() if n > 0}
+        return Estimate(
+            {k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx), unestimated
+        )
 
     # ------------------------------------------------------------ text cache
 
@@ -224,23 +241,26 @@ class Estimator:
         content = msg.get("content")
         parts: dict[SourceKey, int] = {}
         warnings: set[WarningCode] = set()
+        unseen: dict[SourceKey, int] = {}
         tagged = tag is not None
         if isinstance(content, str):
             tokens += self._text(rules, content)
         elif isinstance(content, (list, tuple)):
             for part in content:
-                tagged |= self._count_part(rules, part, own, parts, warnings)
+                tagged |= self._count_part(rules, part, own, parts, unseen)
             tokens += parts.pop(own, 0)
+            if unseen:
+                warnings.add(WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED)
         calls = msg.get("tool_calls")
         if calls:
             tokens += rules.tool_calls([self._dumps.as_dict(c) for c in calls])
         if msg.get("function_call"):
             tokens += rules.tool_calls([{"function": self._dumps.as_dict(msg["function_call"])}])
         entries = ((own, tokens), *parts.items()) if parts else ((own, tokens),)
-        return _MessageCount(entries, frozenset(warnings) if warnings else _NO_WARNINGS, tagged)
+        return _MessageCount(entries, frozenset(warnings) if warnings else _NO_WARNINGS, tagged, tuple(unseen.items()))
 
     def _count_part(
-        self, rules: CountingRules, part: Any, own: SourceKey, entries: dict[SourceKey, int], warnings: set[WarningCode]
+        self, rules: CountingRules, part: Any, own: SourceKey, entries: dict[SourceKey, int], unseen: dict[SourceKey, int]
     ) -> bool:
         if isinstance(part, str):
             entries[own] = entries.get(own, 0) + self._text(rules, part)
@@ -252,8 +272,9 @@ class Estimator:
         if part.get("type", "text") in _TEXT_PART_TYPES:  # a part without a type is text
             entries[key] = entries.get(key, 0) + self._text(rules, text if isinstance(text, str) else "")
         else:
-            # Images, audio, files: never guessed from their bytes.
-            warnings.add(WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED)
+            # Images, audio, files: never guessed from their bytes. The key that carries the part is
+            # remembered: an authoritative total's surplus over the local count belongs to it.
+            unseen[key] = unseen.get(key, 0) + 1
         return tag is not None
 
     # ------------------------------------------------------------ tools
@@ -289,6 +310,41 @@ class Estimator:
         return counted
 
 
+def response_format_as_sent(response_format: Any, provider: str) -> Any:
+    """``response_format`` as LiteLLM puts it on the wire: a pydantic model class becomes its JSON-schema dict.
+
+    LiteLLM accepts a ``BaseModel`` subclass and converts it per provider before sending;
+    the rules count dicts, so a class would otherwise count nothing at all.
+    """
+    if isinstance(response_format, type) and issubclass(response_format, BaseModel):
+        return _pydantic_response_format(response_format, provider)
+    return response_format
+
+
+@lru_cache(maxsize=128)
+def _pydantic_response_format(model_class: type[BaseModel], provider: str) -> Any:
+    """LiteLLM's own conversion (``type_to_response_format_param``), as each provider config calls it.
+
+    OpenAI and most providers: OpenAI's strict schema (``$ref``s inlined, ``additionalProperties:
+    false``); Anthropic: pydantic's schema with ``/$defs/`` refs; Gemini: pydantic's schema as is.
+    Imported lazily: only a request with a model class pays for it, and the call path has
+    LiteLLM loaded anyway (the read side never estimates).
+    """
+    if provider == "gemini":
+        schema: Any = model_class.model_json_schema()
+        return {"type": "json_schema", "json_schema": {"schema": schema, "name": model_class.__name__, "strict": True}}
+    try:
+        from ._offline import litellm
+
+        type_to_response_format_param = litellm().utils.type_to_response_format_param
+
+        ref_template = "/$defs/{model}" if provider == "anthropic" else None
+        return type_to_response_format_param(model_class, ref_template=ref_template)
+    except Exception:  # noqa: BLE001 - LiteLLM moved it, or refused the class: pydantic's schema is the next best
+        schema = model_class.model_json_schema()
+        return {"type": "json_schema", "json_schema": {"schema": schema, "name": model_class.__name__, "strict": True}}
+
+
 def _system_first(messages: Sequence[Any], as_dict: _AsDict) -> bool:
     return bool(messages) and plain_text(as_dict(messages[0]).get("role")) in ("system", "developer")
 
@@ -315,6 +371,8 @@ def _add(conv: _Conversation, count: _MessageCount) -> None:
         conv.totals[key] += tokens
     for code in count.warnings:
         conv.warnings[code] += 1
+    for key, parts in count.unseen:
+        conv.unseen[key] += parts
 
 
 def _common_prefix(frozen: list[Any], messages: list[Any], as_dict: _AsDict) -> int:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from cw_middleware.contract import Category, CountMethod, Staleness, WarningCode
 from cw_middleware.schema import snapshot_attributes, span_level, window_from_attributes
-from cw_middleware.snapshot import RequestMeta, SnapshotParts, build_snapshot
+from cw_middleware.snapshot import RequestMeta, build_snapshot
 
 BY_SOURCE = {
     (Category.SYSTEM_PROMPT, "system"): 120,
@@ -20,9 +20,7 @@ BY_SOURCE = {
 
 def _snapshot(total=None, window=128_000):
     meta = RequestMeta("run-1", "plan@1", "openai", "gpt-4o", window)
-    return build_snapshot(
-        BY_SOURCE, meta, CountMethod.LOCAL_ESTIMATE, {WarningCode.TOOL_SOURCE_INFERRED}, total=total, parts=SnapshotParts()
-    )
+    return build_snapshot(BY_SOURCE, meta, CountMethod.LOCAL_ESTIMATE, {WarningCode.TOOL_SOURCE_INFERRED}, total=total)
 
 
 def test_round_trip_is_lossless_for_the_contract():
