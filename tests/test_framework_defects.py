@@ -156,3 +156,20 @@ def test_a_fault_inside_the_middleware_publishes_nothing_and_logs_once(runtime, 
     ours = [r for r in caplog.records if r.name == "cw_middleware"]
     assert len(ours) == 1 and "RecursionError" in ours[0].getMessage()
     assert len(provider.hits(CHAT)) == 20
+
+
+def test_an_entry_point_reached_again_inside_our_call_is_part_of_it(runtime, monkeypatch):
+    """LiteLLM calling one of its instrumented entry points itself (the Responses bridge, the Router)."""
+    from cw_middleware import _litellm
+
+    real, reached = litellm.completion, []
+
+    def litellm_inside(*args, **kwargs):
+        reached.append(kwargs.get("stream_options"))
+        return cw.completion(*args, **kwargs) if len(reached) == 1 else real(*args, **kwargs)
+
+    monkeypatch.setitem(_litellm._originals, "completion", litellm_inside)
+    response = cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="once", cw_context_window=9000)
+    assert response.choices[0].message.content == "once" and len(reached) == 2
+    assert [s.count_method for s in cw.snapshots()] == [CountMethod.LOCAL_ESTIMATE] * 2  # one call observed, not two
+    assert cw.snapshots()[-1].context_window_tokens == 9000
