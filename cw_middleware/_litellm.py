@@ -31,6 +31,6 @@ def original(name: str) -> Callable[..., Any]:
     function = _originals.get(name)
     if function is not None:
         return function
-    import litellm
+    from ._offline import litellm
 
-    return getattr(litellm, name)  # type: ignore[no-any-return]
+    return getattr(litellm(), name)  # type: ignore[no-any-return]
