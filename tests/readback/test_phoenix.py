@@ -10,15 +10,20 @@ from pathlib import Path
 import httpx
 import pytest
 from agent_run import CANARY, STAGES, run_agent
-from conftest import exported_to, span_count, wait_for_phoenix
-from embedded_helpers import embedded_runtime
+from embedded_helpers import embedded_runtime, exported_to
 from servers.phoenix import is_loopback
+from stubs import TraceStore
 
 import cw_middleware as cw
 from cw_middleware.readback.phoenix import decode_phoenix_span
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 SECRET = "phoenix-CANARY-key"
+
+
+@pytest.fixture
+def phoenix(phoenix_server):
+    return phoenix_server
 
 
 def _answers(reader: cw.Reader, run_id: str) -> dict:
@@ -32,7 +37,9 @@ def _export_run(phoenix, tmp_path, run_id: str) -> str:
     path = str(tmp_path / "telemetry.jsonl")
     with exported_to(path, phoenix.traces_endpoint):
         run_agent(run_id)
-    wait_for_phoenix(phoenix, run_id, span_count(path, run_id))
+    store = TraceStore()
+    store.feed_file(path)
+    phoenix.wait_for_run(run_id, store.span_count(run_id))
     return path
 
 

@@ -14,7 +14,6 @@ import ipaddress
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,7 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+import httpx
 import pytest
+
+from . import free_port, in_ci
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOT = Path(__file__).with_name("phoenix_boot.py")
@@ -42,16 +44,10 @@ def require_phoenix() -> str:
     python = phoenix_python()
     if python is None:
         message = "Arize Phoenix is not installed (.ci/steps/30-phoenix builds .venv-phoenix from requirements-phoenix.lock)"
-        if os.environ.get("CW_CI") == "1":
+        if in_ci():
             pytest.fail(f"CW_CI=1: {message}", pytrace=False)
         pytest.skip(message)
     return python
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -80,6 +76,24 @@ class Phoenix:
         with contextlib.suppress(OSError), open(self.log_path, errors="replace") as f:
             return "".join(f.readlines()[-lines:])
         return ""
+
+    def wait_for_run(self, run_id: str, expected: int, timeout: float = 30.0) -> None:
+        """Phoenix ingests in the background: wait until it holds ``expected`` spans of the run."""
+        deadline = time.monotonic() + timeout
+        got = 0
+        while time.monotonic() < deadline:
+            # By the schema marker, counted here: Phoenix's attribute filter misses non-ASCII ids.
+            answer = httpx.get(
+                f"{self.url}/v1/projects/default/spans",
+                params={"attribute": "agent.context_window.schema:1", "limit": 1000},
+                timeout=5,
+            )
+            spans = answer.json().get("data", []) if answer.status_code == 200 else []
+            got = sum(s.get("attributes", {}).get("agent.run.id") == run_id for s in spans)
+            if got >= expected:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"Phoenix holds {got} of the run's {expected} spans after {timeout:g} s")
 
     def listening(self) -> list[tuple[str, int]]:
         """(address, port) of every TCP socket the Phoenix process listens on, from /proc."""
@@ -130,7 +144,7 @@ def is_loopback(address: str) -> bool:
 def start_phoenix(python: str, timeout: float = READY_TIMEOUT) -> Phoenix:
     """Phoenix on 127.0.0.1 (HTTP and gRPC on free ports), a temp working dir, ready or an error."""
     workdir = tempfile.mkdtemp(prefix="cw-phoenix-")
-    port, grpc_port = _free_port(), _free_port()
+    port, grpc_port = free_port(), free_port()
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": workdir,
@@ -184,3 +198,10 @@ def running_phoenix() -> Iterator[Phoenix]:
         yield phoenix
     finally:
         phoenix.stop()
+
+
+@pytest.fixture(scope="session")
+def phoenix_server() -> Iterator[Phoenix]:
+    """One Phoenix for the session (~12-16 s to start); tests keep apart by run id."""
+    with running_phoenix() as server:
+        yield server

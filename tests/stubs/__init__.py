@@ -49,6 +49,11 @@ class TraceStore:
                     count += sum(len(ss.get("spans") or []) for rs in doc["resourceSpans"] for ss in rs.get("scopeSpans") or [])
         return count
 
+    def span_count(self, run_id: str) -> int:
+        """Spans naming ``run_id`` (what a backend must have ingested for the run)."""
+        needle = {"key": "agent.run.id", "value": {"stringValue": run_id}}
+        return sum(needle in (span.get("attributes") or []) for trace in self.traces.values() for _, _, span in trace)
+
     def spans(self, trace_id: str) -> Iterator[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
         yield from self.traces.get(trace_id, [])
 
