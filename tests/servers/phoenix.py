@@ -82,18 +82,25 @@ class Phoenix:
         deadline = time.monotonic() + timeout
         got = 0
         while time.monotonic() < deadline:
-            # By the schema marker, counted here: Phoenix's attribute filter misses non-ASCII ids.
-            answer = httpx.get(
-                f"{self.url}/v1/projects/default/spans",
-                params={"attribute": "agent.context_window.schema:1", "limit": 1000},
-                timeout=5,
-            )
-            spans = answer.json().get("data", []) if answer.status_code == 200 else []
-            got = sum(s.get("attributes", {}).get("agent.run.id") == run_id for s in spans)
+            got = self._count(run_id)
             if got >= expected:
                 return
             time.sleep(0.2)
         raise AssertionError(f"Phoenix holds {got} of the run's {expected} spans after {timeout:g} s")
+
+    def _count(self, run_id: str) -> int:
+        # By the schema marker, counted here: Phoenix's attribute filter misses non-ASCII ids.
+        params: dict[str, object] = {"attribute": "agent.context_window.schema:1", "limit": 1000}
+        got = 0
+        while True:
+            answer = httpx.get(f"{self.url}/v1/projects/default/spans", params=params, timeout=30)  # type: ignore[arg-type]
+            if answer.status_code != 200:
+                return got
+            body = answer.json()
+            got += sum(s.get("attributes", {}).get("agent.run.id") == run_id for s in body.get("data", []))
+            if not body.get("next_cursor"):
+                return got
+            params["cursor"] = body["next_cursor"]
 
     def listening(self) -> list[tuple[str, int]]:
         """(address, port) of every TCP socket the Phoenix process listens on, from /proc."""
