@@ -12,6 +12,7 @@ utilization. No answer carries the run's canary text.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from agent_run import AGENT_STAGES, CANARY, STAGES, run_agent
@@ -46,12 +47,15 @@ def test_every_reader_gives_the_same_answer(tmp_path, phoenix_server, prometheus
     port = free_port()
     metrics_servers = [prometheus_server([f"127.0.0.1:{port}"]), victoria_metrics_server([f"127.0.0.1:{port}"])]
     path = str(tmp_path / "telemetry.jsonl")
-    every_stage = f'count(count by (agent_stage_id) (agent_context_window_tokens{{agent_run_id="{RUN}"}}))'
+    series = f'agent_context_window_tokens{{agent_run_id="{RUN}"}}'
     with exported_to(path, phoenix_server.traces_endpoint, metrics=f"prometheus:127.0.0.1:{port}", metric_run_labels=True) as rt:
         run_agent(RUN)
         rt.flush(5.0)
-        for server in metrics_servers:  # a scrape that holds the whole run
-            server.wait_for(every_stage, timeout=30, predicate=lambda r: float(r[0]["value"][1]) == len(AGENT_STAGES))
+        ended = time.time()
+        for server in metrics_servers:  # a scrape taken after the run's last call, of every agent stage
+            every_stage = f"count(count by (agent_stage_id) ({series}))"
+            server.wait_for(every_stage, 30, lambda r: float(r[0]["value"][1]) == len(AGENT_STAGES))
+            server.wait_for(f"min(timestamp({series}))", 30, lambda r: float(r[0]["value"][1]) > ended)
         # The scrape endpoint lives as long as the runtime: ask the metrics backends now.
         file_reader = cw.reader(f"file:{path}")
         expected = _trace_answers(file_reader)

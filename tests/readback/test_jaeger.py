@@ -190,3 +190,13 @@ def test_stub_answers_in_the_recorded_shapes():
     assert span["traceId"] == trace_id and len(span["spanId"]) == 16  # hex, as recorded
     assert missing.status_code == 404 and missing.json() == {"error": {"httpCode": 404, "message": "No traces found"}}
     assert no_window.status_code == 400
+
+
+def test_the_cli_takes_the_jaeger_url(store, capsys):
+    from cw_middleware import cli
+
+    with serving(JaegerStub(store)) as jaeger:
+        assert cli.main(["show", RUN, "review@1", "--backend", f"jaeger+{jaeger.url}", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["model"] == "gpt-4o-mini"
+        assert cli.main(["show", "no-such-run", "review@1", "--backend", f"jaeger+{jaeger.url}"]) == 3
+        assert "not found" in capsys.readouterr().err

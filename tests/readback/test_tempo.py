@@ -188,3 +188,18 @@ def test_stub_search_results_carry_no_events_and_trimmed_hex_ids(store):
     span = trace["trace"]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     assert len(span["traceId"]) == 24 and span["traceId"].endswith("==")  # base64, as Tempo's jsonpb writes bytes
     assert bad.status_code == 400
+
+
+def test_the_cli_takes_the_tempo_url(store, capsys):
+    from cw_middleware import cli
+
+    with serving(TempoStub(store)) as tempo:
+        assert cli.main(["show", RUN, "implement@1", "--backend", f"tempo+{tempo.url}", "--json"]) == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert shown["stage_id"] == "implement@1" and shown["available"] is True
+        assert cli.main(["stages", RUN, "--backend", f"tempo+{tempo.url}"]) == 0
+        assert "tests@1" in capsys.readouterr().out
+    port = tempo.httpd.server_address[1]  # closed now: nothing listens there
+    assert cli.main(["show", RUN, "plan@1", "--backend", f"tempo+http://127.0.0.1:{port}?retries=0"]) == 4
+    err = capsys.readouterr().err
+    assert f"Tempo at tempo+http://127.0.0.1:{port} could not be reached" in err and "Traceback" not in err
