@@ -4,8 +4,6 @@ Swap ``litellm.completion`` for ``cw_middleware.completion``; tag prompt
 segments and tools; read the breakdown back from your telemetry backend.
 """
 
-from . import _offline  # noqa: F401  - first: keeps tiktoken and LiteLLM offline
-from ._setup import configure, flush
 from .config import Config, ProviderCountPolicy
 from .contract import (
     BreakdownItem,
@@ -29,8 +27,9 @@ from .errors import (
     TagError,
 )
 from .readback import Reader, ReaderOptions, RunSummary, SnapshotReader, StageSummary, reader
+from .runtime import configure, flush
 from .tags import ToolSource, message, segment, tool
-from .wrapper import acompletion, completion, current_stage, estimate, snapshots, stage
+from .wrapper import acompletion, aresponses, completion, current_stage, estimate, responses, snapshots, stage
 
 __version__ = "0.1.0"
 
@@ -62,6 +61,7 @@ __all__ = [
     "WarningCode",
     "__version__",
     "acompletion",
+    "aresponses",
     "completion",
     "configure",
     "current_stage",
@@ -69,6 +69,7 @@ __all__ = [
     "flush",
     "message",
     "reader",
+    "responses",
     "segment",
     "snapshots",
     "stage",

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import os
 
+from cw_middleware._offline import litellm_tokenizers_dir
+
+# The test process itself, not the package: LiteLLM imported by tests uses its bundled model map,
+# and tests that use tiktoken directly as an oracle load LiteLLM's encoding files.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(litellm_tokenizers_dir()))
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -13,8 +18,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-# Real Prometheus / VictoriaMetrics servers (factories), for every suite that needs them.
+# Real servers for every suite that needs them: Arize Phoenix (its own venv, one per session),
+# Prometheus and VictoriaMetrics (factories), and one agent run scraped by both (session).
 from servers.agent_metrics import agent_metrics  # noqa: F401
+from servers.phoenix import phoenix_server  # noqa: F401
 from servers.prometheus import prometheus_server, victoria_metrics_server  # noqa: F401
 
 import cw_middleware  # noqa: F401

@@ -10,7 +10,9 @@ from embedded_helpers import embedded_runtime
 import cw_middleware as cw
 from cw_middleware.contract import Category, CountMethod, Staleness
 from cw_middleware.readback.otlp_file import OtlpFileReader
-from cw_middleware.snapshot import RequestMeta, build_snapshot
+from cw_middleware.snapshot import RequestMeta, SnapshotParts, build_snapshot
+
+PARTS = SnapshotParts()
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
 
@@ -88,10 +90,10 @@ def test_late_snapshot_reaches_the_file_and_is_the_latest(tmp_path):
             call = tel.start_call("chat", "openai", "gpt-4o", stage)
             meta = RequestMeta(stage.run_id, stage.stage_id, "openai", "gpt-4o", 128000)
             by_source = {(Category.SYSTEM_PROMPT, "system"): 10, (Category.CONVERSATION, "user"): 30}
-            call.record(build_snapshot(by_source, meta, CountMethod.LOCAL_ESTIMATE))
+            call.record(build_snapshot(by_source, meta, CountMethod.LOCAL_ESTIMATE, parts=PARTS))
             call.end(input_tokens=41)
         # The stage is over; the slow provider count arrives now.
-        late = build_snapshot(by_source, meta, CountMethod.PROVIDER_API_SCALED_BREAKDOWN, total=44)
+        late = build_snapshot(by_source, meta, CountMethod.PROVIDER_API_SCALED_BREAKDOWN, total=44, parts=PARTS)
         call.record(late)
     spans = [
         s
@@ -144,3 +146,19 @@ def test_a_snapshot_with_damaged_values_is_skipped_and_an_older_good_one_wins(tm
         answer = reader.context_window("r", "s")
         assert (answer.input_tokens, answer.event_seq) == (good.input_tokens, good.event_seq)
         assert [s.stage_id for s in reader.stages("r")] == ["s"]
+
+
+def test_a_file_without_any_otlp_json_line_is_a_response_error(tmp_path):
+    other = tmp_path / "notes.txt"
+    other.write_text("just some notes\nnot telemetry at all\n")
+    reader = cw.reader(f"file:{other}")
+    with pytest.raises(cw.BackendResponseError, match="not an OTLP JSON file"):
+        reader.context_window("r", "s")
+    with pytest.raises(cw.BackendResponseError, match="not an OTLP JSON file"):
+        reader.runs()
+    # A real telemetry file with a damaged or half-written line, or metrics only, is still OTLP JSON.
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"resourceMetrics":[]}\ngarbage\n{"resourceSpans":[{"scopeSpans":[{"spans":[{"na')
+    with pytest.raises(cw.NotFound):
+        cw.reader(f"file:{metrics}").context_window("r", "s")
+    assert cw.reader(f"file:{metrics}").runs() == []
