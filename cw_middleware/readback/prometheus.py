@@ -188,8 +188,7 @@ class PrometheusReader:
                 stage_id,
                 None,  # metrics do not carry the stage kind
                 Staleness.LIVE if stage_id in live else Staleness.STORED,
-                _datetime(first.get(stage_id)),
-                _datetime(last.get(stage_id) or first.get(stage_id)),
+                *_span(first.get(stage_id), last.get(stage_id)),
             )
             for stage_id in known
             if stage_id is not None
@@ -207,16 +206,10 @@ class PrometheusReader:
         live = self._times(f"count by ({RUN}) (count by ({RUN}, {STAGE}) ({self._active(sel)}))", RUN, now)
         first = self._times(self._seen(sel, f"by ({RUN})", last=False), RUN, now)
         last = self._times(self._seen(sel, f"by ({RUN})", last=True), RUN, now)
-        out = [
-            RunSummary(
-                run_id,
-                stages=int(count),
-                live_stages=int(live.get(run_id, 0)),
-                first_seen_at=_datetime(first.get(run_id)),
-                last_seen_at=_datetime(last.get(run_id) or first.get(run_id)),
-            )
-            for run_id, count in stage_counts.items()
-        ]
+        out = []
+        for run_id, count in stage_counts.items():
+            first_seen, last_seen = _span(first.get(run_id), last.get(run_id))
+            out.append(RunSummary(run_id, int(count), int(live.get(run_id, 0)), first_seen, last_seen))
         return sorted(out, key=lambda r: (r.last_seen_at or datetime.min.replace(tzinfo=UTC), r.run_id), reverse=True)
 
     def close(self) -> None:
@@ -359,6 +352,14 @@ def _last_rise(samples: list[_Series], appeared: bool) -> Optional[float]:
 
 def _datetime(seconds: Optional[float]) -> Optional[datetime]:
     return datetime.fromtimestamp(seconds, tz=UTC) if seconds else None
+
+
+def _span(first: Optional[float], last: Optional[float]) -> tuple[Optional[datetime], Optional[datetime]]:
+    """(first seen, last seen): a first sample is known to the end of its step window, so never after the last one."""
+    last = last or first
+    if first and last:
+        first = min(first, last)
+    return _datetime(first), _datetime(last)
 
 
 def _answer(

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 from providers import ANTHROPIC, FakeProvider, running_provider
@@ -64,6 +64,7 @@ class AgentMetrics:
     finished_file: Path
     agent: Runtime
     instances: dict[str, str] = field(default_factory=dict)  # runtime name -> scrape target
+    done_at: float = 0.0  # when the last call ended (time.time())
 
     @property
     def servers(self) -> tuple[MetricsServer, MetricsServer]:
@@ -202,6 +203,7 @@ def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentMet
                 root / "finished.jsonl",
                 agent.runtime,
                 {name: f"127.0.0.1:{port}" for name, port in ports.items()},
+                done,
             )
         finally:
             for producer in producers:
@@ -209,5 +211,5 @@ def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentMet
 
 
 def _rule_files() -> list[str]:
-    alerts: Optional[Path] = Path(__file__).resolve().parents[2] / "dashboards" / "alerts.yml"
-    return [str(alerts)] if alerts is not None and alerts.exists() else []
+    """The repository's alert rules, loaded by the Prometheus under test (tests/test_dashboards.py)."""
+    return [str(Path(__file__).resolve().parents[2] / "dashboards" / "alerts.yml")]
