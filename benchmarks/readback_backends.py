@@ -16,6 +16,13 @@ Jaeger and Tempo cannot run here: their readers are timed against the stubs of
 tests/stubs (serving the same file), each answer asked once and then replayed (`Replay`),
 so those figures are our reader's own cost (decoding, folding), not Jaeger's or Tempo's
 query time nor the network's.
+Prometheus and VictoriaMetrics (Debian packages, when installed; ``--no-metrics`` skips
+them): `metrics_readers` makes the same run again (same stage ids) with the scrape endpoint
+on (``metrics="prometheus:..."``, ``metric_run_labels``, ``metric_series_limit`` raised above
+the SDK's 2,000: 900 agent stages hold 6,300 token series), lets both servers scrape it
+every 2 s, and times the Prometheus reader against each while the endpoint still serves.
+Metrics know only the stages that called a model, so their listing holds the 900 agent
+stages and the single-stage probes are the newest, middle and oldest agent stage.
 Ratios are against the file reader in the same run. Readers of other backends add their
 own ``*_readers(ctx)`` function beside `trace_readers`.
 """
@@ -154,6 +161,67 @@ def trace_readers(ctx: Context) -> dict[str, dict[str, float]]:
     return rows
 
 
+def metrics_readers(ctx: Context) -> dict[str, dict[str, float]]:
+    """Prometheus and VictoriaMetrics, real, scraping the same run from our endpoint; {} when not installed."""
+    import shutil
+
+    if not (shutil.which("prometheus") and shutil.which("victoria-metrics")):
+        ctx.notes.append("Prometheus/VictoriaMetrics not installed (.ci/steps/20-debian-servers): skipped")
+        return {}
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from embedded_helpers import embedded_runtime
+    from servers import free_port
+    from servers.prometheus import running_prometheus, running_victoria_metrics
+
+    import cw_middleware as cw
+
+    agent_stages = [s for i, s in enumerate(ctx.stage_ids) if i % 10]
+    messages = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix the failing test."}]
+    port = free_port()
+    rows: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        target = [f"127.0.0.1:{port}"]
+        with (
+            running_prometheus(target, Path(tmp) / "prometheus", scrape_interval="2s") as prom,
+            running_victoria_metrics(target, Path(tmp) / "vm", scrape_interval="2s") as vm,
+        ):
+            ctx.notes.append(f"Prometheus ready in {prom.started_in:.2f} s, VictoriaMetrics in {vm.started_in:.2f} s")
+            settings = {"metric_run_labels": True, "metric_series_limit": 20_000}
+            with embedded_runtime(export="none", metrics=f"prometheus:127.0.0.1:{port}", **settings) as runtime:
+                started = time.perf_counter()
+                for i, stage_id in enumerate(ctx.stage_ids):
+                    with cw.stage(ctx.run_id, stage_id, kind="agent" if i % 10 else "tool"):
+                        if i % 10:
+                            cw.completion(model="gpt-4o", messages=messages, mock_response="ok")
+                published = len(runtime.snapshots())
+                done = time.time()
+                waited = time.perf_counter()
+                for server in (prom, vm):
+                    total = "sum(agent_context_window_snapshots_total)"
+                    server.wait_for(total, 120, lambda r: float(r[0]["value"][1]) >= published)
+                    server.wait_for(f"max(timestamp(agent_context_window_snapshots_total)) > {done:.3f}", 120)
+                ctx.notes.append(
+                    f"metrics run: {len(agent_stages)} agent stages in {waited - started:.1f} s; "
+                    f"both servers held all of it {time.perf_counter() - waited:.1f} s later"
+                )
+                probes = {"newest": agent_stages[-1], "middle": agent_stages[len(agent_stages) // 2], "oldest": agent_stages[0]}
+                for name, server in (("prometheus (real)", prom), ("victoria-metrics (real)", vm)):
+                    reader = cw.reader(server.reader_url)
+                    listed = reader.stages(ctx.run_id)
+                    assert sorted(s.stage_id for s in listed) == agent_stages, f"{name}: not the run's agent stages"
+                    answer = reader.context_window(ctx.run_id, probes["middle"])
+                    assert answer.available and answer.input_tokens, f"{name}: no answer for {probes['middle']}"
+                    row = {"stages(run)": _median_ms(lambda r=reader: r.stages(ctx.run_id), ctx.repeat)}
+                    for label, stage_id in probes.items():
+                        row[f"stage: {label}"] = _median_ms(
+                            lambda r=reader, s=stage_id: r.context_window(ctx.run_id, s), ctx.repeat
+                        )
+                    row["runs()"] = _median_ms(reader.runs, ctx.repeat)
+                    reader.close()
+                    rows[name] = row
+    return rows
+
+
 def _print(rows: dict[str, dict[str, float]]) -> None:
     columns = list(next(iter(rows.values())))
     base = rows["file"]
@@ -169,6 +237,7 @@ def main() -> None:
     parser.add_argument("--stages", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-phoenix", action="store_true", help="skip Phoenix even when .venv-phoenix exists")
+    parser.add_argument("--no-metrics", action="store_true", help="skip Prometheus and VictoriaMetrics")
     args = parser.parse_args()
 
     from servers.phoenix import phoenix_python, start_phoenix
@@ -193,6 +262,10 @@ def main() -> None:
                 phoenix.wait_for_run(RUN, store.span_count(RUN), timeout=600)
                 print(f"Phoenix ingested the run {time.perf_counter() - started:.1f} s after the export's flush")
             rows = trace_readers(ctx)
+            if not args.no_metrics:
+                rows.update(metrics_readers(ctx))
+            for note in ctx.notes:
+                print(note)
             _print(rows)
     finally:
         if phoenix is not None:
