@@ -6,7 +6,8 @@ and to the scrape endpoint that a real Prometheus and a real VictoriaMetrics scr
 and Tempo stubs serve the file's spans as those backends would. Every reader must give the
 file's StageContextWindow for every stage, the file's stage listing and the file's run entry;
 the metrics backends must hold, per agent stage, the same tokens by category, limit and
-utilization. No answer carries the run's canary text.
+utilization, and the Prometheus reader must give, on both, the file's answer in every field
+metrics carry. No answer carries the run's canary text.
 """
 
 from __future__ import annotations
@@ -70,6 +71,16 @@ def test_every_reader_gives_the_same_answer(tmp_path, phoenix_server, prometheus
                 assert utilization == pytest.approx(window["input_tokens"] / window["context_window_tokens"])
         for server in metrics_servers:  # a stage that calls no model leaves no series: metrics cannot tell it exists
             assert _metric(server, "agent_context_window_tokens", "tests@1") == {}
+        # And through the reader: per agent stage, the file's answer in every field metrics carry.
+        carried = ("provider", "model", "context_window_tokens", "input_tokens", "usage_percent", "count_method", "breakdown")
+        for server in metrics_servers:
+            metrics_reader = cw.reader(server.reader_url)
+            for stage in AGENT_STAGES:
+                got = metrics_reader.context_window(RUN, stage).model_dump(mode="json")
+                window = expected["windows"][stage]
+                assert {f: got[f] for f in carried} == {f: window[f] for f in carried}, f"{server.kind} {stage}"
+                assert got["warnings"][0]["code"] == "from_metrics" and got["details"] == []
+            assert {s.stage_id for s in metrics_reader.stages(RUN)} == set(AGENT_STAGES)
     store = TraceStore()
     store.feed_file(path)
     phoenix_server.wait_for_run(RUN, store.span_count(RUN))
