@@ -4,7 +4,6 @@ Swap ``litellm.completion`` for ``cw_middleware.completion``; tag prompt
 segments and tools; read the breakdown back from your telemetry backend.
 """
 
-from ._setup import configure, flush
 from .config import Config, ProviderCountPolicy
 from .contract import (
     BreakdownItem,
@@ -28,6 +27,7 @@ from .errors import (
     TagError,
 )
 from .readback import Reader, ReaderOptions, RunSummary, SnapshotReader, StageSummary, reader
+from .runtime import configure, flush
 from .tags import ToolSource, message, segment, tool
 from .wrapper import acompletion, aresponses, completion, current_stage, estimate, responses, snapshots, stage
 

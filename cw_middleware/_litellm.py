@@ -4,22 +4,54 @@
 versions, and a user may have patched them before us. The wrapper's own inner
 call must never go through a patched module attribute (that recursed), so it
 asks `original(name)` for the function to call.
+
+The wrapper's own functions carry a mark (`mark_observed`). Where the module
+attribute is one of them and no original was saved -- a user's shim such as
+``litellm.completion = cw.completion`` -- the original is found where LiteLLM
+defines it (`_HOMES`), so the shim works instead of recursing.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 # The entry points the wrapper forwards to, by their name on the litellm module.
 ENTRY_POINTS = ("completion", "acompletion", "responses", "aresponses")
 
+# Where LiteLLM defines each entry point, newest layout first (1.110: dispatch modules; 1.83: main).
+_HOMES = {
+    "completion": ("litellm.chat_completions.dispatch", "litellm.main"),
+    "acompletion": ("litellm.chat_completions.dispatch", "litellm.main"),
+    "responses": ("litellm.responses.dispatch", "litellm.responses.main"),
+    "aresponses": ("litellm.responses.dispatch", "litellm.responses.main"),
+}
+_MARK = "__cw_observed__"
+
 _originals: dict[str, Callable[..., Any]] = {}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def mark_observed(function: F) -> F:
+    """Mark one of the wrapper's functions (or instrument()'s replacements): never forwarded to."""
+    setattr(function, _MARK, True)
+    return function
+
+
+def is_observed(function: object) -> bool:
+    return getattr(function, _MARK, False) is True
 
 
 def remember(name: str, function: Callable[..., Any]) -> None:
-    """Record the function to forward to for ``name`` (instrument() calls this before patching)."""
-    _originals[name] = function
+    """Record the function to forward to for ``name`` (instrument() calls this before patching).
+
+    One of our own functions is never recorded (a shim installed before instrument()):
+    `original` then finds LiteLLM's where it is defined.
+    """
+    if not is_observed(function):
+        _originals[name] = function
 
 
 def forget(name: str) -> None:
@@ -33,4 +65,23 @@ def original(name: str) -> Callable[..., Any]:
         return function
     from ._offline import litellm
 
-    return getattr(litellm(), name)  # type: ignore[no-any-return]
+    function = getattr(litellm(), name)
+    if not is_observed(function):
+        return function  # type: ignore[no-any-return]
+    home = _home(name)  # the module attribute is ours (a shim): forwarding to it would recurse
+    _originals.setdefault(name, home)
+    return home
+
+
+def _home(name: str) -> Callable[..., Any]:
+    for module_name in _HOMES.get(name, ()):
+        try:
+            function = getattr(importlib.import_module(module_name), name, None)
+        except ImportError:
+            continue
+        if callable(function) and not is_observed(function):
+            return function  # type: ignore[no-any-return]
+    raise RuntimeError(
+        f"cw_middleware: litellm.{name} was replaced by cw_middleware's own function and LiteLLM's original "
+        "cannot be found; use cw.instrument() instead of assigning it"
+    )
