@@ -15,20 +15,19 @@ from __future__ import annotations
 import contextvars
 import threading
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, Optional
 
 from ._litellm import mark_observed, original
 from .apis import API_OF, Api, Forward, Parsed, Usage, for_estimate
 from .config import ProviderCountPolicy, parse_policy
-from .contract import CountMethod, Snapshot, WarningCode, validate_id
+from .contract import CountMethod, Snapshot, WarningCode
 from .errors import ConfigError, TagError
 from .estimator import Estimate
 from .rules import split_provider
 from .runtime import Runtime, get_runtime
 from .snapshot import RequestMeta, build_snapshot
+from .stages import current_stage, default_stage
 from .telemetry import CallTelemetry, StageInfo
 
 # Per-call options of ours; removed before LiteLLM sees the request.
@@ -36,36 +35,10 @@ OPTION_CONTEXT_WINDOW = "cw_context_window"
 OPTION_PROVIDER_COUNT = "cw_provider_count"
 _OPTIONS = (OPTION_CONTEXT_WINDOW, OPTION_PROVIDER_COUNT)
 
-_current_stage: contextvars.ContextVar[Optional[StageInfo]] = contextvars.ContextVar("cw_stage", default=None)
 # Set while a call of ours is inside LiteLLM: a LiteLLM entry point that LiteLLM itself calls
 # meanwhile (the Responses API bridged to completion(), the Router's fallbacks) reaches us again
 # through an instrumented module; that inner call is part of the outer one, forwarded unobserved.
 _forwarding: contextvars.ContextVar[bool] = contextvars.ContextVar("cw_forwarding", default=False)
-
-
-# ---------------------------------------------------------------- stages
-
-
-@contextmanager
-def stage(run_id: str, stage_id: str, kind: str = "agent") -> Iterator[StageInfo]:
-    """Attribute the calls inside to (run_id, stage_id); opens the stage span. Sync and async safe."""
-    for name, value in (("run_id", run_id), ("stage_id", stage_id), ("kind", kind)):
-        validate_id(name, value)  # the same rule the readers apply: what is written can be read
-    outer = _current_stage.get()
-    if outer is not None and (outer.run_id, outer.stage_id) == (run_id, stage_id):
-        # Its inner end would make the still-running outer stage read as ended.
-        raise ConfigError(f"stage {stage_id!r} of run {run_id!r} is already open here; give the inner stage its own id")
-    info = StageInfo(run_id, stage_id, kind)
-    token = _current_stage.set(info)
-    try:
-        with get_runtime().telemetry.stage_span(info):
-            yield info
-    finally:
-        _current_stage.reset(token)
-
-
-def current_stage() -> Optional[StageInfo]:
-    return _current_stage.get()
 
 
 # ---------------------------------------------------------------- entry points
@@ -170,7 +143,8 @@ class _Call:
         self.api = api
         self.args = args
         self.kwargs = kwargs
-        self.stage = current_stage()
+        # Outside any stage a call still exports: into the service's default run (stages.py).
+        self.stage = current_stage() or default_stage(runtime.config.service_name)
         self.call_seq = runtime.register_call(self.stage)
         self.parsed: Optional[Parsed] = None
         self.estimate: Optional[Estimate] = None
