@@ -28,8 +28,9 @@ from .errors import (
 )
 from .readback import Reader, ReaderOptions, RunSummary, SnapshotReader, StageSummary, reader
 from .runtime import configure, flush
+from .stages import current_stage, stage
 from .tags import ToolSource, message, segment, tool
-from .wrapper import acompletion, aresponses, completion, current_stage, estimate, responses, snapshots, stage
+from .wrapper import acompletion, aresponses, completion, estimate, responses, snapshots
 
 __version__ = "0.1.0"
 
