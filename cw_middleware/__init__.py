@@ -1,6 +1,7 @@
 """cw_middleware: what fills your model's context window, for every request.
 
-Swap ``litellm.completion`` for ``cw_middleware.completion``; tag prompt
+Swap ``litellm.completion`` for ``cw_middleware.completion`` (or call
+``cw_middleware.instrument()`` to observe every caller of LiteLLM); tag prompt
 segments and tools; read the breakdown back from your telemetry backend.
 """
 
@@ -28,6 +29,8 @@ from .errors import (
     NotFound,
     TagError,
 )
+from .instrument import instrument, uninstrument
+from .propagation import bind
 from .readback import Reader, SnapshotReader, reader
 from .readback.otlp_json import StageSummary
 from .tags import ToolSource, message, segment, tool
@@ -61,15 +64,18 @@ __all__ = [
     "WarningCode",
     "__version__",
     "acompletion",
+    "bind",
     "completion",
     "configure",
     "current_stage",
     "estimate",
     "flush",
+    "instrument",
     "message",
     "reader",
     "segment",
     "snapshots",
     "stage",
     "tool",
+    "uninstrument",
 ]
