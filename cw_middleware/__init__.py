@@ -31,8 +31,7 @@ from .errors import (
 )
 from .instrument import instrument, uninstrument
 from .propagation import bind
-from .readback import Reader, SnapshotReader, reader
-from .readback.otlp_json import StageSummary
+from .readback import Reader, ReaderOptions, RunSummary, SnapshotReader, StageSummary, reader
 from .tags import ToolSource, message, segment, tool
 from .wrapper import acompletion, completion, current_stage, estimate, snapshots, stage
 
@@ -52,6 +51,8 @@ __all__ = [
     "NotFound",
     "ProviderCountPolicy",
     "Reader",
+    "ReaderOptions",
+    "RunSummary",
     "Snapshot",
     "SnapshotReader",
     "SnapshotWarning",

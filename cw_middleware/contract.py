@@ -92,6 +92,29 @@ class WarningCode(StrEnum):
     DETAILS_TRUNCATED = "details_truncated"
     NOT_OBSERVED = "not_observed"
     NOT_AGENT_STAGE = "not_agent_stage"
+    STAGE_END_NOT_SEEN = "stage_end_not_seen"
+
+
+# Human-readable, content-free explanations of each warning code.
+WARNING_MESSAGES: dict[WarningCode, str] = {
+    WarningCode.APPROXIMATE_TOKENIZER: "the provider's tokenizer is not available offline; counts are an approximation",
+    WarningCode.TOOL_SOURCE_INFERRED: "a tool without a source tag was classified by its name prefix",
+    WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED: "images, audio or files are not estimated from their bytes",
+    WarningCode.UNKNOWN_CONTEXT_WINDOW: "the model's context window is unknown; set it with context_windows",
+    WarningCode.MOCK_USAGE_NOT_RECONCILED: "mock_response usage is synthetic; the local estimate stands",
+    WarningCode.USAGE_MISSING: "the response carried no usage; the local estimate stands",
+    WarningCode.PROVIDER_UNCONFIGURED: "no provider credentials for a token count; the local estimate stands",
+    WarningCode.PROVIDER_COUNT_FAILED: "the provider token count failed; the local estimate stands",
+    WarningCode.PROVIDER_COUNT_TIMEOUT: "the provider token count timed out; the local estimate stands",
+    WarningCode.PROVIDER_COUNT_DROPPED: "the provider token count queue was full; the count was skipped",
+    WarningCode.ESTIMATE_FAILED: "the local estimate failed for this request; see the middleware log",
+    WarningCode.DETAILS_TRUNCATED: "only the largest sources are listed in details",
+    WarningCode.NOT_OBSERVED: "no snapshot has been recorded for this stage yet",
+    WarningCode.NOT_AGENT_STAGE: "this stage does not call a model",
+    WarningCode.STAGE_END_NOT_SEEN: (
+        "the stage never reported its end and has been quiet past the staleness horizon; its process may have stopped"
+    ),
+}
 
 
 class _Frozen(BaseModel):

@@ -78,6 +78,7 @@ def openapi_document() -> dict[str, Any]:
             "agent_stage": {"type": ["boolean", "null"]},
             "staleness": {"type": "string", "enum": ["live", "stored"]},
             "started_at": {"type": ["string", "null"], "format": "date-time"},
+            "last_seen_at": {"type": ["string", "null"], "format": "date-time"},
         },
     }
     return {

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from .contract import (
     CATEGORIES,
+    WARNING_MESSAGES,
     BreakdownItem,
     Category,
     CountMethod,
@@ -29,24 +30,7 @@ from .contract import (
     WarningCode,
 )
 from .reconcile import apportion
-
-# Human-readable, content-free explanations of each warning code.
-WARNING_MESSAGES: dict[WarningCode, str] = {
-    WarningCode.APPROXIMATE_TOKENIZER: "the provider's tokenizer is not available offline; counts are an approximation",
-    WarningCode.TOOL_SOURCE_INFERRED: "a tool without a source tag was classified by its name prefix",
-    WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED: "images, audio or files are not estimated from their bytes",
-    WarningCode.UNKNOWN_CONTEXT_WINDOW: "the model's context window is unknown; set it with context_windows",
-    WarningCode.MOCK_USAGE_NOT_RECONCILED: "mock_response usage is synthetic; the local estimate stands",
-    WarningCode.USAGE_MISSING: "the response carried no usage; the local estimate stands",
-    WarningCode.PROVIDER_UNCONFIGURED: "no provider credentials for a token count; the local estimate stands",
-    WarningCode.PROVIDER_COUNT_FAILED: "the provider token count failed; the local estimate stands",
-    WarningCode.PROVIDER_COUNT_TIMEOUT: "the provider token count timed out; the local estimate stands",
-    WarningCode.PROVIDER_COUNT_DROPPED: "the provider token count queue was full; the count was skipped",
-    WarningCode.ESTIMATE_FAILED: "the local estimate failed for this request; see the middleware log",
-    WarningCode.DETAILS_TRUNCATED: "only the largest sources are listed in details",
-    WarningCode.NOT_OBSERVED: "no snapshot has been recorded for this stage yet",
-    WarningCode.NOT_AGENT_STAGE: "this stage does not call a model",
-}
+from .schema import percent as _percent
 
 _event_seq = itertools.count(1)
 
@@ -164,7 +148,3 @@ def _trusted(model: type[M], fields: dict[str, Any]) -> M:
     object.__setattr__(instance, "__pydantic_extra__", None)
     object.__setattr__(instance, "__pydantic_private__", None)
     return instance
-
-
-def _percent(tokens: int, window: Optional[int]) -> Optional[float]:
-    return round(100.0 * tokens / window, 4) if window else None

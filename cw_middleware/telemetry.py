@@ -2,10 +2,8 @@
 
 Only the OpenTelemetry *API* is used here; which SDK (if any) receives the data
 is decided by the application or by ``embedded.py``. Attribute keys and metric
-names are a contract with dashboards and readers (DESIGN.md, "Telemetry").
-GenAI keys follow the OpenTelemetry GenAI semantic conventions v1.41
-(https://opentelemetry.io/docs/specs/semconv/gen-ai/); our own keys live under
-``agent.*``, never ``gen_ai.*``.
+names are a contract with dashboards and readers: they live in ``schema.py``,
+which the readers share.
 """
 
 from __future__ import annotations
@@ -22,60 +20,45 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from .config import Config
 from .contract import CATEGORIES, Category, Snapshot
+from .schema import (
+    ATTR_CATEGORY,
+    ATTR_COUNT_METHOD,
+    ATTR_LATE,
+    ATTR_RUN_ID,
+    ATTR_SCHEMA,
+    ATTR_STAGE_ID,
+    ATTR_STAGE_KIND,
+    ATTR_STAGE_STATE,
+    ATTR_SUPERSEDED,
+    ERROR_TYPE,
+    GEN_AI_CACHE_READ,
+    GEN_AI_INPUT_TOKENS,
+    GEN_AI_OPERATION,
+    GEN_AI_OUTPUT_TOKENS,
+    GEN_AI_PROVIDER,
+    GEN_AI_REQUEST_MODEL,
+    GEN_AI_RESPONSE_MODEL,
+    GEN_AI_TOKEN_TYPE,
+    LATE_SNAPSHOT_SPAN,
+    METRIC_COUNT_FAILURES,
+    METRIC_LIMIT,
+    METRIC_SNAPSHOTS,
+    METRIC_TOKEN_USAGE,
+    METRIC_TOKENS,
+    METRIC_UTILIZATION,
+    SCHEMA_VERSION,
+    SERVICE_NAME,
+    SNAPSHOT_EVENT,
+    STAGE_SPAN_PREFIX,
+    STAGE_START_SPAN,
+    STAGE_STATE_ENDED,
+    STAGE_STATE_STARTED,
+    TOKEN_HISTOGRAM_BOUNDARIES,
+    snapshot_attributes,
+    span_level,
+)
 
 logger = logging.getLogger("cw_middleware")
-
-SCHEMA_VERSION = 1
-SNAPSHOT_EVENT = "agent.context_window.snapshot"
-
-# Our namespace (content-free by construction: numbers, enum values, labels).
-ATTR_SCHEMA = "agent.context_window.schema"
-ATTR_RUN_ID = "agent.run.id"
-ATTR_STAGE_ID = "agent.stage.id"
-ATTR_STAGE_KIND = "agent.stage.kind"
-# Stage lifecycle, readable from the backend alone. A span is exported only when it
-# ends, so stage start is announced by a zero-duration marker span (STAGE_START_SPAN,
-# child of the stage span, state "started"); the stage span itself is exported at the
-# end with state "ended". A stage whose last record is the marker or a call is live.
-ATTR_STAGE_STATE = "agent.stage.state"
-STAGE_STATE_STARTED = "started"
-STAGE_STATE_ENDED = "ended"
-STAGE_SPAN_PREFIX = "agent.stage"
-STAGE_START_SPAN = "agent.stage.start"
-AGENT_STAGE_KIND = "agent"
-# A snapshot that arrives after its call span ended rides on a short linked span.
-LATE_SNAPSHOT_SPAN = "agent.context_window.late_snapshot"
-ATTR_LATE = "agent.context_window.late"
-# A late snapshot whose call is no longer its stage's newest: kept (nothing is lost), never "latest".
-ATTR_SUPERSEDED = "agent.context_window.superseded"
-ATTR_INPUT_TOKENS = "agent.context_window.input_tokens"
-ATTR_LIMIT_TOKENS = "agent.context_window.limit_tokens"
-ATTR_UTILIZATION = "agent.context_window.utilization"
-ATTR_COUNT_METHOD = "agent.context_window.count_method"
-ATTR_EVENT_SEQ = "agent.context_window.event_seq"
-ATTR_GENERATED_AT = "agent.context_window.generated_at"
-ATTR_WARNINGS = "agent.context_window.warnings"
-ATTR_PROVIDER = "agent.context_window.provider"
-ATTR_MODEL = "agent.context_window.model"
-ATTR_DETAIL_CATEGORIES = "agent.context_window.details.category"
-ATTR_DETAIL_SOURCES = "agent.context_window.details.source"
-ATTR_DETAIL_TOKENS = "agent.context_window.details.tokens"
-ATTR_CATEGORY = "agent.context_window.category"
-TOKENS_PREFIX = "agent.context_window.tokens."
-
-# GenAI semantic conventions v1.41.
-GEN_AI_OPERATION = "gen_ai.operation.name"
-GEN_AI_PROVIDER = "gen_ai.provider.name"
-GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
-GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
-GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
-GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
-GEN_AI_CACHE_READ = "gen_ai.usage.cache_read.input_tokens"
-GEN_AI_TOKEN_TYPE = "gen_ai.token.type"
-ERROR_TYPE = "error.type"
-
-# Bucket boundaries of gen_ai.client.token.usage, from the GenAI metrics conventions.
-TOKEN_HISTOGRAM_BOUNDARIES = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
 
 
 @dataclass(frozen=True)
@@ -83,36 +66,6 @@ class StageInfo:
     run_id: str
     stage_id: str
     kind: str = "agent"
-
-
-def snapshot_attributes(snapshot: Snapshot, include_details: bool = True) -> dict[str, Any]:
-    """The flat, typed attributes of one snapshot event."""
-    attrs: dict[str, Any] = {
-        ATTR_SCHEMA: SCHEMA_VERSION,
-        ATTR_INPUT_TOKENS: snapshot.input_tokens,
-        ATTR_COUNT_METHOD: snapshot.count_method.value,
-        ATTR_EVENT_SEQ: snapshot.event_seq,
-        ATTR_GENERATED_AT: snapshot.generated_at.isoformat(),
-        ATTR_WARNINGS: [w.code for w in snapshot.warnings],
-    }
-    for key, value in (
-        (ATTR_RUN_ID, snapshot.run_id),
-        (ATTR_STAGE_ID, snapshot.stage_id),
-        (ATTR_PROVIDER, snapshot.provider),
-        (ATTR_MODEL, snapshot.model),
-        (ATTR_LIMIT_TOKENS, snapshot.context_window_tokens),
-    ):
-        if value is not None:
-            attrs[key] = value
-    if snapshot.context_window_tokens:
-        attrs[ATTR_UTILIZATION] = snapshot.input_tokens / snapshot.context_window_tokens
-    for item in snapshot.breakdown:
-        attrs[TOKENS_PREFIX + item.category.value] = item.tokens
-    if include_details and snapshot.details:
-        attrs[ATTR_DETAIL_CATEGORIES] = [d.category.value for d in snapshot.details]
-        attrs[ATTR_DETAIL_SOURCES] = [d.source for d in snapshot.details]
-        attrs[ATTR_DETAIL_TOKENS] = [d.tokens for d in snapshot.details]
-    return attrs
 
 
 class Telemetry:
@@ -136,24 +89,22 @@ class Telemetry:
             self.event_logger = _logs.get_logger("cw_middleware", logger_provider=logger_provider)
         meter = metrics.get_meter("cw_middleware", meter_provider=meter_provider)
         self.tokens_gauge = meter.create_gauge(
-            "agent.context_window.tokens", unit="{token}", description="Input tokens per context-window category"
+            METRIC_TOKENS, unit="{token}", description="Input tokens per context-window category"
         )
-        self.limit_gauge = meter.create_gauge(
-            "agent.context_window.limit", unit="{token}", description="Context window size of the model"
-        )
+        self.limit_gauge = meter.create_gauge(METRIC_LIMIT, unit="{token}", description="Context window size of the model")
         self.utilization_gauge = meter.create_gauge(
-            "agent.context_window.utilization", unit="1", description="Share of the context window in use"
+            METRIC_UTILIZATION, unit="1", description="Share of the context window in use"
         )
         self.snapshot_counter = meter.create_counter(
-            "agent.context_window.snapshots", unit="{snapshot}", description="Snapshots emitted, by count method"
+            METRIC_SNAPSHOTS, unit="{snapshot}", description="Snapshots emitted, by count method"
         )
         self.count_failures = meter.create_counter(
-            "agent.context_window.provider_count.failures",
+            METRIC_COUNT_FAILURES,
             unit="{failure}",
             description="Provider token counts that failed or timed out",
         )
         self.token_usage = meter.create_histogram(
-            "gen_ai.client.token.usage",
+            METRIC_TOKEN_USAGE,
             unit="{token}",
             description="Tokens used per call (GenAI semantic conventions)",
             explicit_bucket_boundaries_advisory=TOKEN_HISTOGRAM_BOUNDARIES,
@@ -224,7 +175,7 @@ class Telemetry:
         return cached
 
     def _base_attributes(self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> dict[str, Any]:
-        attrs: dict[str, Any] = {"service.name": self.config.service_name}
+        attrs: dict[str, Any] = {SERVICE_NAME: self.config.service_name}
         if provider:
             attrs[GEN_AI_PROVIDER] = provider
         if model:
@@ -280,7 +231,7 @@ class CallTelemetry:
                     self._gauges, self._mirrored = snapshot, attrs
         if not on_span:
             # The call span is gone (a slow provider count): a short span linked to it carries the event.
-            late_attrs = _mirror(attrs)
+            late_attrs = span_level(attrs)
             late_attrs[ATTR_LATE] = True
             if self._stage is not None:
                 late_attrs[ATTR_STAGE_KIND] = self._stage.kind
@@ -319,7 +270,7 @@ class CallTelemetry:
             gauges, self._gauges = self._gauges, None
             mirrored, self._mirrored = self._mirrored, None
         if mirrored is not None:
-            self.span.set_attributes(_mirror(mirrored))
+            self.span.set_attributes(span_level(mirrored))
         if gauges is not None:
             try:
                 self._owner.set_gauges(gauges, self._stage)
@@ -343,8 +294,3 @@ class CallTelemetry:
             span.set_attribute(ERROR_TYPE, type(error).__qualname__)
             span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
         span.end()
-
-
-def _mirror(attrs: dict[str, Any]) -> dict[str, Any]:
-    """The span-level copy of a snapshot: backends search span attributes, not events."""
-    return {k: v for k, v in attrs.items() if not k.startswith("agent.context_window.details.")}

@@ -14,7 +14,7 @@ PUBLIC = {
     "Snapshot", "StageContextWindow", "BreakdownItem", "DetailItem", "SnapshotWarning",
     "Category", "CountMethod", "Staleness", "UnavailableReason", "WarningCode",
     # read-back
-    "reader", "Reader", "SnapshotReader", "StageSummary",
+    "reader", "Reader", "ReaderOptions", "SnapshotReader", "StageSummary", "RunSummary",
     # errors
     "CwMiddlewareError", "TagError", "ConfigError", "NotFound", "BackendError", "BackendUnavailable", "BackendResponseError",
     "__version__",

@@ -6,7 +6,7 @@ import pytest
 from providers import CHAT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware import telemetry as t
+from cw_middleware import schema as t
 from cw_middleware.config import resolve
 from cw_middleware.runtime import Runtime, set_runtime
 

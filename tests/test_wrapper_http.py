@@ -16,7 +16,7 @@ from providers import MESSAGES as MESSAGES_API
 
 import cw_middleware as cw
 from cw_middleware.contract import CountMethod, WarningCode
-from cw_middleware.telemetry import GEN_AI_CACHE_READ, GEN_AI_INPUT_TOKENS, SNAPSHOT_EVENT
+from cw_middleware.schema import GEN_AI_CACHE_READ, GEN_AI_INPUT_TOKENS, SNAPSHOT_EVENT
 
 MESSAGES = [
     {"role": "system", "content": "You are a terse assistant."},

@@ -18,11 +18,16 @@ import mmap
 import os
 import re
 from collections.abc import Iterator
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
+from .. import schema as keys
 from ..contract import StageContextWindow
 from ..errors import BackendUnavailable, ConfigError
-from .otlp_json import RunFold, Span, StageFold, StageSummary, iter_spans
+from .fold import Horizon, RunFold, RunsFold, RunSummary, StageFold, StageSummary
+from .otlp_json import Span, iter_spans
+
+if TYPE_CHECKING:
+    from . import ReaderOptions
 
 # Ids made only of these characters are written byte-identically by every JSON encoder we know.
 _PLAIN_ID = re.compile(r"^[A-Za-z0-9 ._@:#+=,;!~*()\[\]{}^$|?'-]+$")
@@ -36,13 +41,14 @@ def _needle(value: str) -> Optional[bytes]:
 class OtlpFileReader:
     """`SnapshotReader` over one OTLP JSON lines file."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, horizon: Optional[Horizon] = None) -> None:
         self.path = path
+        self.horizon = horizon or Horizon()
 
     # ------------------------------------------------------------ SnapshotReader
 
     def latest(self, run_id: str, stage_id: str) -> Optional[StageContextWindow]:
-        fold = StageFold(run_id, stage_id)
+        fold = StageFold(run_id, stage_id, self.horizon)
         for span in self._spans_newest_first(run_id, stage_id):
             fold.add(span)
             if fold.done:
@@ -50,8 +56,16 @@ class OtlpFileReader:
         return fold.result()
 
     def stages(self, run_id: str) -> Optional[list[StageSummary]]:
-        fold = RunFold(run_id)
+        fold = RunFold(run_id, self.horizon)
         lines = list(self._lines_newest_first(_needle(run_id), None))
+        for line in reversed(lines):
+            for span in self._spans(line):
+                fold.add(span)
+        return fold.result()
+
+    def runs(self) -> list[RunSummary]:
+        fold = RunsFold(self.horizon)
+        lines = list(self._lines_newest_first(_needle(keys.ATTR_RUN_ID), None))
         for line in reversed(lines):
             for span in self._spans(line):
                 fold.add(span)
@@ -123,12 +137,10 @@ def _scan_backwards(mm: mmap.mmap, size: int, needle: Optional[bytes], also: Opt
             return
 
 
-def open_reader(location: str) -> OtlpFileReader:
-    if location.startswith("//"):  # file:///abs/path, the URL spelling
-        location = location[2:]
+def open_reader(location: str, options: Optional[ReaderOptions] = None) -> OtlpFileReader:
     if not location:
         raise ConfigError("the file backend needs a path: file:PATH")
     path = os.path.expanduser(location)
     if os.path.isdir(path):
         raise ConfigError(f"{path!r} is a directory; the file backend needs the telemetry file: file:PATH")
-    return OtlpFileReader(path)
+    return OtlpFileReader(path, options.horizon if options is not None else None)

@@ -9,11 +9,22 @@ from pathlib import Path
 import pytest
 
 from cw_middleware.contract import Category, CountMethod, Staleness, UnavailableReason
-from cw_middleware.readback.otlp_json import any_value, fold_run, fold_stage, iter_spans, normalize_id
+from cw_middleware.readback import fold
+from cw_middleware.readback.otlp_json import any_value, iter_spans, normalize_id
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TRACE_HEX = "b181d3e495396a7b1953a675c7c146bd"
 SPAN_HEX = "6f9af74775c0b9bf"
+# The synthetic spans below sit near the epoch: pin the staleness clock just after them.
+QUIET = fold.Horizon(now_ns=10**6)
+
+
+def fold_stage(spans, run_id, stage_id):
+    return fold.fold_stage(spans, run_id, stage_id, QUIET)
+
+
+def fold_run(spans, run_id):
+    return fold.fold_run(spans, run_id, QUIET)
 
 
 def _b64(hex_id: str) -> str:

@@ -1,0 +1,385 @@
+"""From decoded spans to answers: one stage's context window, one run's stages, the list of runs.
+
+Every span backend (the file, Phoenix, Jaeger, Tempo) decodes its wire format
+into `otlp_json.Span` and hands the spans of a run or stage to the folds here, so
+the rules that decide "latest snapshot" and "live or stored" exist once.
+
+Staleness. A stage is announced by a marker span when it begins (exported at
+once) and its stage span arrives when it ends; a marker newer than any stage
+span is a stage still running. A process that dies inside a stage never sends
+the end, so a "live" stage whose last sign of life (the newest span or snapshot
+of the stage) is older than ``stale_after`` seconds (default
+`DEFAULT_STALE_AFTER`, 30 minutes; `CW_STALE_AFTER` or the reader option
+``stale_after``) reads as ``stored`` with the warning ``stage_end_not_seen``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Optional
+
+from .. import schema as keys
+from ..contract import StageContextWindow, Staleness, UnavailableReason, WarningCode
+from ..errors import ConfigError
+from .otlp_json import Span
+
+DEFAULT_STALE_AFTER = 1800.0  # seconds without a sign of life before an unended stage reads as stored
+
+
+def stale_after_from_env(environ: Optional[dict[str, str]] = None) -> float:
+    """The staleness horizon in seconds: $CW_STALE_AFTER, else the default."""
+    raw = (os.environ if environ is None else environ).get("CW_STALE_AFTER")
+    if not raw:
+        return DEFAULT_STALE_AFTER
+    return parse_stale_after(raw, "CW_STALE_AFTER")
+
+
+def parse_stale_after(value: Any, name: str = "stale_after") -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from None
+    if not seconds > 0:
+        raise ConfigError(f"{name} must be > 0 seconds, got {value!r}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """When an unended stage stops counting as live: ``now`` minus ``stale_after``."""
+
+    stale_after: float = DEFAULT_STALE_AFTER
+    now_ns: Optional[int] = None  # tests pin the clock; readers use the time of the query
+
+    def expired(self, last_activity_ns: int) -> bool:
+        now = time.time_ns() if self.now_ns is None else self.now_ns
+        return bool(last_activity_ns) and now - last_activity_ns > self.stale_after * 1e9
+
+
+# ---------------------------------------------------------------- snapshots in spans
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """One snapshot event as read back; ordered by (generated_at, event_seq, event time)."""
+
+    order: tuple[float, int, int]
+    attributes: dict[str, Any]
+    event_time_ns: int
+
+    def to_window(self, stage_id: str, staleness: Staleness) -> StageContextWindow:
+        return keys.window_from_attributes(self.attributes, stage_id, staleness, self.event_time_ns)
+
+
+def snapshot_records(span: Span, run_id: str, stage_id: str) -> list[SnapshotRecord]:
+    out = []
+    for event in span.events:
+        if event.name != keys.SNAPSHOT_EVENT:
+            continue
+        a = event.attributes
+        if a.get(keys.ATTR_SUPERSEDED):  # an older call's late count: kept in the backend, never the latest
+            continue
+        if a.get(keys.ATTR_RUN_ID, span.attributes.get(keys.ATTR_RUN_ID)) != run_id:
+            continue
+        if a.get(keys.ATTR_STAGE_ID, span.attributes.get(keys.ATTR_STAGE_ID)) != stage_id:
+            continue
+        generated = keys.parse_time(a.get(keys.ATTR_GENERATED_AT), event.time_ns).timestamp()
+        record = SnapshotRecord((generated, keys.as_int(a.get(keys.ATTR_EVENT_SEQ)), event.time_ns), a, event.time_ns)
+        try:
+            record.to_window(stage_id, Staleness.STORED)  # a damaged snapshot is skipped, not fatal
+        except Exception:  # noqa: BLE001 - whatever a foreign or broken producer wrote
+            continue
+        out.append(record)
+    return out
+
+
+class SpanRole:
+    START = "start"  # the stage's zero-duration marker span: the stage began
+    END = "end"  # the stage span itself, exported when the stage ended
+    CALL = "call"  # an LLM call span inside the stage (ends before the stage does)
+    LATE = "late"  # a late snapshot's carrier span (may outlive the stage)
+    OTHER = "other"
+
+
+def role_of(span: Span, run_id: str, stage_id: str) -> str:
+    a = span.attributes
+    if a.get(keys.ATTR_RUN_ID) != run_id or a.get(keys.ATTR_STAGE_ID) != stage_id:
+        # Snapshot events may carry the ids when the span does not (a foreign producer).
+        if any(e.name == keys.SNAPSHOT_EVENT for e in span.events):
+            return SpanRole.LATE
+        return SpanRole.OTHER
+    state = a.get(keys.ATTR_STAGE_STATE)
+    if state == keys.STAGE_STATE_ENDED:
+        return SpanRole.END
+    if state == keys.STAGE_STATE_STARTED:
+        # A stage span exported without its end state (old producers) still ended.
+        return SpanRole.START if span.name == keys.STAGE_START_SPAN else SpanRole.END
+    if a.get(keys.ATTR_LATE) or span.name == keys.LATE_SNAPSHOT_SPAN:
+        return SpanRole.LATE
+    return SpanRole.CALL
+
+
+def _activity_ns(span: Span) -> int:
+    """The latest sign of life a span gives: its end, its start, or its newest event."""
+    return max([span.end_ns, span.start_ns, *(e.time_ns for e in span.events)])
+
+
+# ---------------------------------------------------------------- one stage
+
+
+class StageFold:
+    """Accumulates the spans of one (run_id, stage_id), newest first, into its answer.
+
+    Feed spans newest-to-oldest (reverse export order). The newest START marker or
+    END (stage span) decides staleness: the marker is exported when the stage
+    begins and the stage span when it ends, so a START newer than any END is a stage
+    still running. CALL spans do not decide it: a stream consumed after its stage
+    ended exports its call span after the stage span. Only for a producer that
+    writes no markers (or calls outside any stage) does a CALL mean "live". A live
+    stage that has been quiet past the horizon reads as stored (module docstring).
+    `done` says when older spans can no longer change the answer.
+    """
+
+    # Clock skew tolerated between writers before older spans are ignored.
+    SLACK_NS = 5_000_000_000
+
+    def __init__(self, run_id: str, stage_id: str, horizon: Optional[Horizon] = None) -> None:
+        self.run_id, self.stage_id = run_id, stage_id
+        self.horizon = horizon or Horizon()
+        self._best_writer = ""
+        self.seen = False
+        self.state: Optional[str] = None  # "live" | "stored"
+        self.kind: Optional[str] = None
+        self.best: Optional[SnapshotRecord] = None
+        self.started_marker_seen = False
+        self.call_seen = False
+        self.last_activity_ns = 0
+        self._older_than_best = False
+
+    def add(self, span: Span) -> None:
+        role = role_of(span, self.run_id, self.stage_id)
+        if role == SpanRole.OTHER:
+            return
+        records = snapshot_records(span, self.run_id, self.stage_id)
+        if role == SpanRole.LATE and not records:
+            return
+        self.seen = True
+        self.last_activity_ns = max(self.last_activity_ns, _activity_ns(span))
+        if self.kind is None and isinstance(span.attributes.get(keys.ATTR_STAGE_KIND), str):
+            self.kind = span.attributes[keys.ATTR_STAGE_KIND]
+        if self.state is None and role in (SpanRole.START, SpanRole.END):
+            self.state = "stored" if role == SpanRole.END else "live"
+        self.call_seen |= role == SpanRole.CALL
+        if role == SpanRole.START:
+            self.started_marker_seen = True
+        for record in records:
+            if self.best is None or record.order > self.best.order:
+                self.best, self._best_writer = record, span.writer
+        if self.best is not None and span.end_ns:
+            # A span's events happen before it ends, and one writer exports spans in the order
+            # they end: once a span of the best snapshot's writer ended before that snapshot,
+            # nothing older from that writer can beat it. Other writers get a clock-skew margin.
+            same_writer = bool(span.writer) and span.writer == self._best_writer
+            margin = 0 if same_writer else self.SLACK_NS
+            if span.end_ns < self.best.event_time_ns - margin:
+                self._older_than_best = True
+
+    @property
+    def done(self) -> bool:
+        """True when older spans cannot change the answer (used by readers that scan backwards)."""
+        if self.state is None or self.kind is None:
+            return False
+        if self.best is not None:
+            return self._older_than_best or self.started_marker_seen
+        # No snapshot yet: an agent stage entered again may have one from an earlier entry.
+        return self.kind != keys.AGENT_STAGE_KIND
+
+    def result(self) -> Optional[StageContextWindow]:
+        """The answer, or None when no span names this stage."""
+        if not self.seen:
+            return None
+        state = self.state or ("live" if self.call_seen else None)
+        aged_out = state != "stored" and self.horizon.expired(self.last_activity_ns)
+        staleness = Staleness.STORED if state == "stored" or aged_out else Staleness.LIVE
+        if self.best is not None:
+            answer = self.best.to_window(self.stage_id, staleness)
+            if aged_out:
+                answer = answer.model_copy(
+                    update={"warnings": [*answer.warnings, *keys.warnings_from_codes([WarningCode.STAGE_END_NOT_SEEN.value])]}
+                )
+            return answer
+        if self.kind is not None and self.kind != keys.AGENT_STAGE_KIND:
+            return StageContextWindow.unavailable(
+                self.stage_id, UnavailableReason.NOT_AGENT_STAGE, keys.warnings_from_codes([WarningCode.NOT_AGENT_STAGE.value])
+            )
+        return StageContextWindow.unavailable(
+            self.stage_id, UnavailableReason.NOT_OBSERVED, keys.warnings_from_codes([WarningCode.NOT_OBSERVED.value])
+        )
+
+
+# ---------------------------------------------------------------- one run, all runs
+
+
+@dataclass
+class StageSummary:
+    """One stage of a run, as a listing shows it."""
+
+    stage_id: str
+    kind: Optional[str]
+    staleness: Staleness  # live | stored
+    started_at: Optional[datetime] = None
+    last_seen_at: Optional[datetime] = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stage_id": self.stage_id,
+            "kind": self.kind,
+            "agent_stage": self.kind == keys.AGENT_STAGE_KIND if self.kind else None,
+            "staleness": self.staleness.value,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "last_seen_at": self.last_seen_at.isoformat() if self.last_seen_at else None,
+        }
+
+
+@dataclass
+class RunSummary:
+    """One run, as the list of runs shows it."""
+
+    run_id: str
+    stages: int
+    live_stages: int
+    first_seen_at: Optional[datetime] = None
+    last_seen_at: Optional[datetime] = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "stages": self.stages,
+            "live_stages": self.live_stages,
+            "first_seen_at": self.first_seen_at.isoformat() if self.first_seen_at else None,
+            "last_seen_at": self.last_seen_at.isoformat() if self.last_seen_at else None,
+        }
+
+
+@dataclass
+class _StageState:
+    kind: Optional[str] = None
+    state: Optional[Staleness] = None  # from markers and stage spans only
+    first_ns: int = 0
+    last_ns: int = 0
+
+
+class RunFold:
+    """Accumulates spans oldest-first into the list of a run's stages."""
+
+    def __init__(self, run_id: str, horizon: Optional[Horizon] = None) -> None:
+        self.run_id = run_id
+        self.horizon = horizon or Horizon()
+        self._stages: dict[str, _StageState] = {}
+
+    def add(self, span: Span) -> None:
+        a = span.attributes
+        stage_id = a.get(keys.ATTR_STAGE_ID)
+        if a.get(keys.ATTR_RUN_ID) != self.run_id or not isinstance(stage_id, str):
+            for event in span.events:  # ids only on the events (a foreign producer)
+                ea = event.attributes
+                if (
+                    event.name == keys.SNAPSHOT_EVENT
+                    and ea.get(keys.ATTR_RUN_ID) == self.run_id
+                    and isinstance(ea.get(keys.ATTR_STAGE_ID), str)
+                ):
+                    self._touch(ea[keys.ATTR_STAGE_ID], None, None, event.time_ns, event.time_ns)
+            return
+        role = role_of(span, self.run_id, stage_id)
+        # Markers and stage spans decide staleness (see StageFold); a call span only names the stage.
+        state = {SpanRole.END: Staleness.STORED, SpanRole.START: Staleness.LIVE}.get(role)
+        kind = a.get(keys.ATTR_STAGE_KIND) if isinstance(a.get(keys.ATTR_STAGE_KIND), str) else None
+        self._touch(stage_id, kind, state, span.start_ns, _activity_ns(span))
+
+    def _touch(self, stage_id: str, kind: Optional[str], state: Optional[Staleness], start_ns: int, last_ns: int) -> None:
+        st = self._stages.setdefault(stage_id, _StageState())
+        if kind and not st.kind:
+            st.kind = kind
+        if state is not None:
+            st.state = state  # oldest-first: the last record wins
+        if start_ns and (not st.first_ns or start_ns < st.first_ns):
+            st.first_ns = start_ns
+        st.last_ns = max(st.last_ns, last_ns)
+
+    def result(self) -> Optional[list[StageSummary]]:
+        if not self._stages:
+            return None
+        out = []
+        for stage_id, st in self._stages.items():
+            live = st.state is not Staleness.STORED and not self.horizon.expired(st.last_ns)
+            staleness = Staleness.LIVE if live else Staleness.STORED
+            out.append(StageSummary(stage_id, st.kind, staleness, keys.from_ns(st.first_ns), keys.from_ns(st.last_ns)))
+        return sorted(out, key=lambda s: (s.started_at or datetime.max.replace(tzinfo=UTC), s.stage_id))
+
+
+class RunsFold:
+    """Accumulates spans oldest-first into the list of every run a backend holds."""
+
+    def __init__(self, horizon: Optional[Horizon] = None) -> None:
+        self.horizon = horizon or Horizon()
+        self._runs: dict[str, RunFold] = {}
+
+    def add(self, span: Span) -> None:
+        run_ids = {span.attributes.get(keys.ATTR_RUN_ID)}
+        run_ids.update(e.attributes.get(keys.ATTR_RUN_ID) for e in span.events if e.name == keys.SNAPSHOT_EVENT)
+        for run_id in run_ids:
+            if isinstance(run_id, str) and run_id:
+                fold = self._runs.get(run_id)
+                if fold is None:
+                    fold = self._runs[run_id] = RunFold(run_id, self.horizon)
+                fold.add(span)
+
+    def result(self) -> list[RunSummary]:
+        out = []
+        for run_id, fold in self._runs.items():
+            stages = fold.result() or []
+            if not stages:
+                continue
+            starts = [s.started_at for s in stages if s.started_at]
+            lasts = [s.last_seen_at for s in stages if s.last_seen_at]
+            out.append(
+                RunSummary(
+                    run_id,
+                    stages=len(stages),
+                    live_stages=sum(s.staleness is Staleness.LIVE for s in stages),
+                    first_seen_at=min(starts) if starts else None,
+                    last_seen_at=max(lasts) if lasts else None,
+                )
+            )
+        # Newest activity first: the run a user is looking for is usually the latest.
+        return sorted(out, key=lambda r: (r.last_seen_at or datetime.min.replace(tzinfo=UTC), r.run_id), reverse=True)
+
+
+def fold_stage(
+    spans: Iterable[Span], run_id: str, stage_id: str, horizon: Optional[Horizon] = None
+) -> Optional[StageContextWindow]:
+    """The answer for one stage from spans in export order (oldest first)."""
+    fold = StageFold(run_id, stage_id, horizon)
+    for span in reversed(list(spans)):
+        fold.add(span)
+    return fold.result()
+
+
+def fold_run(spans: Iterable[Span], run_id: str, horizon: Optional[Horizon] = None) -> Optional[list[StageSummary]]:
+    """The run's stages from spans in export order (oldest first); None for an unknown run."""
+    fold = RunFold(run_id, horizon)
+    for span in spans:
+        fold.add(span)
+    return fold.result()
+
+
+def fold_runs(spans: Iterable[Span], horizon: Optional[Horizon] = None) -> list[RunSummary]:
+    """Every run named by the spans (export order), newest activity first."""
+    fold = RunsFold(horizon)
+    for span in spans:
+        fold.add(span)
+    return fold.result()

@@ -1,0 +1,242 @@
+"""The telemetry contract: every key, name and value a snapshot is written and read back with.
+
+Writers (``telemetry.py``) and readers (``readback/``) both import this module
+and nothing of each other: dashboards, alert rules and every backend reader depend
+on these names, so they are spelled once, here. `snapshot_attributes` encodes a
+`Snapshot` into the flat, typed, content-free attributes of a span event;
+`window_from_attributes` decodes them into the read-back `StageContextWindow`.
+A round trip through both is lossless for everything the contract carries
+(tests/test_schema.py).
+
+GenAI keys follow the OpenTelemetry GenAI semantic conventions v1.41
+(https://opentelemetry.io/docs/specs/semconv/gen-ai/); our own keys live under
+``agent.*``, never ``gen_ai.*``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Optional
+
+from .contract import (
+    CATEGORIES,
+    WARNING_MESSAGES,
+    BreakdownItem,
+    Category,
+    CountMethod,
+    DetailItem,
+    Snapshot,
+    SnapshotWarning,
+    StageContextWindow,
+    Staleness,
+    WarningCode,
+)
+
+SCHEMA_VERSION = 1
+
+# ---------------------------------------------------------------- spans and events
+
+SNAPSHOT_EVENT = "agent.context_window.snapshot"
+ATTR_SCHEMA = "agent.context_window.schema"
+ATTR_RUN_ID = "agent.run.id"
+ATTR_STAGE_ID = "agent.stage.id"
+ATTR_STAGE_KIND = "agent.stage.kind"
+# Stage lifecycle, readable from the backend alone. A span is exported only when it
+# ends, so stage start is announced by a zero-duration marker span (STAGE_START_SPAN,
+# child of the stage span, state "started"); the stage span itself is exported at the
+# end with state "ended".
+ATTR_STAGE_STATE = "agent.stage.state"
+STAGE_STATE_STARTED = "started"
+STAGE_STATE_ENDED = "ended"
+STAGE_SPAN_PREFIX = "agent.stage"
+STAGE_START_SPAN = "agent.stage.start"
+AGENT_STAGE_KIND = "agent"
+# A snapshot that arrives after its call span ended rides on a short linked span.
+LATE_SNAPSHOT_SPAN = "agent.context_window.late_snapshot"
+ATTR_LATE = "agent.context_window.late"
+# A late snapshot whose call is no longer its stage's newest: kept (nothing is lost), never "latest".
+ATTR_SUPERSEDED = "agent.context_window.superseded"
+ATTR_INPUT_TOKENS = "agent.context_window.input_tokens"
+ATTR_LIMIT_TOKENS = "agent.context_window.limit_tokens"
+ATTR_UTILIZATION = "agent.context_window.utilization"
+ATTR_COUNT_METHOD = "agent.context_window.count_method"
+ATTR_EVENT_SEQ = "agent.context_window.event_seq"
+ATTR_GENERATED_AT = "agent.context_window.generated_at"
+ATTR_WARNINGS = "agent.context_window.warnings"
+ATTR_PROVIDER = "agent.context_window.provider"
+ATTR_MODEL = "agent.context_window.model"
+DETAILS_PREFIX = "agent.context_window.details."
+ATTR_DETAIL_CATEGORIES = DETAILS_PREFIX + "category"
+ATTR_DETAIL_SOURCES = DETAILS_PREFIX + "source"
+ATTR_DETAIL_TOKENS = DETAILS_PREFIX + "tokens"
+ATTR_CATEGORY = "agent.context_window.category"
+TOKENS_PREFIX = "agent.context_window.tokens."
+
+# GenAI semantic conventions v1.41.
+GEN_AI_OPERATION = "gen_ai.operation.name"
+GEN_AI_PROVIDER = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_CACHE_READ = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_TOKEN_TYPE = "gen_ai.token.type"
+ERROR_TYPE = "error.type"
+SERVICE_NAME = "service.name"
+
+# ---------------------------------------------------------------- metrics
+# OpenTelemetry instrument names; a Prometheus backend stores them with dots as
+# underscores and counters suffixed ``_total`` (see `prometheus_name`).
+
+METRIC_TOKENS = "agent.context_window.tokens"  # gauge {token}, by ATTR_CATEGORY
+METRIC_LIMIT = "agent.context_window.limit"  # gauge {token}
+METRIC_UTILIZATION = "agent.context_window.utilization"  # gauge 1
+METRIC_SNAPSHOTS = "agent.context_window.snapshots"  # counter {snapshot}, by ATTR_COUNT_METHOD
+METRIC_COUNT_FAILURES = "agent.context_window.provider_count.failures"  # counter {failure}
+METRIC_TOKEN_USAGE = "gen_ai.client.token.usage"  # histogram {token}, by GEN_AI_TOKEN_TYPE
+
+# Bucket boundaries of gen_ai.client.token.usage, from the GenAI metrics conventions.
+TOKEN_HISTOGRAM_BOUNDARIES = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
+
+
+def prometheus_name(name: str, counter: bool = False) -> str:
+    """An instrument or attribute name as Prometheus stores it (dots become underscores)."""
+    out = name.replace(".", "_")
+    return out + "_total" if counter else out
+
+
+# ---------------------------------------------------------------- encode
+
+
+def snapshot_attributes(snapshot: Snapshot, include_details: bool = True) -> dict[str, Any]:
+    """The flat, typed attributes of one snapshot event."""
+    attrs: dict[str, Any] = {
+        ATTR_SCHEMA: SCHEMA_VERSION,
+        ATTR_INPUT_TOKENS: snapshot.input_tokens,
+        ATTR_COUNT_METHOD: snapshot.count_method.value,
+        ATTR_EVENT_SEQ: snapshot.event_seq,
+        ATTR_GENERATED_AT: snapshot.generated_at.isoformat(),
+        ATTR_WARNINGS: [w.code for w in snapshot.warnings],
+    }
+    for key, value in (
+        (ATTR_RUN_ID, snapshot.run_id),
+        (ATTR_STAGE_ID, snapshot.stage_id),
+        (ATTR_PROVIDER, snapshot.provider),
+        (ATTR_MODEL, snapshot.model),
+        (ATTR_LIMIT_TOKENS, snapshot.context_window_tokens),
+    ):
+        if value is not None:
+            attrs[key] = value
+    if snapshot.context_window_tokens:
+        attrs[ATTR_UTILIZATION] = snapshot.input_tokens / snapshot.context_window_tokens
+    for item in snapshot.breakdown:
+        attrs[TOKENS_PREFIX + item.category.value] = item.tokens
+    if include_details and snapshot.details:
+        attrs[ATTR_DETAIL_CATEGORIES] = [d.category.value for d in snapshot.details]
+        attrs[ATTR_DETAIL_SOURCES] = [d.source for d in snapshot.details]
+        attrs[ATTR_DETAIL_TOKENS] = [d.tokens for d in snapshot.details]
+    return attrs
+
+
+def span_level(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The span-level copy of a snapshot's attributes: backends search span attributes, not events."""
+    return {k: v for k, v in attrs.items() if not k.startswith(DETAILS_PREFIX)}
+
+
+# ---------------------------------------------------------------- decode
+
+
+def as_int(value: Any) -> int:
+    """An int from whatever a backend wrote (int, float, numeric string); 0 for a damaged value."""
+    if value is None or value == "":
+        return 0
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        pass
+    try:
+        return int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return 0  # a damaged value must not fail the whole query
+
+
+def percent(tokens: int, window: Optional[int]) -> Optional[float]:
+    """``usage_percent`` (0-100, four decimals): the writer's and the readers' one rounding."""
+    return round(100.0 * tokens / window, 4) if window else None
+
+
+def parse_time(value: Any, fallback_ns: int = 0) -> datetime:
+    """``generated_at`` from its ISO string, else from a nanosecond timestamp, else the epoch."""
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        except ValueError:
+            pass
+    return from_ns(fallback_ns) or datetime.fromtimestamp(0, tz=UTC)
+
+
+def from_ns(time_ns: int) -> Optional[datetime]:
+    """A timestamp from nanoseconds; None for a value no datetime can hold (a damaged line)."""
+    try:
+        return datetime.fromtimestamp(time_ns / 1e9, tz=UTC) if time_ns else None
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def warnings_from_codes(codes: Any) -> list[SnapshotWarning]:
+    """Warnings with their messages from the codes a snapshot carried; unknown codes are kept."""
+    out = []
+    for code in codes if isinstance(codes, (list, tuple)) else []:
+        if not isinstance(code, str):
+            continue
+        try:
+            message = WARNING_MESSAGES[WarningCode(code)]
+        except (ValueError, KeyError):
+            message = "reported by the producer"
+        out.append(SnapshotWarning(code=code, message=message))
+    return out
+
+
+def window_from_attributes(
+    attrs: Mapping[str, Any], stage_id: str, staleness: Staleness, event_time_ns: int = 0
+) -> StageContextWindow:
+    """Decode one snapshot event's attributes into the read-back answer (raises on a damaged one)."""
+    a = attrs
+    limit = as_int(a.get(ATTR_LIMIT_TOKENS))
+    window = limit if limit > 0 else None
+    breakdown = []
+    for category in CATEGORIES:
+        tokens = as_int(a.get(TOKENS_PREFIX + category.value, 0))
+        breakdown.append(BreakdownItem(category=category, tokens=tokens, usage_percent=percent(tokens, window)))
+    input_tokens = a.get(ATTR_INPUT_TOKENS)
+    total = as_int(input_tokens) if input_tokens is not None else sum(b.tokens for b in breakdown)
+    details = []
+    cats, sources, toks = (a.get(k) or [] for k in (ATTR_DETAIL_CATEGORIES, ATTR_DETAIL_SOURCES, ATTR_DETAIL_TOKENS))
+    for cat, source, tokens in zip(cats, sources, toks, strict=False):
+        try:
+            details.append(DetailItem(category=Category(cat), source=str(source), tokens=as_int(tokens)))
+        except ValueError:
+            continue
+    try:
+        count_method: Optional[CountMethod] = CountMethod(str(a.get(ATTR_COUNT_METHOD)))
+    except ValueError:
+        count_method = None
+    seq = a.get(ATTR_EVENT_SEQ)
+    return StageContextWindow(
+        stage_id=stage_id,
+        available=True,
+        provider=a.get(ATTR_PROVIDER),
+        model=a.get(ATTR_MODEL),
+        context_window_tokens=window,
+        input_tokens=total,
+        usage_percent=percent(total, window),
+        count_method=count_method,
+        staleness=staleness,
+        generated_at=parse_time(a.get(ATTR_GENERATED_AT), event_time_ns),
+        event_seq=as_int(seq) if seq is not None else None,
+        breakdown=breakdown,
+        warnings=warnings_from_codes(a.get(ATTR_WARNINGS)),
+        details=details,
+    )
