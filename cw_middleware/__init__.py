@@ -5,7 +5,6 @@ Swap ``litellm.completion`` for ``cw_middleware.completion`` (or call
 segments and tools; read the breakdown back from your telemetry backend.
 """
 
-from . import _offline  # noqa: F401  - first: keeps tiktoken and LiteLLM offline
 from ._setup import configure, flush
 from .config import Config, ProviderCountPolicy
 from .contract import (
@@ -33,7 +32,7 @@ from .instrument import instrument, uninstrument
 from .propagation import bind
 from .readback import Reader, ReaderOptions, RunSummary, SnapshotReader, StageSummary, reader
 from .tags import ToolSource, message, segment, tool
-from .wrapper import acompletion, completion, current_stage, estimate, snapshots, stage
+from .wrapper import acompletion, aresponses, completion, current_stage, estimate, responses, snapshots, stage
 
 __version__ = "0.1.0"
 
@@ -65,6 +64,7 @@ __all__ = [
     "WarningCode",
     "__version__",
     "acompletion",
+    "aresponses",
     "bind",
     "completion",
     "configure",
@@ -74,6 +74,7 @@ __all__ = [
     "instrument",
     "message",
     "reader",
+    "responses",
     "segment",
     "snapshots",
     "stage",

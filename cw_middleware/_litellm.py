@@ -55,9 +55,9 @@ def original(name: str) -> Callable[..., Any]:
     function = _originals.get(name)
     if function is not None:
         return function
-    import litellm
+    from ._offline import litellm
 
-    return unwrap(getattr(litellm, name))
+    return unwrap(getattr(litellm(), name))
 
 
 def forwarding() -> bool:
@@ -74,9 +74,9 @@ def own(name: str) -> Callable[..., Any]:
             continue
         if callable(function):
             return unwrap(function)
-    import litellm
+    from ._offline import litellm
 
-    return unwrap(getattr(litellm, name))
+    return unwrap(getattr(litellm(), name))
 
 
 def unwrap(function: Callable[..., Any]) -> Callable[..., Any]:

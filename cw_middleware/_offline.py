@@ -1,17 +1,39 @@
-"""Keep token counting offline: imported first by the package, before tiktoken or LiteLLM load.
+"""Offline loading of LiteLLM and of tiktoken's encodings, without touching the host's environment.
 
-tiktoken downloads its encodings on first use unless TIKTOKEN_CACHE_DIR holds
-them; LiteLLM ships the files (cl100k_base, o200k_base, p50k_base) in
-``litellm_core_utils/tokenizers``. LiteLLM also fetches its model-cost map at
-import unless LITELLM_LOCAL_MODEL_COST_MAP is set. Both are set here without
-importing LiteLLM (which takes seconds): the read side never needs it.
+Token counting must work with no network: tiktoken downloads an encoding on first
+use unless ``TIKTOKEN_CACHE_DIR`` holds it, and LiteLLM fetches its model-cost map
+when it is imported unless ``LITELLM_LOCAL_MODEL_COST_MAP`` is set. Setting either
+for the whole process would change how the host's own tiktoken and LiteLLM behave,
+so neither is set globally here:
+
+* `encoding_file(name)` finds the encoding files LiteLLM ships (cl100k_base,
+  o200k_base, p50k_base in ``litellm_core_utils/tokenizers``), which
+  ``rules/_tiktoken.py`` loads directly: no environment variable, no cache written;
+* `litellm()` imports LiteLLM; when cw_middleware is the first to import it,
+  ``LITELLM_LOCAL_MODEL_COST_MAP=True`` is set only for the duration of that import
+  (LiteLLM then uses its bundled model map instead of fetching one) and removed
+  afterwards. A host that wants the fetched map sets ``LITELLM_LOCAL_MODEL_COST_MAP=False``
+  or imports ``litellm`` before its first LLM call; either way its choice stands.
+
+Finding the files never imports LiteLLM (which takes seconds): the read side never needs it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
+import threading
 from pathlib import Path
+from types import ModuleType
+
+COST_MAP_VARIABLE = "LITELLM_LOCAL_MODEL_COST_MAP"
+# Where tiktoken's own constructors fetch each encoding; LiteLLM names its copies by sha1 of
+# this URL, the key of tiktoken's cache.
+_ENCODING_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+
+_import_lock = threading.Lock()
+_litellm: ModuleType | None = None
 
 
 def litellm_tokenizers_dir() -> Path | None:
@@ -22,12 +44,32 @@ def litellm_tokenizers_dir() -> Path | None:
     return folder if folder.is_dir() else None
 
 
-def configure_offline_environment() -> None:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    if "TIKTOKEN_CACHE_DIR" not in os.environ:
-        folder = litellm_tokenizers_dir()
-        if folder is not None:
-            os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
+def encoding_url(name: str) -> str:
+    return _ENCODING_URL.format(name=name)
 
 
-configure_offline_environment()
+def encoding_file(name: str) -> Path | None:
+    """LiteLLM's bundled copy of a tiktoken encoding (None when LiteLLM does not ship it)."""
+    folder = litellm_tokenizers_dir()
+    if folder is None:
+        return None
+    path = folder / hashlib.sha1(encoding_url(name).encode()).hexdigest()
+    return path if path.is_file() else None
+
+
+def litellm() -> ModuleType:
+    """The ``litellm`` module; our first import of it uses the bundled model map and leaves no variable behind."""
+    global _litellm
+    if _litellm is not None:  # the call path asks for it on every call: no lock once it is loaded
+        return _litellm
+    with _import_lock:
+        added = COST_MAP_VARIABLE not in os.environ
+        if added:
+            os.environ[COST_MAP_VARIABLE] = "True"
+        try:
+            import litellm as module
+        finally:
+            if added:
+                os.environ.pop(COST_MAP_VARIABLE, None)
+        _litellm = module
+    return module

@@ -1,13 +1,15 @@
 """The ``cw-middleware`` command (also ``python -m cw_middleware``).
 
     cw-middleware estimate [FILE]                    request JSON (completion kwargs; tags allowed) -> snapshot JSON
-    cw-middleware demo [--model M]                   a mocked agent run, exported to the embedded file and read back
+    cw-middleware demo [--model M] [--run-id ID]     a mocked agent run, exported to the embedded file and read back
+    cw-middleware runs [--json]                      the runs the backend holds, newest first
     cw-middleware show RUN_ID STAGE_ID [--json]      a stage's context window, read back from the backend
     cw-middleware stages RUN_ID [--json]             a run's stages
     cw-middleware serve [--host H] [--port N]        the same answers over HTTP (see server.py)
 
-``--backend URL`` names where to read (``file:PATH``; default $CW_BACKEND, else the
-embedded export file). Exit codes: 0 ok, 2 bad input, 3 not found, 4 backend error.
+``--backend URL`` names where to read (the forms of `readback.BACKENDS`; default
+$CW_BACKEND, else the embedded export file). Exit codes: 0 ok, 2 bad input (and a
+bare ``cw-middleware``, which prints the help), 3 not found, 4 backend error.
 Heavy imports (LiteLLM) happen only inside ``estimate`` and ``demo``: the read
 commands start in a fraction of a second.
 """
@@ -68,28 +70,64 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _fresh_run_id() -> str:
+    """``demo-20261201T091500-3f2a``: re-runs of the demo never pile into one run."""
+    import secrets
+    from datetime import UTC, datetime
+
+    return f"demo-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def _known_model(model: str) -> Optional[str]:
+    """None when LiteLLM can route ``model``; else a sentence saying why not (no LiteLLM traceback)."""
+    import contextlib
+    import io
+
+    from ._offline import litellm
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # LiteLLM prints a provider list on failure
+            litellm().get_llm_provider(model)
+    except Exception:  # noqa: BLE001 - LiteLLM's BadRequestError and whatever else it raises for a bad name
+        return (
+            f"LiteLLM does not know which provider serves model {model!r}; "
+            "name a known model (gpt-4o) or prefix the provider (openai/my-model, anthropic/claude-sonnet-4-5)"
+        )
+    return None
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     import cw_middleware as cw
 
     from . import demo
+    from .contract import validate_id
     from .render import render
 
     try:
         runtime = cw.configure(export=args.export) if args.export else cw.configure()
+        run_id = validate_id("run_id", args.run_id or _fresh_run_id())
     except cw.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"cw-middleware demo: a mocked agent on {args.model} (no API key, no network)", file=sys.stderr)
+    problem = _known_model(args.model)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"cw-middleware demo: a mocked agent on {args.model} (no API key, no network), run {run_id}", file=sys.stderr)
 
     def on_turn(turn: int, _: str) -> None:
         latest = cw.snapshots()[-1]
-        print(render(latest, title=f"\nturn {turn} (in process)"))
+        print(render(latest, title=f"\nturn {turn}: this process's snapshot (cw.snapshots()), before export"))
 
     stage_id = "implement@1"
-    with cw.stage(run_id=args.run_id, stage_id="plan@1", kind="planning"):
-        pass
-    with cw.stage(run_id=args.run_id, stage_id=stage_id):
-        demo.run(args.model, cw.completion, on_turn, turns=args.turns)
+    try:
+        with cw.stage(run_id=run_id, stage_id="plan@1", kind="planning"):
+            pass
+        with cw.stage(run_id=run_id, stage_id=stage_id):
+            demo.run(args.model, cw.completion, on_turn, turns=args.turns)
+    except Exception as exc:  # noqa: BLE001 - the model call failed: say so, no traceback
+        print(f"error: the demo's model call failed ({type(exc).__name__}); try --model gpt-4o", file=sys.stderr)
+        return EXIT_USAGE
     cw.flush()
     path = runtime.config.export_path
     if path is None:
@@ -98,9 +136,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     backend = f"file:{path}"
     with cw.reader(backend) as reader:
         print(f"\nread back from {backend}:")
-        print(_render_stages(args.run_id, reader.stages(args.run_id)))
-        print(render(reader.context_window(args.run_id, stage_id), title=f"\n{args.run_id} / {stage_id}"))
-    print(f"\ntry: cw-middleware show {args.run_id} {stage_id} --backend {backend}", file=sys.stderr)
+        print(_render_stages(run_id, reader.stages(run_id)))
+        print(render(reader.context_window(run_id, stage_id), title=f"\n{run_id} / {stage_id}"))
+    print(f"\nrun id: {run_id}")
+    print(f"try: cw-middleware show {run_id} {stage_id} --backend {backend}", file=sys.stderr)
+    print(f"     cw-middleware runs --backend {backend}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -129,17 +169,68 @@ def _read_errors(fn: Any) -> Any:
             return EXIT_USAGE
         except NotFound as exc:
             print(f"not found: {exc}", file=sys.stderr)
-            backend = str(getattr(args, "backend", "") or "")
-            if backend.startswith("file:") and not os.path.exists(backend[5:]):
-                print(
-                    f"  (there is no telemetry file at {backend[5:]!r} yet: has anything been exported there?)", file=sys.stderr
-                )
+            hint = _file_hint(args)
+            if hint:
+                print(hint, file=sys.stderr)
             return EXIT_NOT_FOUND
         except BackendError as exc:
             print(f"backend error: {exc}", file=sys.stderr)
             return EXIT_BACKEND
 
     return run
+
+
+# Where cw_middleware's telemetry goes when this file stays empty (README, "Configuration").
+_ELSEWHERE = (
+    "  if your application installs its own TracerProvider, cw_middleware's snapshots go to that provider's\n"
+    "  exporters, not to this file: read them back from that backend (--backend)"
+)
+
+
+def _file_hint(args: argparse.Namespace) -> str:
+    """Why a file backend may know nothing: no file, an empty one, or one without cw_middleware spans."""
+    from .readback import default_backend_url, parse_backend_url
+    from .schema import ATTR_SCHEMA
+
+    try:
+        url, _ = parse_backend_url(getattr(args, "backend", None) or default_backend_url())
+    except Exception:  # noqa: BLE001 - the hint is best effort
+        return ""
+    if url.scheme != "file":
+        return ""
+    path = os.path.expanduser(url.location)
+    if not os.path.exists(path):
+        return f"  (there is no telemetry file at {path!r} yet: has anything been exported there?)\n{_ELSEWHERE}"
+    try:
+        with open(path, "rb") as f:
+            import mmap
+
+            if os.fstat(f.fileno()).st_size == 0:
+                return f"  (the telemetry file {path!r} is empty)\n{_ELSEWHERE}"
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                if mm.find(ATTR_SCHEMA.encode()) < 0:
+                    return f"  (the telemetry file {path!r} holds no cw_middleware spans)\n{_ELSEWHERE}"
+    except (OSError, ValueError):
+        return ""
+    return ""
+
+
+@_read_errors
+def _cmd_runs(args: argparse.Namespace) -> int:
+    with _open_reader(args) as reader:
+        runs = reader.runs()
+    if args.json:
+        print(json.dumps({"runs": [r.as_dict() for r in runs]}, indent=2))
+    elif not runs:
+        print(f"no runs in {reader.url}", file=sys.stderr)
+        hint = _file_hint(args)
+        if hint:
+            print(hint, file=sys.stderr)
+    else:
+        from .render import render_runs
+
+        print(render_runs(runs))
+    return EXIT_OK
 
 
 @_read_errors
@@ -182,7 +273,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: cannot listen on {args.host}:{args.port} ({exc.strerror})", file=sys.stderr)
         return EXIT_USAGE
     print(
-        f"serving {reader.url} on {server.url}  (GET /api/v1/runs/RUN/stages/STAGE/context-window, /openapi.json)",
+        f"serving {reader.url} on {server.url}  (GET /api/v1/runs, /api/v1/runs/RUN/stages/STAGE/context-window, /openapi.json)",
         file=sys.stderr,
         flush=True,
     )
@@ -196,6 +287,21 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _count(minimum: int) -> Any:
+    """An argparse type: a whole number >= ``minimum`` (a usage error otherwise)."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {number}")
+        return number
+
+    return parse
+
+
 def _port(value: str) -> int:
     try:
         port = int(value)
@@ -207,34 +313,46 @@ def _port(value: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cw-middleware", description="What fills your model's context window.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    from . import __version__
+    from .readback import known_backends
+
+    parser = argparse.ArgumentParser(
+        prog="cw-middleware",
+        description="What fills your model's context window: estimate a request, run a demo, read snapshots back.",
+        epilog="exit codes: 0 ok, 2 bad input, 3 not found, 4 backend error",
+    )
+    parser.add_argument("--version", action="version", version=f"cw-middleware {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("estimate", help="estimate a request (completion kwargs as JSON) locally")
     p.add_argument("file", nargs="?", help="request JSON file (default: stdin)")
     p.set_defaults(func=_cmd_estimate)
     p = sub.add_parser("demo", help="run a short mocked agent conversation and show its breakdown per turn")
-    p.add_argument("--model", default="gpt-4o")
-    p.add_argument("--turns", type=int, default=4)
-    p.add_argument("--run-id", default="demo")
-    p.add_argument("--export", help="file:PATH | otlp | none (default: CW_EXPORT or the embedded file)")
+    p.add_argument("--model", default="gpt-4o", help="the LiteLLM model to mock (default gpt-4o; no call leaves the machine)")
+    p.add_argument("--turns", type=_count(1), default=4, help="model calls in the conversation (default 4)")
+    p.add_argument("--run-id", help="the run id to write (default: a fresh demo-<UTC time>-<random>, printed at the end)")
+    p.add_argument("--export", help="file:PATH | otlp | none (default: $CW_EXPORT or the embedded file)")
     p.set_defaults(func=_cmd_demo)
-    backend_help = "file:PATH (default: $CW_BACKEND, else the embedded export file)"
+    backend_help = f"where to read: {known_backends()} (default: $CW_BACKEND, else the embedded export file)"
+    p = sub.add_parser("runs", help="the runs the backend holds, newest activity first")
+    p.add_argument("--backend", help=backend_help)
+    p.add_argument("--json", action="store_true", help='{"runs": [...]} JSON instead of a table')
+    p.set_defaults(func=_cmd_runs)
     p = sub.add_parser("show", help="a stage's context window, read back from the telemetry backend")
-    p.add_argument("run_id")
-    p.add_argument("stage_id")
+    p.add_argument("run_id", help="the run id given to cw.stage()")
+    p.add_argument("stage_id", help="the stage id given to cw.stage()")
     p.add_argument("--backend", help=backend_help)
     p.add_argument("--json", action="store_true", help="the StageContextWindow contract JSON")
-    p.add_argument("--top", type=int, default=8, help="top sources to list (default 8)")
+    p.add_argument("--top", type=_count(0), default=8, help="top sources to list (default 8)")
     p.set_defaults(func=_cmd_show)
     p = sub.add_parser("stages", help="the stages of a run")
-    p.add_argument("run_id")
+    p.add_argument("run_id", help="the run id given to cw.stage()")
     p.add_argument("--backend", help=backend_help)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help='{"run_id", "stages": [...]} JSON instead of a table')
     p.set_defaults(func=_cmd_stages)
     p = sub.add_parser("serve", help="serve the read-back API over HTTP (loopback by default)")
     p.add_argument("--backend", help=backend_help)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=_port, default=8765)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; others need --token)")
+    p.add_argument("--port", type=_port, default=8765, help="port to listen on (default 8765; 0 picks a free one)")
     p.add_argument("--token", help="require this bearer token (also $CW_SERVE_TOKEN)")
     p.set_defaults(func=_cmd_serve)
     return parser
@@ -243,6 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:  # a bare `cw-middleware`: the help, not an error
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
     try:
         result: Any = args.func(args)
     except BrokenPipeError:

@@ -82,6 +82,7 @@ class WarningCode(StrEnum):
     TOOL_SOURCE_INFERRED = "tool_source_inferred"
     NON_TEXT_CONTENT_NOT_ESTIMATED = "non_text_content_not_estimated"
     UNKNOWN_CONTEXT_WINDOW = "unknown_context_window"
+    CONTEXT_WINDOW_EXCEEDED = "context_window_exceeded"
     MOCK_USAGE_NOT_RECONCILED = "mock_usage_not_reconciled"
     USAGE_MISSING = "usage_missing"
     PROVIDER_UNCONFIGURED = "provider_unconfigured"
@@ -93,6 +94,9 @@ class WarningCode(StrEnum):
     NOT_OBSERVED = "not_observed"
     NOT_AGENT_STAGE = "not_agent_stage"
     STAGE_END_NOT_SEEN = "stage_end_not_seen"
+    OPAQUE_CONTEXT_NOT_ESTIMATED = "opaque_context_not_estimated"
+    PROVIDER_TOOL_NOT_ESTIMATED = "provider_tool_not_estimated"
+    INVALID_CONTEXT_WINDOW = "invalid_context_window"
 
 
 # Human-readable, content-free explanations of each warning code.
@@ -101,6 +105,10 @@ WARNING_MESSAGES: dict[WarningCode, str] = {
     WarningCode.TOOL_SOURCE_INFERRED: "a tool without a source tag was classified by its name prefix",
     WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED: "images, audio or files are not estimated from their bytes",
     WarningCode.UNKNOWN_CONTEXT_WINDOW: "the model's context window is unknown; set it with context_windows",
+    WarningCode.CONTEXT_WINDOW_EXCEEDED: (
+        "the request's input is larger than the model's context window (utilization above 1): "
+        "the provider will reject or truncate it"
+    ),
     WarningCode.MOCK_USAGE_NOT_RECONCILED: "mock_response usage is synthetic; the local estimate stands",
     WarningCode.USAGE_MISSING: "the response carried no usage; the local estimate stands",
     WarningCode.PROVIDER_UNCONFIGURED: "no provider credentials for a token count; the local estimate stands",
@@ -114,6 +122,14 @@ WARNING_MESSAGES: dict[WarningCode, str] = {
     WarningCode.STAGE_END_NOT_SEEN: (
         "the stage never reported its end and has been quiet past the staleness horizon; its process may have stopped"
     ),
+    WarningCode.OPAQUE_CONTEXT_NOT_ESTIMATED: (
+        "part of the input is held or encrypted by the provider (previous_response_id, item references, reasoning items)"
+        " and is not estimated locally"
+    ),
+    WarningCode.PROVIDER_TOOL_NOT_ESTIMATED: (
+        "provider-run tools (web search, file search, remote MCP, ...) add input that is not estimated locally"
+    ),
+    WarningCode.INVALID_CONTEXT_WINDOW: "cw_context_window was not a positive whole number; the model's window applies",
 }
 
 

@@ -5,7 +5,8 @@ owns the hard parts (a bounded queue, one daemon worker, the time box, drop on
 full, the once-per-fingerprint cache), while `count_tokens` is a plain function
 that asks one provider endpoint and either returns an int or raises `CountError`.
 
-Endpoints (request bodies are converted from the OpenAI-style chat request):
+Endpoints (request bodies are converted from the OpenAI-style chat request; a
+Responses-API request, under ``"responses"``, goes to OpenAI's endpoint as it is):
 
 * Anthropic ``POST {base}/v1/messages/count_tokens`` -> ``{"input_tokens": N}``
 * Gemini ``POST {base}/v1beta/models/{model}:countTokens`` with a
@@ -205,7 +206,11 @@ def _endpoint(target: CountTarget, request: Mapping[str, Any]) -> tuple[str, dic
         url = f"{base}/v1beta/models/{target.model}:countTokens"
         return url, {"x-goog-api-key": target.api_key}, to_gemini(target.model, messages, tools, tool_choice), "totalTokens"
     base = _strip_suffix(base, "/v1")
-    body = to_openai_responses(target.model, messages, tools, tool_choice, request.get("response_format"))
+    native = request.get("responses")
+    if isinstance(native, Mapping):  # a Responses-API request: counted as it will be sent
+        body = {"model": target.model, **native}
+    else:
+        body = to_openai_responses(target.model, messages, tools, tool_choice, request.get("response_format"))
     return f"{base}/v1/responses/input_tokens", {"Authorization": f"Bearer {target.api_key}"}, body, "input_tokens"
 
 
@@ -485,7 +490,7 @@ def _jsonable(obj: Any) -> Any:
 
 def canonical_request(target: CountTarget, request: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """(fingerprint, plain-JSON copy) of a request: a blake2b hash of its canonical JSON, never its content."""
-    keys = ("model", "messages", "tools", "tool_choice", "response_format")
+    keys = ("model", "messages", "tools", "tool_choice", "response_format", "responses")
     plain = {k: request.get(k) for k in keys if request.get(k) is not None}
     text = json.dumps(
         {"request": plain, "provider": target.provider, "model": target.model, "api_base": target.api_base},

@@ -8,8 +8,13 @@ cost of a turn proportional to what is new in it:
   so fresh dicts holding the same strings hit it, and it holds no text;
 * a prefix cache of recent conversations: the longest already-counted prefix of
   the message list is found with one C-level list comparison against a frozen
-  copy, and only the messages after it are counted. Both caches are bounded;
-  the frozen copies are the only content kept, and only within that bound.
+  copy, and only the messages after it are counted.
+
+Every cache is bounded and owned by its `Estimator` (one per Runtime). Three of
+them hold content, in memory only and never exported: the frozen copies of the
+last `MAX_CONVERSATIONS` conversations, the last `MAX_TOOL_SETS` tool sets per
+rules name, and the ``model_dump()`` of up to `MAX_DUMPS` response message
+objects (a previous reply appended to the history), kept by identity.
 
 Everything here is synchronous and pure apart from the caches; the wrapper calls
 it on the request path, so it must stay cheap.
@@ -20,13 +25,17 @@ from __future__ import annotations
 import operator
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
+from functools import lru_cache
 from typing import Any, NamedTuple, Optional
+
+from pydantic import BaseModel
 
 from .contract import Category, WarningCode
 from .rules import CountingRules, rules_for
-from .tags import TAG_KEY, Tag, read_tag, strip_message, strip_tool
+from .tags import TAG_KEY, Tag, read_tag, strip_tool
 
 # Content part types that carry text the model reads as text.
 _TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
@@ -35,6 +44,7 @@ _DEFAULT_SOURCE = {"system": "system", "developer": "developer"}
 MAX_TEXT_CACHE = 65_536  # per generation; two generations are kept
 MAX_CONVERSATIONS = 32
 MAX_TOOL_SETS = 4  # per rules name
+MAX_DUMPS = 4096
 
 SourceKey = tuple[Category, str]
 _RESPONSE_FORMAT: SourceKey = (Category.OTHER, "response_format")
@@ -43,12 +53,20 @@ _FRAMING: SourceKey = (Category.OTHER, "framing")
 
 @dataclass(frozen=True)
 class Estimate:
-    """A request's local token count, per (category, source), before any scaling."""
+    """A request's local token count, per (category, source), before any scaling.
+
+    ``unestimated`` names the (category, source) keys whose messages carry content the local
+    count cannot see (images, audio, files: never guessed from their bytes), with how many
+    such parts each carries. Reconciling with an authoritative total gives those keys the
+    tokens the local count missed (see `reconcile.reconcile`), instead of spreading them
+    over every category.
+    """
 
     by_source: Mapping[SourceKey, int]
     warnings: frozenset[WarningCode]
     rules: CountingRules
     tagged_messages: tuple[int, ...] = ()  # indexes of messages that carry a tag (to strip)
+    unestimated: Mapping[SourceKey, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -59,6 +77,7 @@ class _MessageCount(NamedTuple):
     entries: tuple[tuple[SourceKey, int], ...]
     warnings: frozenset[WarningCode]
     tagged: bool
+    unseen: tuple[tuple[SourceKey, int], ...] = ()  # non-text parts per carrier key
 
 
 _NO_WARNINGS: frozenset[WarningCode] = frozenset()
@@ -71,6 +90,7 @@ class _Conversation:
     totals: Counter[SourceKey] = field(default_factory=Counter)
     warnings: Counter[WarningCode] = field(default_factory=Counter)
     tagged_idx: list[int] = field(default_factory=list)
+    unseen: Counter[SourceKey] = field(default_factory=Counter)
 
 
 @dataclass
@@ -84,8 +104,11 @@ class _ToolsCount:
 class Estimator:
     """Counts requests with bounded, content-addressed caches. Thread-safe."""
 
-    def __init__(self, max_text_cache: int = MAX_TEXT_CACHE, max_conversations: int = MAX_CONVERSATIONS) -> None:
+    def __init__(
+        self, max_text_cache: int = MAX_TEXT_CACHE, max_conversations: int = MAX_CONVERSATIONS, max_dumps: int = MAX_DUMPS
+    ) -> None:
         self._lock = threading.Lock()
+        self._dumps = _DumpCache(max_dumps)
         self._young: dict[tuple[str, int, int], int] = {}
         self._old: dict[tuple[str, int, int], int] = {}
         self._max_text = max_text_cache
@@ -105,9 +128,12 @@ class Estimator:
         response_format: Any = None,
         functions: Sequence[Any] | None = None,
         custom_llm_provider: Optional[str] = None,
+        api: str = "chat",
     ) -> Estimate:
-        rules = rules_for(model, custom_llm_provider)
+        """``api`` names the framing the provider applies: "chat" (Chat Completions) or "responses"."""
+        rules = rules_for(model, custom_llm_provider, api)
         messages = messages if type(messages) is list else list(messages or ())
+        as_dict = self._dumps.as_dict
         with self._lock:
             conv = self._count_messages(rules, messages)
             by_source: dict[SourceKey, int] = dict(conv.totals)
@@ -123,13 +149,17 @@ class Estimator:
                 placement = getattr(rules, "tools_placement", None)
                 if placement is not None:
                     key = (Category.TOOLS, "tool_framing")
-                    by_source[key] = by_source.get(key, 0) + placement(_system_first(messages))
+                    by_source[key] = by_source.get(key, 0) + placement(_system_first(messages, as_dict))
         if response_format is not None:
-            by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(response_format)
+            sent = response_format_as_sent(response_format, rules.provider)
+            by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(sent)
         by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
-        return Estimate({k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx))
+        unestimated = {k: n for k, n in conv.unseen.items() if n > 0}
+        return Estimate(
+            {k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx), unestimated
+        )
 
     # ------------------------------------------------------------ text cache
 
@@ -150,11 +180,12 @@ class Estimator:
     def _count_messages(self, rules: CountingRules, messages: list[Any]) -> _Conversation:
         if not messages:
             return _Conversation([], [])
-        head = (rules.name, _head_key(messages[0]))
+        as_dict = self._dumps.as_dict
+        head = (rules.name, _head_key(as_dict(messages[0])))
         candidates = self._conversations.get(head, [])
         best, best_k = None, 0
         for conv in candidates:
-            k = _common_prefix(conv.frozen, messages)
+            k = _common_prefix(conv.frozen, messages, as_dict)
             if k > best_k:
                 best, best_k = conv, k
         if best is not None and best_k == len(best.frozen):
@@ -172,7 +203,7 @@ class Estimator:
             count = self._count_message(rules, msg)
             if count.tagged:
                 conv.tagged_idx.append(len(conv.counts))
-            conv.frozen.append(_freeze(msg))
+            conv.frozen.append(_freeze(msg, as_dict))
             conv.counts.append(count)
             _add(conv, count)
         return conv
@@ -190,8 +221,11 @@ class Estimator:
             self._n_conversations -= 1
 
     def _count_message(self, rules: CountingRules, msg: Any) -> _MessageCount:
-        msg = _as_dict(msg)
-        role = str(msg.get("role") or "user")
+        msg = self._dumps.as_dict(msg)
+        role = msg.get("role") or "user"
+        if type(role) is not str:  # a str Enum (smolagents' MessageRole.SYSTEM) counts as its value, as it is sent
+            role = plain_text(role)
+            msg = {**msg, "role": role}
         tag = read_tag(msg) if TAG_KEY in msg else None
         if tag is not None:
             own: SourceKey = (tag.category, tag.source or role)
@@ -207,36 +241,40 @@ class Estimator:
         content = msg.get("content")
         parts: dict[SourceKey, int] = {}
         warnings: set[WarningCode] = set()
+        unseen: dict[SourceKey, int] = {}
         tagged = tag is not None
         if isinstance(content, str):
             tokens += self._text(rules, content)
         elif isinstance(content, (list, tuple)):
             for part in content:
-                tagged |= self._count_part(rules, part, own, parts, warnings)
+                tagged |= self._count_part(rules, part, own, parts, unseen)
             tokens += parts.pop(own, 0)
+            if unseen:
+                warnings.add(WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED)
         calls = msg.get("tool_calls")
         if calls:
-            tokens += rules.tool_calls([_as_dict(c) for c in calls])
+            tokens += rules.tool_calls([self._dumps.as_dict(c) for c in calls])
         if msg.get("function_call"):
-            tokens += rules.tool_calls([{"function": _as_dict(msg["function_call"])}])
+            tokens += rules.tool_calls([{"function": self._dumps.as_dict(msg["function_call"])}])
         entries = ((own, tokens), *parts.items()) if parts else ((own, tokens),)
-        return _MessageCount(entries, frozenset(warnings) if warnings else _NO_WARNINGS, tagged)
+        return _MessageCount(entries, frozenset(warnings) if warnings else _NO_WARNINGS, tagged, tuple(unseen.items()))
 
     def _count_part(
-        self, rules: CountingRules, part: Any, own: SourceKey, entries: dict[SourceKey, int], warnings: set[WarningCode]
+        self, rules: CountingRules, part: Any, own: SourceKey, entries: dict[SourceKey, int], unseen: dict[SourceKey, int]
     ) -> bool:
         if isinstance(part, str):
             entries[own] = entries.get(own, 0) + self._text(rules, part)
             return False
-        part = _as_dict(part)
+        part = self._dumps.as_dict(part)
         tag: Optional[Tag] = read_tag(part)
         key = (tag.category, tag.source or own[1]) if tag is not None else own
         text = part.get("text")
         if part.get("type", "text") in _TEXT_PART_TYPES:  # a part without a type is text
             entries[key] = entries.get(key, 0) + self._text(rules, text if isinstance(text, str) else "")
         else:
-            # Images, audio, files: never guessed from their bytes.
-            warnings.add(WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED)
+            # Images, audio, files: never guessed from their bytes. The key that carries the part is
+            # remembered: an authoritative total's surplus over the local count belongs to it.
+            unseen[key] = unseen.get(key, 0) + 1
         return tag is not None
 
     # ------------------------------------------------------------ tools
@@ -252,7 +290,7 @@ class Estimator:
         warnings: set[WarningCode] = set()
         plain = []
         for raw in tools:
-            definition = _as_dict(raw)
+            definition = self._dumps.as_dict(raw)
             tag = read_tag(definition)
             definition = strip_tool(definition)
             plain.append(definition)
@@ -264,7 +302,7 @@ class Estimator:
                     warnings.add(WarningCode.TOOL_SOURCE_INFERRED)
             entries[key] += rules.tool_definition(definition)
         entries[(Category.TOOLS, "tool_framing")] += rules.tools_overhead(plain, tool_choice)
-        counted = _ToolsCount(_freeze(tools), tool_choice, tuple(entries.items()), frozenset(warnings))
+        counted = _ToolsCount(_freeze(tools, self._dumps.as_dict), tool_choice, tuple(entries.items()), frozenset(warnings))
         if len(self._tools) > 64:
             self._tools.clear()
         recent.insert(0, counted)
@@ -272,44 +310,43 @@ class Estimator:
         return counted
 
 
-def strip_request(
-    messages: Sequence[Any] | None, tools: Sequence[Any] | None, known: Optional[Estimate] = None
-) -> tuple[Any, Any]:
-    """The messages and tools as the provider must see them: tags removed, untagged objects untouched.
+def response_format_as_sent(response_format: Any, provider: str) -> Any:
+    """``response_format`` as LiteLLM puts it on the wire: a pydantic model class becomes its JSON-schema dict.
 
-    With the request's estimate, only the messages it found tagged are copied:
-    the call path then costs nothing per untagged message.
+    LiteLLM accepts a ``BaseModel`` subclass and converts it per provider before sending;
+    the rules count dicts, so a class would otherwise count nothing at all.
     """
-    clean_messages = messages
-    if messages is not None:
-        if known is not None:
-            if known.tagged_messages:
-                clean_messages = list(messages)
-                for i in known.tagged_messages:
-                    clean_messages[i] = strip_message(messages[i])
-        elif any(_has_tag(m) for m in messages):
-            clean_messages = [strip_message(m) for m in messages]
-    return clean_messages, strip_tools(tools)
+    if isinstance(response_format, type) and issubclass(response_format, BaseModel):
+        return _pydantic_response_format(response_format, provider)
+    return response_format
 
 
-def strip_tools(tools: Any) -> Any:
-    """Tool definitions (or legacy functions) without tags; the same list when none is tagged."""
-    if isinstance(tools, (list, tuple)) and any((type(t) is dict or isinstance(t, Mapping)) and TAG_KEY in t for t in tools):
-        return [strip_tool(t) for t in tools]
-    return tools
+@lru_cache(maxsize=128)
+def _pydantic_response_format(model_class: type[BaseModel], provider: str) -> Any:
+    """LiteLLM's own conversion (``type_to_response_format_param``), as each provider config calls it.
+
+    OpenAI and most providers: OpenAI's strict schema (``$ref``s inlined, ``additionalProperties:
+    false``); Anthropic: pydantic's schema with ``/$defs/`` refs; Gemini: pydantic's schema as is.
+    Imported lazily: only a request with a model class pays for it, and the call path has
+    LiteLLM loaded anyway (the read side never estimates).
+    """
+    if provider == "gemini":
+        schema: Any = model_class.model_json_schema()
+        return {"type": "json_schema", "json_schema": {"schema": schema, "name": model_class.__name__, "strict": True}}
+    try:
+        from ._offline import litellm
+
+        type_to_response_format_param = litellm().utils.type_to_response_format_param
+
+        ref_template = "/$defs/{model}" if provider == "anthropic" else None
+        return type_to_response_format_param(model_class, ref_template=ref_template)
+    except Exception:  # noqa: BLE001 - LiteLLM moved it, or refused the class: pydantic's schema is the next best
+        schema = model_class.model_json_schema()
+        return {"type": "json_schema", "json_schema": {"schema": schema, "name": model_class.__name__, "strict": True}}
 
 
-def _has_tag(msg: Any) -> bool:
-    if not isinstance(msg, dict):
-        return False
-    if TAG_KEY in msg:
-        return True
-    content = msg.get("content")
-    return isinstance(content, (list, tuple)) and any(isinstance(p, dict) and TAG_KEY in p for p in content)
-
-
-def _system_first(messages: Sequence[Any]) -> bool:
-    return bool(messages) and _as_dict(messages[0]).get("role") in ("system", "developer")
+def _system_first(messages: Sequence[Any], as_dict: _AsDict) -> bool:
+    return bool(messages) and plain_text(as_dict(messages[0]).get("role")) in ("system", "developer")
 
 
 def _legacy_function(function: Any) -> Any:
@@ -334,16 +371,18 @@ def _add(conv: _Conversation, count: _MessageCount) -> None:
         conv.totals[key] += tokens
     for code in count.warnings:
         conv.warnings[code] += 1
+    for key, parts in count.unseen:
+        conv.unseen[key] += parts
 
 
-def _common_prefix(frozen: list[Any], messages: list[Any]) -> int:
+def _common_prefix(frozen: list[Any], messages: list[Any], as_dict: _AsDict) -> int:
     n = min(len(frozen), len(messages))
     # The common case (the conversation grew), compared in C; slices only where lengths differ.
     if (frozen if n == len(frozen) else frozen[:n]) == (messages if n == len(messages) else messages[:n]):
         return n
     # LiteLLM Message objects (a previous response's message) differ from their frozen dicts by
     # type only: compare their (cached) dumps.
-    theirs = [m if type(m) is dict else _as_dict(m) for m in messages[:n]]
+    theirs = [m if type(m) is dict else as_dict(m) for m in messages[:n]]
     mine = frozen if n == len(frozen) else frozen[:n]
     if mine == theirs:
         return n
@@ -359,67 +398,87 @@ def _common_prefix(frozen: list[Any], messages: list[Any]) -> int:
     return lo + 1 if lo < n and mine[lo] == theirs[lo] else lo
 
 
-def _head_key(msg: Any) -> int:
-    msg = _as_dict(msg)
+def _head_key(msg: dict[str, Any]) -> int:
     content = msg.get("content")
-    return hash((msg.get("role"), content if isinstance(content, str) else len(content or ())))
+    return hash((plain_text(msg.get("role")), content if isinstance(content, str) else len(content or ())))
 
 
-def _as_dict(obj: Any) -> dict[str, Any]:
-    """Messages may be dicts or LiteLLM/pydantic objects (a previous response's message)."""
-    if isinstance(obj, dict):
-        return obj
-    dump = getattr(obj, "model_dump", None)
-    if callable(dump):
-        return _dumped(obj, dump)
-    try:
-        return dict(obj)
-    except (TypeError, ValueError):
-        return {}
+_AsDict = Callable[[Any], dict[str, Any]]
 
 
-# model_dump() of a response message re-done every turn would make the history's cost Python-bound.
-# A bounded cache by identity, only for messages whose fields are all immutable values (plain
-# replies), revalidated by the identity of every field: any reassignment is seen, and nothing
-# nested can change in place. Replies with tool calls are dumped afresh each time.
-_DUMPS: dict[int, tuple[Any, tuple[Any, ...], dict[str, Any]]] = {}
-MAX_DUMPS = 4096
+def plain_text(value: Any) -> Any:
+    """A str Enum as its value (what goes on the wire); any other str subclass as a plain str; the rest as is."""
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, str) and type(value) is not str:
+        return str.__str__(value)
+    return value
 
 
-def _dumped(obj: Any, dump: Any) -> dict[str, Any]:
-    try:
-        values = tuple(vars(obj).values())
-    except TypeError:
-        return dump()
-    if not all(type(v) in _ATOMS for v in values):
-        return dump()
-    hit = _DUMPS.get(id(obj))
-    if hit is not None and hit[0] is obj and len(hit[1]) == len(values) and all(map(operator.is_, hit[1], values)):
-        return hit[2]
-    dumped = dump()
-    if len(_DUMPS) >= MAX_DUMPS:
-        _DUMPS.clear()
-    _DUMPS[id(obj)] = (obj, values, dumped)  # holds obj: its id cannot be reused meanwhile
-    return dumped
+class _DumpCache:
+    """Messages as dicts: LiteLLM/pydantic objects (a previous response's message) are dumped, and cached.
+
+    model_dump() of a response message re-done every turn would make the history's cost
+    Python-bound. A bounded cache by identity, only for messages whose fields are all
+    immutable values (plain replies), revalidated by the identity of every field: any
+    reassignment is seen, and nothing nested can change in place. Replies with tool
+    calls are dumped afresh each time. The dumps hold the replies' text: in memory only.
+    """
+
+    def __init__(self, max_size: int) -> None:
+        self._max = max_size
+        self._dumps: dict[int, tuple[Any, tuple[Any, ...], dict[str, Any]]] = {}
+
+    def as_dict(self, obj: Any) -> dict[str, Any]:
+        if isinstance(obj, dict):
+            return obj
+        dump = getattr(obj, "model_dump", None)
+        if callable(dump):
+            return self._dumped(obj, dump)
+        try:
+            return dict(obj)
+        except (TypeError, ValueError):
+            return {}
+
+    def _dumped(self, obj: Any, dump: Any) -> dict[str, Any]:
+        try:
+            values = tuple(vars(obj).values())
+        except TypeError:
+            return dump()  # type: ignore[no-any-return]
+        if not all(type(v) in _ATOMS for v in values):
+            return dump()  # type: ignore[no-any-return]
+        hit = self._dumps.get(id(obj))
+        if hit is not None and hit[0] is obj and len(hit[1]) == len(values) and all(map(operator.is_, hit[1], values)):
+            return hit[2]
+        dumped = dump()
+        if len(self._dumps) >= self._max:
+            self._dumps.clear()
+        self._dumps[id(obj)] = (obj, values, dumped)  # holds obj: its id cannot be reused meanwhile
+        return dumped  # type: ignore[no-any-return]
+
+    def __len__(self) -> int:
+        return len(self._dumps)
 
 
 _ATOMS = (str, int, float, bool, type(None))
 
 
-def _freeze(obj: Any) -> Any:
+def _freeze(obj: Any, as_dict: _AsDict) -> Any:
     """A value copy of nested dicts and lists (strings are shared: they cannot change).
 
     Messages are frozen once, when first counted, so that a caller who later edits
-    a message in place (say, truncating an old tool result) gets it recounted.
+    a message in place (say, truncating an old tool result) gets it recounted. A str
+    Enum or other str subclass is frozen as the plain text it was counted as: the
+    cached prefix then holds exactly what was counted, and equal text counts alike.
     """
     if type(obj) is dict:
-        return {k: v if type(v) in _ATOMS else _freeze(v) for k, v in obj.items()}
+        return {k: v if type(v) in _ATOMS else _freeze(v, as_dict) for k, v in obj.items()}
     if type(obj) is list:
-        return [v if type(v) in _ATOMS else _freeze(v) for v in obj]
+        return [v if type(v) in _ATOMS else _freeze(v, as_dict) for v in obj]
     if type(obj) is tuple:  # tuple content parts are dicts too: copy them, or an edit in place goes unseen
-        return tuple(v if type(v) in _ATOMS else _freeze(v) for v in obj)
+        return tuple(v if type(v) in _ATOMS else _freeze(v, as_dict) for v in obj)
     if isinstance(obj, _ATOMS):
-        return obj
+        return plain_text(obj)
     if isinstance(obj, (dict, list)):
-        return _freeze(dict(obj) if isinstance(obj, dict) else list(obj))
-    return _as_dict(obj) or obj
+        return _freeze(dict(obj) if isinstance(obj, dict) else list(obj), as_dict)
+    return as_dict(obj) or obj

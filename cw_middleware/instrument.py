@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import _litellm, wrapper
+from . import _litellm, _offline, wrapper
 
 logger = logging.getLogger("cw_middleware")
 
@@ -47,7 +47,7 @@ def instrument() -> None:
     call time are observed (frameworks, the Router); a reference bound before this
     call (``from litellm import completion`` at import time) is not.
     """
-    import litellm
+    litellm = _offline.litellm()
 
     with _lock:
         for name, shell in _shells().items():
@@ -67,7 +67,7 @@ def uninstrument() -> None:
     A function someone set on top of our shell since is left alone (with a
     warning): restoring under it would silently drop their patch.
     """
-    import litellm
+    litellm = _offline.litellm()
 
     with _lock:
         for name, (before, observed) in list(_installed.items()):

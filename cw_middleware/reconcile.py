@@ -4,6 +4,20 @@ A provider count or a response's usage says how many input tokens a request
 really had, but not what they were spent on. The local breakdown supplies the
 proportions; largest-remainder (Hamilton) apportionment scales it so that the
 parts are whole numbers, never negative, and sum exactly to the total.
+
+Content the local count cannot see (images, audio, files count 0 locally) breaks
+plain proportional scaling: the provider's total includes the image, so scaling
+would hand the image's tokens to every category in proportion (a 4-word system
+prompt grew to 548 tokens). `reconcile` therefore takes the *carriers*, the keys
+whose messages hold such content, and applies one rule:
+
+* the total is at least the local sum: every known part keeps its local count and
+  the surplus goes to the carriers only (split by how many unseen parts each
+  carries; with no carrier named, to ``remainder_key``, i.e. ``other``);
+* the total is below the local sum: the local count overestimated what it could
+  see, and everything is scaled down proportionally as without carriers.
+
+Either way the parts are whole, non-negative and sum exactly to the total.
 """
 
 from __future__ import annotations
@@ -37,6 +51,26 @@ def apportion(weights: Mapping[K, int], total: int, remainder_key: K) -> dict[K,
     for _, _, _, key in sorted(remainders)[:left]:
         floors[key] += 1
     return {k: v for k, v in floors.items() if v}
+
+
+def reconcile(local: Mapping[K, int], total: int, carriers: Mapping[K, int] | None, remainder_key: K) -> dict[K, int]:
+    """``local`` scaled to ``total``, the tokens local counting could not see given to ``carriers``.
+
+    ``carriers`` maps a key to the number of unseen (non-text) parts it carries; an empty or
+    missing mapping means nothing was unseen, and the result is `apportion`'s. See the module
+    docstring for the rule.
+    """
+    if total < 0:
+        raise ValueError("total must be >= 0")
+    weights = {k: n for k, n in (carriers or {}).items() if n > 0}
+    known = {k: w for k, w in local.items() if w > 0}
+    surplus = total - sum(known.values())
+    if not weights or surplus <= 0:
+        return apportion(local, total, remainder_key)
+    out = dict(known)
+    for key, extra in apportion(weights, surplus, remainder_key).items():
+        out[key] = out.get(key, 0) + extra
+    return out
 
 
 def usage_input_tokens(usage: Any) -> Optional[int]:

@@ -2,13 +2,16 @@
 
 Works on a `Snapshot` or a `StageContextWindow`: a bar of the window, then each
 category with its tokens and its share of the window, the free space, the top
-sources and the warnings. No LiteLLM import, so the read-side CLI starts fast.
-Only numbers, enum values and caller-chosen source labels are printed.
+sources and the warnings. The bar is drawn to scale: a category smaller than one
+cell claims none (it would overstate a 0.1% share as 2%) and is named after the
+bar instead. A request larger than its window is said to not fit, in words.
+No LiteLLM import, so the read-side CLI starts fast. Only numbers, enum values
+and caller-chosen source labels are printed.
 """
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from .contract import CATEGORIES, Snapshot, StageContextWindow
 
@@ -40,20 +43,31 @@ def _fmt(n: int) -> str:
     return f"{n / 1000:.1f}k" if n >= 10_000 else f"{n:,}"
 
 
-def _bar(tokens: dict[str, int], scale: int) -> str:
-    """Largest-remainder cells, so the bar's glyphs add up to the used share exactly."""
+def _bar(tokens: dict[str, int], scale: int) -> tuple[str, list[str]]:
+    """(bar, categories too small for a cell): largest-remainder cells, so the glyphs add up to the used share.
+
+    No category is promoted to a cell it has not earned; the ones that got none are returned
+    so the caller can name them beside the bar without taking space from the free part.
+    """
     raw = {c: BAR_WIDTH * tokens.get(c, 0) / scale for c in _GLYPH}
     cells = {c: int(v) for c, v in raw.items()}
     used = min(BAR_WIDTH, round(BAR_WIDTH * sum(tokens.values()) / scale))
     for c in sorted(raw, key=lambda c: raw[c] - cells[c], reverse=True):
         if sum(cells.values()) >= used:
             break
-        cells[c] += 1
-    for c, n in tokens.items():  # a category in use stays visible, however small its share
-        if n > 0 and cells.get(c) == 0:
-            cells[c] = 1
+        if raw[c] > cells[c]:
+            cells[c] += 1
     bar = "".join(_GLYPH[c.value] * cells[c.value] for c in CATEGORIES)
-    return bar[:BAR_WIDTH].ljust(BAR_WIDTH, _FREE)
+    unseen = [c.value for c in CATEGORIES if tokens.get(c.value, 0) > 0 and cells[c.value] == 0]
+    return bar[:BAR_WIDTH].ljust(BAR_WIDTH, _FREE), unseen
+
+
+def _model_label(provider: Optional[str], model: Optional[str]) -> str:
+    """``provider/model``, without doubling a provider the model string already names (``openai/my-model``)."""
+    name = model or "?"
+    if not provider or name.lower().startswith(provider.lower() + "/"):
+        return name
+    return f"{provider}/{name}"
 
 
 def render(view: Union[Snapshot, StageContextWindow], title: str = "", top_sources: int = 8) -> str:
@@ -74,14 +88,18 @@ def render(view: Union[Snapshot, StageContextWindow], title: str = "", top_sourc
         if window
         else f"{_fmt(total)} tokens (window unknown)"
     )
-    header = f"  {view.provider + '/' if view.provider else ''}{view.model or '?'}  {used}"
-    lines.append(header)
-    lines.append(f"  [{_bar(tokens, scale)}]")
+    lines.append(f"  {_model_label(view.provider, view.model)}  {used}")
+    bar, small = _bar(tokens, scale)
+    beside = f"  also: {' '.join(_GLYPH[c] for c in small)} (under one cell each)" if small else ""
+    lines.append(f"  [{bar}]{beside}")
+    if window and total > window:
+        lines.append(
+            f"  ! does not fit: {_fmt(total)} input tokens exceed the {_fmt(window)}-token window by "
+            f"{_fmt(total - window)} ({total / window:.1f}x); the provider will reject or truncate this request"
+        )
     meta = [f"count: {view.count_method.value if view.count_method else '?'}"]
     if isinstance(view, StageContextWindow):
         meta.append(f"staleness: {view.staleness.value}")
-    if view.event_seq:
-        meta.append(f"seq {view.event_seq}")
     if view.generated_at:
         meta.append(f"at {view.generated_at.isoformat(timespec='seconds')}")
     lines.append("  " + "   ".join(meta))
@@ -113,4 +131,12 @@ def render_stages(run_id: str, stages: list[Any]) -> str:
     for s in stages:
         started = s.started_at.isoformat(timespec="seconds") if s.started_at else "?"
         lines.append(f"  {s.stage_id:<32} {s.kind or '?':<10} {s.staleness.value:<8} {started}")
+    return "\n".join(lines)
+
+
+def render_runs(runs: list[Any]) -> str:
+    lines = [f"{len(runs)} run(s), newest activity first", f"  {'run':<40} {'stages':>6} {'live':>5}  last seen"]
+    for r in runs:
+        last = r.last_seen_at.isoformat(timespec="seconds") if r.last_seen_at else "?"
+        lines.append(f"  {r.run_id:<40} {r.stages:>6} {r.live_stages:>5}  {last}")
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """``cw-middleware serve``: the read-back answer over HTTP, stdlib only.
 
+    GET /api/v1/runs                                             {"runs": [...]}, newest activity first
     GET /api/v1/runs/{run_id}/stages/{stage_id}/context-window   StageContextWindow JSON
     GET /api/v1/runs/{run_id}/stages                             {"run_id", "stages": [...]}
     GET /openapi.json                                            this API, OpenAPI 3.1
@@ -81,6 +82,18 @@ def openapi_document() -> dict[str, Any]:
             "last_seen_at": {"type": ["string", "null"], "format": "date-time"},
         },
     }
+    run_summary = {
+        "type": "object",
+        "required": ["run_id", "stages", "live_stages"],
+        "properties": {
+            "run_id": {"type": "string"},
+            "stages": {"type": "integer", "minimum": 0},
+            "live_stages": {"type": "integer", "minimum": 0},
+            "first_seen_at": {"type": ["string", "null"], "format": "date-time"},
+            "last_seen_at": {"type": ["string", "null"], "format": "date-time"},
+        },
+    }
+    backend_errors = {k: v for k, v in errors.items() if k in ("401", "502", "503")}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -89,6 +102,29 @@ def openapi_document() -> dict[str, Any]:
             "description": "What filled the context window of a stage, read back from telemetry. Content-free.",
         },
         "paths": {
+            f"{API_PREFIX}/runs": {
+                "get": {
+                    "operationId": "listRuns",
+                    "summary": "Runs the backend holds, newest activity first",
+                    "responses": {
+                        "200": {
+                            "description": "the runs; empty when the backend holds none",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "type": "object",
+                                        "required": ["runs"],
+                                        "properties": {
+                                            "runs": {"type": "array", "items": {"$ref": "#/components/schemas/RunSummary"}}
+                                        },
+                                    }
+                                }
+                            },
+                        },
+                        **backend_errors,
+                    },
+                }
+            },
             f"{API_PREFIX}/runs/{{run_id}}/stages/{{stage_id}}/context-window": {
                 "get": {
                     "operationId": "getStageContextWindow",
@@ -129,7 +165,13 @@ def openapi_document() -> dict[str, Any]:
             },
         },
         "components": {
-            "schemas": {**defs, "StageContextWindow": window_schema, "StageSummary": stage_summary, "Error": _error_schema()},
+            "schemas": {
+                **defs,
+                "StageContextWindow": window_schema,
+                "StageSummary": stage_summary,
+                "RunSummary": run_summary,
+                "Error": _error_schema(),
+            },
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{}, {"bearer": []}],
@@ -196,6 +238,13 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(401, "unauthorized", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
         if path == "/openapi.json":
             return self._send(200, self.server.openapi)
+        if path in (f"{API_PREFIX}/runs", f"{API_PREFIX}/runs/"):
+            try:
+                return self._send(200, {"runs": [r.as_dict() for r in self.server.reader.runs()]})
+            except BackendUnavailable as exc:
+                return self._error(503, "backend_unavailable", str(exc))
+            except BackendError as exc:
+                return self._error(502, "backend_error", str(exc))
         parts = path.split("/")
         # ['', 'api', 'v1', 'runs', RUN, 'stages'(, STAGE, 'context-window')]
         if parts[:4] == ["", "api", "v1", "runs"] and len(parts) in (6, 8) and parts[5] == "stages":

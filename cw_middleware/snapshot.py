@@ -1,8 +1,10 @@
 """Build content-free snapshots from a breakdown by (category, source).
 
 A local estimate is published as it is; an authoritative total (provider count
-or response usage) first rescales the breakdown with `reconcile.apportion`, so
-categories always sum exactly to ``input_tokens``. Details are the top sources,
+or response usage) first rescales the breakdown with `reconcile.reconcile`, so
+categories always sum exactly to ``input_tokens``. Tokens the local count could
+not see (images, audio, files) go to the (category, source) that carried them,
+never spread over everything: see reconcile.py for the rule. Details are the top sources,
 bounded; the breakdown always lists all seven categories so dashboards see
 zeros rather than gaps.
 """
@@ -29,8 +31,11 @@ from .contract import (
     SnapshotWarning,
     WarningCode,
 )
-from .reconcile import apportion
+from .reconcile import reconcile
 from .schema import percent as _percent
+
+_UNATTRIBUTED = (Category.OTHER, "unattributed")
+_UNESTIMATED = (Category.OTHER, "unestimated")
 
 _event_seq = itertools.count(1)
 
@@ -99,16 +104,26 @@ def build_snapshot(
     warnings: Iterable[WarningCode] = (),
     total: Optional[int] = None,
     max_details: int = 20,
+    unestimated: Optional[Mapping[tuple[Category, str], int]] = None,
 ) -> Snapshot:
-    """A snapshot of ``by_source``, rescaled to ``total`` when one is given."""
+    """A snapshot of ``by_source``, rescaled to ``total`` when one is given.
+
+    ``unestimated`` (`Estimate.unestimated`) names the keys carrying content the local count
+    could not see: a total above the local sum goes to them, the rest keep their counts.
+    """
+    codes = set(warnings)
     if total is not None:
-        by_source = apportion(by_source, total, remainder_key=(Category.OTHER, "unattributed"))
+        carriers = unestimated
+        if not carriers and WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED in codes:
+            carriers = {_UNESTIMATED: 1}  # unseen content whose carrier is unknown: other, not everything
+        by_source = reconcile(by_source, total, carriers, remainder_key=_UNATTRIBUTED)
     per_category = dict.fromkeys(CATEGORIES, 0)
     for (category, _), tokens in by_source.items():
         per_category[category] += tokens
     input_tokens = sum(per_category.values())
     window = meta.context_window_tokens
-    codes = set(warnings)
+    if window and input_tokens > window:
+        codes.add(WarningCode.CONTEXT_WINDOW_EXCEEDED)
     # Largest first; sorted() is stable, so ties keep the request's order.
     ranked = sorted(by_source.items(), key=itemgetter(1), reverse=True)
     if len(ranked) > max_details:

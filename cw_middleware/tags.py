@@ -13,7 +13,7 @@ and, for hand-built tags, when the request is read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -184,3 +184,38 @@ def strip_message(msg: Any) -> Any:
 
 def strip_tool(definition: Any) -> Any:
     return strip_part(definition)
+
+
+def strip_messages(messages: Any, tagged: Optional[Sequence[int]], clean: Callable[[Any], Any] = strip_message) -> Any:
+    """The messages (or input items) as the provider must see them; the same list when none is tagged.
+
+    ``tagged`` are the indexes the estimate found tagged (then untagged messages
+    cost nothing); None checks every message. ``clean`` rewrites one tagged message.
+    """
+    if messages is None:
+        return None
+    if tagged is None:
+        tagged = [i for i, m in enumerate(messages) if has_tag(m)]
+    if not tagged:
+        return messages
+    out = list(messages)
+    for i in tagged:
+        out[i] = clean(messages[i])
+    return out
+
+
+def strip_tools(tools: Any) -> Any:
+    """Tool definitions (or legacy functions) without tags; the same list when none is tagged."""
+    if isinstance(tools, (list, tuple)) and any((type(t) is dict or isinstance(t, Mapping)) and TAG_KEY in t for t in tools):
+        return [strip_tool(t) for t in tools]
+    return tools
+
+
+def has_tag(msg: Any) -> bool:
+    """A message (or input item) that carries a tag, on itself or on one of its content parts."""
+    if not isinstance(msg, dict):
+        return False
+    if TAG_KEY in msg:
+        return True
+    content = msg.get("content")
+    return isinstance(content, (list, tuple)) and any(isinstance(p, dict) and TAG_KEY in p for p in content)

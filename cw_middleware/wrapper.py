@@ -1,11 +1,13 @@
-"""The LiteLLM drop-in: completion / acompletion (streams included), stage() and estimate().
+"""The LiteLLM drop-in: completion / acompletion and responses / aresponses (streams included), stage(), estimate().
 
-Each call runs one `_Call`: split the tags from the request, estimate locally,
-publish the ``local_estimate`` snapshot, start a background provider count
-where the policy asks for one, forward the clean request to LiteLLM, and
-reconcile with the response's usage (for streams: the terminal usage chunk).
-Only a caller mistake (a bad tag) raises; any other failure inside the
-middleware becomes a warning, and the LLM call proceeds as LiteLLM would run it.
+Each call runs one `_Call`, whatever the API: read the request and estimate it
+locally, strip the tags, publish the ``local_estimate`` snapshot, start a
+background provider count where the policy asks for one, forward the clean
+request to LiteLLM, and reconcile with the response's usage (for streams: the
+terminal usage chunk or event). What differs between Chat Completions and the
+Responses API is the adapter's (``apis/``). Only a caller mistake (a bad tag)
+raises; any other failure inside the middleware is logged, and the LLM call
+proceeds as LiteLLM would run it.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from functools import lru_cache
 from typing import Any, Optional
 
 from ._litellm import original
+from .apis import API_OF, Api, Forward, Parsed, Usage, for_estimate
 from .config import ProviderCountPolicy, parse_policy
 from .contract import CountMethod, Snapshot, WarningCode, validate_id
 from .errors import ConfigError, TagError
-from .estimator import Estimate, strip_request, strip_tools
-from .reconcile import usage_input_tokens
+from .estimator import Estimate
 from .rules import split_provider
 from .runtime import Runtime, get_runtime
 from .snapshot import RequestMeta, build_snapshot
@@ -33,9 +35,6 @@ from .telemetry import CallTelemetry, StageInfo
 OPTION_CONTEXT_WINDOW = "cw_context_window"
 OPTION_PROVIDER_COUNT = "cw_provider_count"
 _OPTIONS = (OPTION_CONTEXT_WINDOW, OPTION_PROVIDER_COUNT)
-_ESTIMATE_KEYS = ("tools", "tool_choice", "response_format", "functions", "custom_llm_provider")
-# Providers whose streams report usage when asked with stream_options.include_usage.
-_STREAM_USAGE_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "openai_compatible", "hosted_vllm"})
 
 _current_stage: contextvars.ContextVar[Optional[StageInfo]] = contextvars.ContextVar("cw_stage", default=None)
 
@@ -70,20 +69,38 @@ def current_stage() -> Optional[StageInfo]:
 
 def completion(*args: Any, **kwargs: Any) -> Any:
     """`litellm.completion`, observed. Same arguments, same return value."""
-    call = _Call.start(args, kwargs)
+    return _forward("completion", args, kwargs)
+
+
+async def acompletion(*args: Any, **kwargs: Any) -> Any:
+    """`litellm.acompletion`, observed. Same arguments, same return value."""
+    return await _aforward("acompletion", args, kwargs)
+
+
+def responses(*args: Any, **kwargs: Any) -> Any:
+    """`litellm.responses`, observed. Same arguments, same return value (streams: the same iterator)."""
+    return _forward("responses", args, kwargs)
+
+
+async def aresponses(*args: Any, **kwargs: Any) -> Any:
+    """`litellm.aresponses`, observed. Same arguments, same return value (streams: the same iterator)."""
+    return await _aforward("aresponses", args, kwargs)
+
+
+def _forward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    call = _Call.start(API_OF[name], args, kwargs)
     try:
-        response = original("completion")(*call.args, **call.kwargs)
+        response = original(name)(*call.args, **call.kwargs)
     except BaseException as exc:
         call.fail(exc)
         raise
     return call.observe(response)
 
 
-async def acompletion(*args: Any, **kwargs: Any) -> Any:
-    """`litellm.acompletion`, observed. Same arguments, same return value."""
-    call = _Call.start(args, kwargs)
+async def _aforward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    call = _Call.start(API_OF[name], args, kwargs)
     try:
-        response = await original("acompletion")(*call.args, **call.kwargs)
+        response = await original(name)(*call.args, **call.kwargs)
     except BaseException as exc:
         call.fail(exc)
         raise
@@ -91,16 +108,23 @@ async def acompletion(*args: Any, **kwargs: Any) -> Any:
 
 
 def estimate(*args: Any, **kwargs: Any) -> Snapshot:
-    """The local snapshot of a request, without calling anything. Takes `completion`'s arguments."""
+    """The local snapshot of a request, without calling anything.
+
+    Takes `completion`'s arguments, or `responses`' (``input=`` without ``messages=``).
+    """
     runtime = get_runtime()
-    model, messages = _model_and_messages(args, kwargs)
-    window_override = kwargs.get(OPTION_CONTEXT_WINDOW)
-    est = runtime.estimator.estimate(model, messages, **{k: kwargs.get(k) for k in _ESTIMATE_KEYS})
-    meta = _meta(runtime, model, kwargs.get("custom_llm_provider"), window_override, current_stage())
-    codes = set(est.warnings)
+    parsed, est = _local_estimate(runtime, for_estimate(args, kwargs), args, kwargs)
+    meta = _meta(runtime, parsed.model, kwargs.get("custom_llm_provider"), kwargs.get(OPTION_CONTEXT_WINDOW), current_stage())
+    codes = set(est.warnings) | parsed.warnings
     if meta.context_window_tokens is None:
         codes.add(WarningCode.UNKNOWN_CONTEXT_WINDOW)
     return build_snapshot(est.by_source, meta, CountMethod.LOCAL_ESTIMATE, codes, max_details=runtime.config.max_details)
+
+
+def _local_estimate(runtime: Runtime, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Parsed, Estimate]:
+    """The step `estimate()` and every call share: the request as the estimator reads it, and its count."""
+    parsed = api.parse(args, kwargs)
+    return parsed, runtime.estimator.estimate(parsed.model, parsed.messages, api=parsed.api, **parsed.options)
 
 
 def snapshots() -> list[Snapshot]:
@@ -114,87 +138,86 @@ def snapshots() -> list[Snapshot]:
 class _Call:
     """Everything the middleware knows about one LLM call, from request to usage."""
 
-    def __init__(self, runtime: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def __init__(self, runtime: Runtime, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.runtime = runtime
+        self.api = api
         self.args = args
         self.kwargs = kwargs
         self.stage = current_stage()
         self.call_seq = runtime.register_call(self.stage)
+        self.parsed: Optional[Parsed] = None
         self.estimate: Optional[Estimate] = None
+        self.forward: Optional[Forward] = None
         st = self.stage
         self.meta = RequestMeta(st.run_id if st else None, st.stage_id if st else None, None, None, None)
         self.warnings: set[WarningCode] = set()
         self.telemetry: Optional[CallTelemetry] = None
         self.mock = kwargs.get("mock_response") is not None
+        # A call whose own preparation failed inside the middleware publishes nothing: a snapshot
+        # of a request we could not read would be a wrong number, and a fault on every call a flood.
+        self.broken = False
         self.finished = False
-        self._stream_usage: Any = None
-        self.hide_usage_chunk = False
+        self._stream_usage: Optional[Usage] = None
         self._response_model: Optional[str] = None
         self._lock = threading.Lock()
 
+    @property
+    def hide_usage_chunk(self) -> bool:
+        return self.forward is not None and self.forward.hide_usage
+
     @classmethod
-    def start(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Call:
+    def start(cls, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Call:
         options = {k: kwargs.pop(k) for k in _OPTIONS if k in kwargs}
         runtime = get_runtime()  # never raises: a broken environment gets a no-op runtime and a log line
-        call = cls(runtime, args, kwargs)
+        call = cls(runtime, api, args, kwargs)
         call._estimate()  # raises TagError for a malformed hand-made tag: the caller's mistake
-        call._strip_tags()
         try:
             call._prepare(options)
         except TagError:
             raise
         except Exception as exc:  # noqa: BLE001
             runtime.log.warning("prepare", f"cw_middleware: could not prepare a snapshot ({type(exc).__name__})")
-            call.warnings.add(WarningCode.ESTIMATE_FAILED)
+            call.broken = True
+        if call.forward is None:  # preparation failed before the request was rewritten: tags still go
+            call._rewrite(provider=None)
         return call
 
     def _estimate(self) -> None:
-        self._model, self._messages = _model_and_messages(self.args, self.kwargs)
-        self._tools = self.kwargs.get("tools")
         try:
-            request = {k: self.kwargs.get(k) for k in _ESTIMATE_KEYS}
-            self.estimate = self.runtime.estimator.estimate(self._model, self._messages, **request)
-            self.warnings |= self.estimate.warnings
+            self.parsed, self.estimate = _local_estimate(self.runtime, self.api, self.args, self.kwargs)
+            self.warnings |= self.estimate.warnings | self.parsed.warnings
         except TagError:
             raise
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
-            self.warnings.add(WarningCode.ESTIMATE_FAILED)
+            self.broken = True
 
-    def _strip_tags(self) -> None:
-        """Tags never reach the provider: with an estimate only its tagged messages are copied, else all are checked."""
-        messages, tools = self._messages, self._tools
+    def _rewrite(self, provider: Optional[str]) -> None:
+        """The request as LiteLLM must get it; never fails (an unreadable one goes out as given)."""
         try:
-            clean_messages, clean_tools = strip_request(messages, tools, known=self.estimate)
-        except Exception:  # noqa: BLE001 - an odd request shape: fall back to checking every message
-            try:
-                clean_messages, clean_tools = strip_request(messages, tools)
-            except Exception:  # noqa: BLE001 - not a list of messages at all: LiteLLM's to reject, untouched
-                return
-        if clean_messages is not messages:
-            if len(self.args) >= 2:
-                self.args = (self.args[0], clean_messages, *self.args[2:])
-            else:
-                self.kwargs["messages"] = clean_messages
-        if clean_tools is not tools:
-            self.kwargs["tools"] = clean_tools
-        functions = self.kwargs.get("functions")
-        clean_functions = strip_tools(functions)
-        if clean_functions is not functions:
-            self.kwargs["functions"] = clean_functions
+            parsed = self.parsed or self.api.parse(self.args, self.kwargs)
+            self.forward = self.api.forward(self.args, self.kwargs, parsed, self.estimate, provider)
+        except Exception as exc:  # noqa: BLE001 - not a request we can read: LiteLLM's to judge, untouched
+            self.runtime.log.warning("rewrite", f"cw_middleware: could not read the request ({type(exc).__name__})")
+            self.forward = Forward(self.args, self.kwargs)
+            self.broken = True
+        self.args, self.kwargs = self.forward.args, self.forward.kwargs
+
+    @property
+    def model(self) -> str:
+        return self.parsed.model if self.parsed is not None else ""
 
     def _prepare(self, options: dict[str, Any]) -> None:
         runtime, kwargs = self.runtime, self.kwargs
-        self.meta = _meta(runtime, self._model, kwargs.get("custom_llm_provider"), options.get(OPTION_CONTEXT_WINDOW), self.stage)
+        self.meta = _meta(runtime, self.model, kwargs.get("custom_llm_provider"), options.get(OPTION_CONTEXT_WINDOW), self.stage)
+        self._rewrite(self.meta.provider)
+        if self.broken:
+            return
         if self.meta.context_window_tokens is None:
             self.warnings.add(WarningCode.UNKNOWN_CONTEXT_WINDOW)
-        if kwargs.get("stream") and "stream_options" not in kwargs and self.meta.provider in _STREAM_USAGE_PROVIDERS:
-            kwargs["stream_options"] = {"include_usage": True}
-            self.hide_usage_chunk = True  # the caller did not ask for it: keep their stream as it was
-        self.telemetry = runtime.telemetry.start_call("chat", self.meta.provider, self._model, self.stage)
+        self.telemetry = runtime.telemetry.start_call(self.api.operation, self.meta.provider, self.model, self.stage)
         self.warnings |= runtime.take_deferred(self.stage)
-        if self.estimate is not None:
-            self._start_provider_count(options.get(OPTION_PROVIDER_COUNT))
+        self._start_provider_count(options.get(OPTION_PROVIDER_COUNT))
         self._publish(CountMethod.LOCAL_ESTIMATE)
 
     # ------------------------------------------------------------ provider count
@@ -208,23 +231,19 @@ class _Call:
             except ConfigError:  # the call still goes out, with the configured policy and a log line saying why
                 message = f"cw_middleware: ignoring {OPTION_PROVIDER_COUNT}: use 'auto', 'always' or 'never'"
                 self.runtime.log.warning("policy", message)
-        assert self.estimate is not None
+        assert self.estimate is not None and self.forward is not None
         if policy is ProviderCountPolicy.NEVER or (policy is ProviderCountPolicy.AUTO and self.estimate.rules.exact):
             return
         if self.mock and policy is not ProviderCountPolicy.ALWAYS:
             return  # a mocked call sends nothing upstream unless a count was asked for explicitly
         from . import counting  # imports httpx: only calls that may count pay for it, not the read side
 
-        target = counting.target_for(self.meta.provider, self._model, self.kwargs)
+        target = counting.target_for(self.meta.provider, self.model, self.kwargs)
         if target is None:
             self.warnings.add(WarningCode.PROVIDER_UNCONFIGURED)
             return
         # The clean (untagged) request, as the provider will see it.
-        messages = self.kwargs.get("messages", self.args[1] if len(self.args) > 1 else None)
-        request: dict[str, Any] = {"model": self._model, "messages": messages}
-        for key in ("tools", "tool_choice", "response_format"):
-            if self.kwargs.get(key) is not None:
-                request[key] = self.kwargs[key]
+        request = self.api.count_request(self.forward, self.model)
         self.runtime.counter().submit(target, request, self._on_provider_count)
 
     def _on_provider_count(self, tokens: Optional[int], failure: Optional[WarningCode]) -> None:
@@ -238,7 +257,7 @@ class _Call:
             return
         if self.telemetry is not None:
             try:
-                attributes = self.runtime.telemetry.metric_attributes(self.meta.provider, self._model, self.stage)
+                attributes = self.runtime.telemetry.metric_attributes(self.meta.provider, self.model, self.stage)
                 self.runtime.telemetry.count_failures.add(1, attributes)
             except Exception:  # noqa: BLE001
                 pass
@@ -255,36 +274,40 @@ class _Call:
         try:
             if _is_stream(response):
                 return _observe_stream(response, self)
-            self.finish(getattr(response, "usage", None), getattr(response, "model", None))
+            reading = self.api.read(response)
+            if reading.unreadable:
+                self.runtime.log.warning("usage", "cw_middleware: could not read a response's usage")
+            self.finish(reading.usage, reading.model)
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("observe", f"cw_middleware: could not read the response ({type(exc).__name__})")
             if self.hide_usage_chunk:  # we asked for a usage chunk the caller did not: it must still not see it
-                return _UsageChunkFilter(response)
+                return _UsageChunkFilter(response, self.api)
         return response
 
     def see_chunk(self, chunk: Any) -> bool:
-        """Note a chunk's usage and model; False when the chunk is ours to swallow."""
+        """Note a chunk's (or event's) usage and model; False when the chunk is ours to swallow."""
         try:
-            usage = getattr(chunk, "usage", None)
-            if usage is not None:
-                self._stream_usage = usage
-            model = getattr(chunk, "model", None)
-            if isinstance(model, str):
-                self._response_model = model
-            return not (self.hide_usage_chunk and usage is not None and not getattr(chunk, "choices", None))
+            reading = self.api.read(chunk)
+            if reading.unreadable:
+                self.runtime.log.warning("usage", "cw_middleware: could not read a stream's usage")
+            if reading.usage is not None:
+                self._stream_usage = reading.usage
+            if reading.model is not None:
+                self._response_model = reading.model
+            return not (self.hide_usage_chunk and reading.usage_only)
         except Exception:  # noqa: BLE001
             return True
 
     def finish_stream(self) -> None:
         self.finish(self._stream_usage, self._response_model)
 
-    def finish(self, usage: Any, response_model: Optional[str]) -> None:
+    def finish(self, usage: Optional[Usage], response_model: Optional[str]) -> None:
         with self._lock:
             if self.finished:
                 return
             self.finished = True
         try:
-            total = None if self.mock else usage_input_tokens(usage)
+            total = None if self.mock or usage is None else usage.input_tokens
             if self.mock:
                 self.warnings.add(WarningCode.MOCK_USAGE_NOT_RECONCILED)
                 self._publish(CountMethod.LOCAL_ESTIMATE)
@@ -294,12 +317,11 @@ class _Call:
             else:
                 self._publish(CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN, total=total)
             if self.telemetry is not None:
-                details = getattr(usage, "prompt_tokens_details", None)
                 self.telemetry.end(
                     response_model=response_model,
                     input_tokens=total,
-                    output_tokens=None if self.mock else getattr(usage, "completion_tokens", None),
-                    cache_read_tokens=getattr(details, "cached_tokens", None),
+                    output_tokens=None if self.mock or usage is None else usage.output_tokens,
+                    cache_read_tokens=None if usage is None else usage.cache_read_tokens,
                 )
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("finish", f"cw_middleware: could not reconcile usage ({type(exc).__name__})")
@@ -316,10 +338,17 @@ class _Call:
             self.runtime.log.warning("fail", f"cw_middleware: could not end the call span ({type(inner).__name__})")
 
     def _publish(self, method: CountMethod, total: Optional[int] = None, superseded: bool = False) -> None:
+        if self.broken or self.estimate is None:
+            return
         try:
-            by_source = self.estimate.by_source if self.estimate is not None else {}
             snap = build_snapshot(
-                by_source, self.meta, method, set(self.warnings), total=total, max_details=self.runtime.config.max_details
+                self.estimate.by_source,
+                self.meta,
+                method,
+                set(self.warnings),
+                total=total,
+                max_details=self.runtime.config.max_details,
+                unestimated=self.estimate.unestimated,
             )
             self.runtime.publish(snap, self.telemetry, self.stage, superseded=superseded)
         except Exception as exc:  # noqa: BLE001
@@ -327,12 +356,6 @@ class _Call:
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def _model_and_messages(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any]:
-    model = kwargs.get("model", args[0] if args else None)
-    messages = kwargs.get("messages", args[1] if len(args) > 1 else None)
-    return str(model or ""), messages
 
 
 def _meta(
@@ -350,7 +373,9 @@ def _meta(
 @lru_cache(maxsize=512)
 def _model_facts(model: str, custom_llm_provider: Optional[str]) -> tuple[Optional[str], Optional[int]]:
     """(provider, max input tokens) from LiteLLM's model map; unknown models get (family guess, None)."""
-    import litellm
+    from ._offline import litellm as _import_litellm
+
+    litellm = _import_litellm()  # offline on first import, without leaving a variable behind
 
     provider: Optional[str]
     try:
@@ -394,8 +419,9 @@ def _observe_stream(stream: Any, call: _Call) -> Any:
 class _UsageChunkFilter:
     """Fallback when a stream cannot be observed: the caller's chunks stay as LiteLLM would give them."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, api: Api) -> None:
         self._stream = stream
+        self._api = api
 
     def __iter__(self) -> _UsageChunkFilter:
         return self
@@ -406,19 +432,19 @@ class _UsageChunkFilter:
     def __next__(self) -> Any:
         while True:
             chunk = next(self._stream)
-            if not _usage_only(chunk):
+            if not _usage_only(self._api, chunk):
                 return chunk
 
     async def __anext__(self) -> Any:
         while True:
             chunk = await self._stream.__anext__()
-            if not _usage_only(chunk):
+            if not _usage_only(self._api, chunk):
                 return chunk
 
 
-def _usage_only(chunk: Any) -> bool:
+def _usage_only(api: Api, chunk: Any) -> bool:
     try:
-        return getattr(chunk, "usage", None) is not None and not getattr(chunk, "choices", None)
+        return api.read(chunk).usage_only
     except Exception:  # noqa: BLE001
         return False
 

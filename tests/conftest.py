@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import os
 
+from cw_middleware._offline import litellm_tokenizers_dir
+
+# The test process itself, not the package: LiteLLM imported by tests uses its bundled model map,
+# and tests that use tiktoken directly as an oracle load LiteLLM's encoding files.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(litellm_tokenizers_dir()))
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider

@@ -111,3 +111,121 @@ def test_a_request_nested_too_deeply_is_a_usage_error(tmp_path, capsys, runtime)
     (tmp_path / "deep.json").write_text("[" * 100_000)
     assert cli.main(["estimate", str(tmp_path / "deep.json")]) == cli.EXIT_USAGE
     assert "nested too deeply" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- a newcomer's first commands
+
+
+def _demo(args, runtime):
+    try:
+        return cli.main(["demo", *args])
+    finally:
+        demo_runtime = get_runtime()
+        if demo_runtime is not runtime:
+            demo_runtime.shutdown()
+        set_runtime(runtime)
+
+
+def test_version_and_a_bare_command_print_what_they_should(capsys):
+    import pytest
+
+    import cw_middleware
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out.strip() == f"cw-middleware {cw_middleware.__version__}"
+    assert cli.main([]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("usage: cw-middleware") and "error:" not in err
+    for command in ("estimate", "demo", "runs", "show", "stages", "serve"):
+        assert command in err
+
+
+def test_every_flag_has_help_text():
+    import argparse
+
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(commands.choices) >= {"estimate", "demo", "runs", "show", "stages", "serve"}
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            assert action.help, f"{name} {action.option_strings or action.dest} has no help text"
+
+
+def test_negative_and_zero_counts_are_usage_errors(capsys):
+    import pytest
+
+    for argv in (
+        ["show", "r", "s", "--top", "-1"],
+        ["demo", "--turns", "0"],
+        ["demo", "--turns", "-3"],
+        ["demo", "--turns", "x"],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(argv)
+        assert exited.value.code == cli.EXIT_USAGE, argv
+        err = capsys.readouterr().err
+        assert "must be at least" in err or "not a whole number" in err, argv
+
+
+def test_an_unknown_demo_model_is_a_readable_error(tmp_path, capsys, runtime):
+    code = _demo(["--model", "nonsense-model", "--export", f"file:{tmp_path / 't.jsonl'}"], runtime)
+    captured = capsys.readouterr()
+    assert code == cli.EXIT_USAGE
+    assert "nonsense-model" in captured.err and "Traceback" not in captured.err
+    assert "Provider List" not in captured.out + captured.err  # LiteLLM's own banner stays out of our output
+
+
+def test_a_file_that_is_not_otlp_json_is_said_to_be_so(tmp_path, capsys):
+    passwd = tmp_path / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
+    for argv in (["show", "r", "s"], ["stages", "r"], ["runs"]):
+        assert cli.main([*argv, "--backend", str(passwd)]) == cli.EXIT_BACKEND, argv
+        err = capsys.readouterr().err
+        assert "not an OTLP JSON file" in err and "run 'r' not found" not in err
+
+
+def test_the_backend_help_lists_the_registered_schemes(monkeypatch):
+    from cw_middleware.readback import BACKENDS
+
+    monkeypatch.setitem(BACKENDS, "tempo", lambda url, options: None)
+    helps = []
+    parser = cli.build_parser()
+    for sub in parser._subparsers._group_actions[0].choices.values():
+        helps += [a.help for a in sub._actions if "--backend" in a.option_strings]
+    assert len(helps) == 4  # runs, show, stages, serve
+    assert all("file:PATH" in h and "tempo" in h for h in helps)
+
+
+def test_each_demo_run_gets_a_fresh_printed_id_and_runs_lists_them(tmp_path, capsys, runtime):
+    import json
+
+    path = tmp_path / "demo.jsonl"
+    ids = []
+    for _ in range(2):
+        assert _demo(["--turns", "1", "--export", f"file:{path}"], runtime) == 0
+        out = capsys.readouterr().out
+        printed = [line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("run id:")]
+        assert len(printed) == 1 and printed[0].startswith("demo-")
+        ids.append(printed[0])
+    assert ids[0] != ids[1]
+    assert cli.main(["runs", "--backend", f"file:{path}", "--json"]) == 0
+    listed = [r["run_id"] for r in json.loads(capsys.readouterr().out)["runs"]]
+    assert sorted(listed) == sorted(ids)
+    assert cli.main(["runs", "--backend", f"file:{path}"]) == 0
+    table = capsys.readouterr().out
+    assert all(run_id in table for run_id in ids)
+    assert _demo(["--turns", "1", "--run-id", "mine", "--export", f"file:{path}"], runtime) == 0
+    assert "run id: mine" in capsys.readouterr().out
+
+
+def test_not_found_hints_where_the_telemetry_may_have_gone(tmp_path, capsys):
+    missing, empty, metrics_only = tmp_path / "missing.jsonl", tmp_path / "empty.jsonl", tmp_path / "metrics.jsonl"
+    empty.write_text("")
+    metrics_only.write_text('{"resourceMetrics":[]}\n')
+    for path in (missing, empty, metrics_only):
+        assert cli.main(["show", "r", "s", "--backend", f"file:{path}"]) == cli.EXIT_NOT_FOUND
+        err = capsys.readouterr().err
+        assert "own TracerProvider" in err, path

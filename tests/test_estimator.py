@@ -6,7 +6,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic
 import tiktoken
+from providers import provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
 import cw_middleware.estimator as estimator_module
@@ -167,7 +169,7 @@ class CountingRules:
 
 
 def use_rules(monkeypatch, rules: CountingRules) -> None:
-    monkeypatch.setattr(estimator_module, "rules_for", lambda model, provider=None: rules)
+    monkeypatch.setattr(estimator_module, "rules_for", lambda model, provider_name=None, api="chat": rules)
 
 
 def conversation(rng: random.Random, turns: int) -> list[dict[str, Any]]:
@@ -230,8 +232,7 @@ def test_caches_are_bounded(monkeypatch):
 
 
 def test_tagged_messages_are_found_through_the_prefix_cache():
-    from cw_middleware.estimator import strip_request
-    from cw_middleware.tags import TAG_KEY
+    from cw_middleware.tags import TAG_KEY, strip_messages
 
     est = Estimator()
     msgs = [cw.message("system", [cw.segment("rules", "system_prompt")]), {"role": "user", "content": "a"}]
@@ -240,7 +241,7 @@ def test_tagged_messages_are_found_through_the_prefix_cache():
     second = est.estimate("gpt-4o", [dict(m) for m in grown])
     branch = est.estimate("gpt-4o", [dict(m) for m in grown[:3]] + [{"role": "user", "content": "other"}])
     assert (first.tagged_messages, second.tagged_messages, branch.tagged_messages) == ((0,), (0, 3), (0,))
-    clean, _ = strip_request(grown, None, known=second)
+    clean = strip_messages(grown, second.tagged_messages)
     assert (
         not any(
             TAG_KEY in m or any(TAG_KEY in p for p in m["content"] if isinstance(p, dict))
@@ -275,8 +276,7 @@ def test_alternating_tool_sets_are_both_cached(monkeypatch):
 
 
 def test_legacy_functions_keep_their_tags_and_lose_them_before_the_provider(runtime):
-    from cw_middleware.estimator import strip_tools
-    from cw_middleware.tags import TAG_KEY
+    from cw_middleware.tags import TAG_KEY, strip_tools
 
     fn = fn_tool("search")["function"]
     tagged = cw.tool(fn, source=cw.ToolSource.mcp("github"))
@@ -286,13 +286,12 @@ def test_legacy_functions_keep_their_tags_and_lose_them_before_the_provider(runt
 
 
 def test_tuple_content_tags_are_counted_and_stripped(runtime):
-    from cw_middleware.estimator import strip_request
-    from cw_middleware.tags import TAG_KEY
+    from cw_middleware.tags import TAG_KEY, strip_messages
 
     msg = {"role": "system", "content": (cw.segment("rules", "system_prompt"), cw.segment("memo " * 30, "memory", "AGENTS.md"))}
     snap = cw.estimate(model="gpt-4o", messages=[msg])
     assert snap.tokens("memory") >= 30
-    (clean,), _ = strip_request([msg], None)
+    (clean,) = strip_messages([msg], None)
     assert all(TAG_KEY not in part for part in clean["content"])
 
 
@@ -346,3 +345,35 @@ def test_tuple_content_edited_in_place_is_recounted(monkeypatch):
     before = est.estimate("m", msgs).total
     part["text"] = "one"
     assert before - est.estimate("m", msgs).total == 4
+
+
+class _Invoice(pydantic.BaseModel):
+    number: str
+    total_cents: int
+    lines: list[str]
+
+
+def test_a_pydantic_class_as_response_format_counts_what_litellm_sends(runtime, provider):  # noqa: F811
+    """LiteLLM turns a BaseModel class into a json_schema dict on the wire: the estimate counts that dict."""
+    import litellm
+    from providers import CHAT
+
+    messages = [{"role": "user", "content": "Extract the invoice."}]
+    litellm.completion(
+        model="openai/gpt-4o", messages=messages, response_format=_Invoice, api_base=f"{provider.url}/v1", api_key="sk-test"
+    )
+    on_the_wire = provider.hits(CHAT)[-1].body["response_format"]
+    assert on_the_wire["type"] == "json_schema"
+    as_class = cw.estimate(model="gpt-4o", messages=messages, response_format=_Invoice)
+    as_dict = cw.estimate(model="gpt-4o", messages=messages, response_format=on_the_wire)
+    plain = cw.estimate(model="gpt-4o", messages=messages)
+    assert as_class.tokens("other") == as_dict.tokens("other") > plain.tokens("other") + 20
+    assert as_class.input_tokens == as_dict.input_tokens
+
+
+def test_a_pydantic_class_as_response_format_counts_for_anthropic_too(runtime):
+    messages = [{"role": "user", "content": "Extract the invoice."}]
+    model = "anthropic/claude-sonnet-4-5"
+    as_class = cw.estimate(model=model, messages=messages, response_format=_Invoice)
+    plain = cw.estimate(model=model, messages=messages)
+    assert as_class.tokens("other") > plain.tokens("other") + 20

@@ -4,7 +4,7 @@ import cw_middleware as cw
 
 PUBLIC = {
     # the LiteLLM drop-in and its tags
-    "completion", "acompletion", "estimate", "stage", "current_stage", "snapshots",
+    "completion", "acompletion", "responses", "aresponses", "estimate", "stage", "current_stage", "snapshots",
     "segment", "message", "tool", "ToolSource",
     # zero-code adoption: frameworks and the Router, stages across thread pools
     "instrument", "uninstrument", "bind",

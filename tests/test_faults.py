@@ -21,7 +21,8 @@ from providers import CANARY, CHAT, provider  # noqa: F401 - the fixture
 import cw_middleware as cw
 import cw_middleware.estimator as estimate_module  # noqa: E402
 from cw_middleware import wrapper as wrapper_module
-from cw_middleware.contract import CountMethod, WarningCode
+from cw_middleware.apis import chat as chat_api
+from cw_middleware.contract import CountMethod
 from cw_middleware.telemetry import CallTelemetry, Telemetry
 
 SECRET = "SECRET-prompt-text-4711"
@@ -76,10 +77,6 @@ def _no_content_logged(caplog) -> None:
     assert not any(SECRET in line for line in ours)
 
 
-def _warnings_of_last():
-    return cw.snapshots()[-1].warning_codes()
-
-
 @pytest.fixture(autouse=True)
 def _log(caplog):
     caplog.set_level(logging.WARNING, logger="cw_middleware")
@@ -92,10 +89,8 @@ def _log(caplog):
 def test_estimator_failure(runtime, provider, caplog, monkeypatch, stream):  # noqa: F811
     monkeypatch.setattr(runtime.estimator, "estimate", _boom)
     _same_as_litellm(provider, stream=stream)
-    assert WarningCode.ESTIMATE_FAILED.value in _warnings_of_last()
-    last = cw.snapshots()[-1]
-    # Nothing to apportion: the provider's total lands in "other" rather than vanishing.
-    assert last.input_tokens == provider[CHAT].tokens and last.tokens("other") == provider[CHAT].tokens
+    # A request the middleware could not read publishes nothing: no snapshot would be a true number.
+    assert cw.snapshots() == []
     _no_content_logged(caplog)
     assert "Boom" in caplog.text
 
@@ -105,14 +100,14 @@ async def test_estimator_failure_async(runtime, provider, caplog, monkeypatch): 
     expected = _comparable(await litellm.acompletion(**_request(provider)))
     got = _comparable(await cw.acompletion(**_request(provider)))
     assert got == expected
-    assert WarningCode.ESTIMATE_FAILED.value in _warnings_of_last()
+    assert cw.snapshots() == []
     _no_content_logged(caplog)
 
 
 def test_rules_lookup_failure(runtime, provider, caplog, monkeypatch):  # noqa: F811
     monkeypatch.setattr(estimate_module, "rules_for", _boom)
     _same_as_litellm(provider)
-    assert WarningCode.ESTIMATE_FAILED.value in _warnings_of_last()
+    assert cw.snapshots() == []
     _no_content_logged(caplog)
 
 
@@ -130,7 +125,7 @@ def test_tokenizer_failure(runtime, provider, caplog, monkeypatch):  # noqa: F81
 
     monkeypatch.setattr(estimate_module, "rules_for", lambda *a, **k: BrokenRules())
     _same_as_litellm(provider)
-    assert WarningCode.ESTIMATE_FAILED.value in _warnings_of_last()
+    assert cw.snapshots() == []
     _no_content_logged(caplog)
 
 
@@ -177,7 +172,7 @@ def test_span_end_failure(runtime, provider, caplog, monkeypatch, stream):  # no
 def test_span_start_failure(runtime, provider, caplog, monkeypatch):  # noqa: F811
     monkeypatch.setattr(Telemetry, "start_call", _boom)
     _same_as_litellm(provider)
-    assert WarningCode.ESTIMATE_FAILED.value in _warnings_of_last()
+    assert cw.snapshots() == []
     _no_content_logged(caplog)
 
 
@@ -193,7 +188,7 @@ def test_metric_failure(runtime, provider, caplog, monkeypatch):  # noqa: F811
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_usage_reading_failure(runtime, provider, caplog, monkeypatch, stream):  # noqa: F811
-    monkeypatch.setattr(wrapper_module, "usage_input_tokens", _boom)
+    monkeypatch.setattr(chat_api, "usage_input_tokens", _boom)
     _same_as_litellm(provider, stream=stream)
     assert cw.snapshots()[-1].count_method is CountMethod.LOCAL_ESTIMATE
     _no_content_logged(caplog)

@@ -110,3 +110,28 @@ def _refs(node):
     elif isinstance(node, list):
         for v in node:
             yield from _refs(v)
+
+
+def test_runs_are_listed(serve, tmp_path):
+    server = serve(token="t0k")
+    assert _get(f"{server.url}/api/v1/runs")[0] == 401
+    status, body, _ = _get(f"{server.url}/api/v1/runs", token="t0k")
+    assert status == 200 and [r["run_id"] for r in body["runs"]] == ["run-1"]
+    run = body["runs"][0]
+    assert run["stages"] == 1 and run["live_stages"] == 0 and run["last_seen_at"]
+    status, doc, _ = _get(f"{server.url}/openapi.json", token="t0k")
+    listing = doc["paths"]["/api/v1/runs"]["get"]
+    assert listing["operationId"] == "listRuns" and "200" in listing["responses"]
+    assert {"run_id", "stages", "live_stages"} <= set(doc["components"]["schemas"]["RunSummary"]["properties"])
+    empty = serve(url=f"file:{tmp_path / 'none.jsonl'}")
+    status, body, _ = _get(f"{empty.url}/api/v1/runs")
+    assert status == 200 and body == {"runs": []}
+
+
+def test_a_file_that_is_not_otlp_json_is_a_502(serve, tmp_path):
+    path = tmp_path / "passwd"
+    path.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    server = serve(url=f"file:{path}")
+    for route in ("/api/v1/runs", "/api/v1/runs/r/stages", "/api/v1/runs/r/stages/s/context-window"):
+        status, body, _ = _get(server.url + route)
+        assert status == 502 and "not an OTLP JSON file" in body["error"]["message"], route

@@ -3,8 +3,7 @@
 import pytest
 
 import cw_middleware as cw
-from cw_middleware.estimator import strip_request
-from cw_middleware.tags import TAG_KEY
+from cw_middleware.tags import TAG_KEY, strip_messages, strip_tools
 
 
 def test_segment_carries_category_and_source():
@@ -54,7 +53,7 @@ def test_strip_removes_every_tag_and_keeps_untagged_objects():
     untagged = {"role": "user", "content": "plain"}
     tagged = cw.message("system", [cw.segment("a", "system_prompt"), "b"], category="memory", source="m")
     tools = [cw.tool({"type": "function", "function": {"name": "f"}}, source=cw.ToolSource.mcp("x"))]
-    clean_messages, clean_tools = strip_request([tagged, untagged], tools)
+    clean_messages, clean_tools = strip_messages([tagged, untagged], None), strip_tools(tools)
     assert clean_messages[1] is untagged
     assert TAG_KEY not in clean_messages[0]
     assert all(TAG_KEY not in p for p in clean_messages[0]["content"])
@@ -66,5 +65,5 @@ def test_strip_removes_every_tag_and_keeps_untagged_objects():
 def test_request_without_tags_is_passed_through_as_the_same_objects():
     msgs = [{"role": "user", "content": "hi"}]
     tools = [{"type": "function", "function": {"name": "f"}}]
-    clean_messages, clean_tools = strip_request(msgs, tools)
+    clean_messages, clean_tools = strip_messages(msgs, None), strip_tools(tools)
     assert clean_messages is msgs and clean_tools is tools

@@ -170,3 +170,18 @@ def test_ids_that_cannot_be_exported_or_nested_reentry_are_refused(runtime):
                 pass
         with cw.stage(run_id="run", stage_id="inner"):  # another id is fine
             pass
+
+
+def test_an_input_over_the_window_is_flagged_and_utilization_exceeds_one(runtime, telemetry):
+    import cw_middleware as cw
+
+    big = "lorem ipsum dolor " * 700  # ~2,100 tokens against a 1,000-token window
+    messages = [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "c1", "content": big}]
+    with cw.stage(run_id="r-overflow", stage_id="s"):
+        cw.completion(model="gpt-4o", messages=messages, mock_response="ok", cw_context_window=1000)
+    snap = cw.snapshots()[-1]
+    assert snap.input_tokens > 1000
+    assert "context_window_exceeded" in snap.warning_codes()
+    events = [e for s in telemetry.spans.get_finished_spans() for e in s.events if e.name == "agent.context_window.snapshot"]
+    assert events and events[-1].attributes["agent.context_window.utilization"] > 1.0
+    assert "context_window_exceeded" in events[-1].attributes["agent.context_window.warnings"]

@@ -9,6 +9,11 @@ file size; the worst case (an old, quiet stage) is one memchr-speed pass.
 
 Ids whose JSON spelling can differ between writers (non-ASCII, escapes) fall back
 to parsing every trace line: correct, only slower.
+
+A query that finds nothing checks that the file is OTLP JSON lines at all (one of
+its first lines opens with a ``resourceSpans``/``resourceMetrics``/``resourceLogs``
+key): pointing the reader at some other file is a `BackendResponseError` ("not an
+OTLP JSON file"), not a run that was never recorded.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import TYPE_CHECKING, Optional
 
 from .. import schema as keys
 from ..contract import StageContextWindow
-from ..errors import BackendUnavailable, ConfigError
+from ..errors import BackendResponseError, BackendUnavailable, ConfigError
 from .fold import Horizon, RunFold, RunsFold, RunSummary, StageFold, StageSummary
 from .otlp_json import Span, iter_spans
 
@@ -32,6 +37,12 @@ if TYPE_CHECKING:
 # Ids made only of these characters are written byte-identically by every JSON encoder we know.
 _PLAIN_ID = re.compile(r"^[A-Za-z0-9 ._@:#+=,;!~*()\[\]{}^$|?'-]+$")
 _SPAN_LINE_PREFIXES = (b'{"resourceSpans"', b'{"resource_spans"', b'{"batches"')
+# How any OTLP JSON line opens (traces, metrics, logs; camelCase or snake_case; API wrappers).
+_OTLP_LINE = re.compile(
+    rb'\s*\{\s*"(?:resource(?:Spans|Metrics|Logs)|resource_(?:spans|metrics|logs)|batches|result|trace|data)"'
+)
+_SHAPE_LINES = 5  # non-empty lines looked at: a line being written, or one damaged line, is not enough to refuse
+_SHAPE_BYTES = 1 << 20
 
 
 def _needle(value: str) -> Optional[bytes]:
@@ -53,7 +64,10 @@ class OtlpFileReader:
             fold.add(span)
             if fold.done:
                 break
-        return fold.result()
+        answer = fold.result()
+        if answer is None:
+            self._check_shape()
+        return answer
 
     def stages(self, run_id: str) -> Optional[list[StageSummary]]:
         fold = RunFold(run_id, self.horizon)
@@ -61,7 +75,10 @@ class OtlpFileReader:
         for line in reversed(lines):
             for span in self._spans(line):
                 fold.add(span)
-        return fold.result()
+        found = fold.result()
+        if found is None:
+            self._check_shape()
+        return found
 
     def runs(self) -> list[RunSummary]:
         fold = RunsFold(self.horizon)
@@ -69,7 +86,28 @@ class OtlpFileReader:
         for line in reversed(lines):
             for span in self._spans(line):
                 fold.add(span)
-        return fold.result()
+        found = fold.result()
+        if not found:
+            self._check_shape()
+        return found
+
+    def _check_shape(self) -> None:
+        """BackendResponseError when the file has content but none of it is OTLP JSON lines."""
+        try:
+            with open(self.path, "rb") as f:
+                head = f.read(_SHAPE_BYTES)
+        except OSError:
+            return  # missing or unreadable: the scan has already said what it found
+        lines = [line for line in head.split(b"\n")[:-1] if line.strip()][:_SHAPE_LINES]
+        if len(head) < _SHAPE_BYTES and head.strip() and not head.endswith(b"\n"):
+            lines.append(head.rsplit(b"\n", 1)[-1])  # a last line without its newline yet
+        if not lines and len(head) == _SHAPE_BYTES:
+            lines = [head]  # one long first line: its opening decides
+        if lines and not any(_OTLP_LINE.match(line) for line in lines):
+            raise BackendResponseError(
+                f"{self.path} is not an OTLP JSON file: none of its first lines is a "
+                '{"resourceSpans": ...}, {"resourceMetrics": ...} or {"resourceLogs": ...} export batch'
+            )
 
     def close(self) -> None:
         pass

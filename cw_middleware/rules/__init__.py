@@ -68,13 +68,18 @@ def split_provider(model: str, custom_llm_provider: Optional[str] = None) -> tup
 
 
 @lru_cache(maxsize=256)
-def rules_for(model: str, custom_llm_provider: Optional[str] = None) -> CountingRules:
-    """The counting rules for a LiteLLM model string (cached; cheap to call per request)."""
+def rules_for(model: str, custom_llm_provider: Optional[str] = None, api: str = "chat") -> CountingRules:
+    """The counting rules for a LiteLLM model string (cached; cheap to call per request).
+
+    ``api`` is the API the request is written for ("chat" or "responses"): OpenAI
+    frames the two differently. LiteLLM serves a Responses request to any other
+    provider through its chat API, so their rules do not depend on it.
+    """
     from . import anthropic, gemini, openai
 
     family, bare = split_provider(model, custom_llm_provider)
     if family == "openai":
-        return openai.rules(bare)
+        return openai.rules(bare, api)
     if family == "anthropic":
         return anthropic.rules(bare)
     if family == "gemini":

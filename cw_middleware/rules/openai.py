@@ -157,7 +157,7 @@ def render_tool(tool: Mapping[str, Any]) -> str:
     return render_function(fn if isinstance(fn, Mapping) else {})
 
 
-def rules(model: str) -> OpenAIRules:
+def rules(model: str, api: str = "chat") -> OpenAIRules:
     encoding = encoding_for(model)
     layout = layout_for(model)
     # The name is also the estimator's tool-count cache key: layouts render tools differently.

@@ -144,3 +144,19 @@ def test_a_snapshot_with_damaged_values_is_skipped_and_an_older_good_one_wins(tm
         answer = reader.context_window("r", "s")
         assert (answer.input_tokens, answer.event_seq) == (good.input_tokens, good.event_seq)
         assert [s.stage_id for s in reader.stages("r")] == ["s"]
+
+
+def test_a_file_without_any_otlp_json_line_is_a_response_error(tmp_path):
+    other = tmp_path / "notes.txt"
+    other.write_text("just some notes\nnot telemetry at all\n")
+    reader = cw.reader(f"file:{other}")
+    with pytest.raises(cw.BackendResponseError, match="not an OTLP JSON file"):
+        reader.context_window("r", "s")
+    with pytest.raises(cw.BackendResponseError, match="not an OTLP JSON file"):
+        reader.runs()
+    # A real telemetry file with a damaged or half-written line, or metrics only, is still OTLP JSON.
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"resourceMetrics":[]}\ngarbage\n{"resourceSpans":[{"scopeSpans":[{"spans":[{"na')
+    with pytest.raises(cw.NotFound):
+        cw.reader(f"file:{metrics}").context_window("r", "s")
+    assert cw.reader(f"file:{metrics}").runs() == []

@@ -1,0 +1,110 @@
+"""Chat Completions (``litellm.completion`` / ``acompletion``): messages, tools, stream_options, usage chunks.
+
+Streams: OpenAI-family providers report a stream's usage only when asked with
+``stream_options.include_usage``. Where the caller did not ask (absent, or
+``None`` as the OpenAI Agents SDK passes it), we ask, and the usage chunk that
+answers is ours to swallow: the caller's stream stays chunk for chunk what it
+would have been. LiteLLM ends such a stream with a usage chunk that carries no
+choices, or (1.83) one empty choice without a finish reason; both are usage-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Optional
+
+from ..reconcile import usage_input_tokens
+from ..tags import strip_messages, strip_tools
+from .base import NOTHING, Forward, Parsed, Reading, Usage
+
+if TYPE_CHECKING:
+    from ..estimator import Estimate
+
+# completion() arguments the estimator reads besides the messages.
+ESTIMATE_KEYS = ("tools", "tool_choice", "response_format", "functions", "custom_llm_provider")
+# Providers whose streams report usage when asked with stream_options.include_usage.
+STREAM_USAGE_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "openai_compatible", "hosted_vllm"})
+# Delta fields that make a choice carry something for the caller.
+_DELTA_FIELDS = ("content", "role", "tool_calls", "function_call", "refusal", "audio", "reasoning_content")
+
+
+class ChatCompletions:
+    operation = "chat"
+
+    def parse(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Parsed:
+        model = kwargs.get("model", args[0] if args else None)
+        messages = kwargs.get("messages", args[1] if len(args) > 1 else None)
+        return Parsed(str(model or ""), messages, {k: kwargs.get(k) for k in ESTIMATE_KEYS}, "chat")
+
+    def forward(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], parsed: Parsed, estimate: Optional[Estimate], provider: Optional[str]
+    ) -> Forward:
+        out = Forward(args, kwargs)
+        _strip(out, parsed, estimate)
+        if kwargs.get("stream") and kwargs.get("stream_options") is None and provider in STREAM_USAGE_PROVIDERS:
+            kwargs["stream_options"] = {"include_usage": True}
+            out.hide_usage = True  # the caller did not ask for it: keep their stream as it was
+        return out
+
+    def count_request(self, forward: Forward, model: str) -> dict[str, Any]:
+        args, kwargs = forward.args, forward.kwargs
+        request: dict[str, Any] = {"model": model, "messages": kwargs.get("messages", args[1] if len(args) > 1 else None)}
+        for key in ("tools", "tool_choice", "response_format"):
+            if kwargs.get(key) is not None:
+                request[key] = kwargs[key]
+        return request
+
+    def read(self, obj: Any) -> Reading:
+        """A ModelResponse or a stream chunk: its usage block (when set) and response model."""
+        usage = getattr(obj, "usage", None)
+        model = getattr(obj, "model", None)
+        model = model if isinstance(model, str) else None
+        if usage is None:
+            return Reading(None, model) if model else NOTHING
+        usage_only = _carries_nothing_else(getattr(obj, "choices", None))
+        try:
+            details = getattr(usage, "prompt_tokens_details", None)
+            numbers = Usage(
+                usage_input_tokens(usage), getattr(usage, "completion_tokens", None), getattr(details, "cached_tokens", None)
+            )
+        except Exception:  # noqa: BLE001 - an odd usage block: the chunk is still recognised as usage-only
+            return Reading(None, model, usage_only, unreadable=True)
+        return Reading(numbers, model, usage_only)
+
+
+def _carries_nothing_else(choices: Any) -> bool:
+    if not choices:
+        return True
+    for choice in choices:
+        if getattr(choice, "finish_reason", None) is not None:
+            return False
+        delta = getattr(choice, "delta", None)
+        if delta is not None and any(getattr(delta, name, None) for name in _DELTA_FIELDS):
+            return False
+    return True
+
+
+def _strip(out: Forward, parsed: Parsed, estimate: Optional[Estimate]) -> None:
+    """Tags never reach the provider: with an estimate only its tagged messages are copied, else all are checked."""
+    messages, kwargs = parsed.messages, out.kwargs
+    tools = kwargs.get("tools")
+    try:
+        clean_messages = strip_messages(messages, estimate.tagged_messages if estimate is not None else None)
+    except Exception:  # noqa: BLE001 - an odd request shape: fall back to checking every message
+        try:
+            clean_messages = strip_messages(messages, None)
+        except Exception:  # noqa: BLE001 - not a list of messages at all: LiteLLM's to reject, untouched
+            clean_messages = messages
+    if clean_messages is not messages:
+        if len(out.args) >= 2 and "messages" not in kwargs:
+            out.args = (out.args[0], clean_messages, *out.args[2:])
+        else:
+            kwargs["messages"] = clean_messages
+    for key in ("tools", "functions"):
+        value = tools if key == "tools" else kwargs.get(key)
+        clean = strip_tools(value)
+        if clean is not value:
+            kwargs[key] = clean
+
+
+CHAT = ChatCompletions()

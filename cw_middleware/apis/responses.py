@@ -1,0 +1,326 @@
+"""The Responses API (``litellm.responses`` / ``aresponses``): input items, flat tools, ``text.format``, usage.
+
+The estimator reads chat-shaped requests, so `to_chat` turns a Responses request
+into one, tags kept: ``instructions`` and a string ``input`` become a system and
+a user message; message items stay as they are (the same dicts: no copy);
+``function_call`` items become an assistant message's tool calls and
+``function_call_output`` items tool messages; flat function tools
+(``{"type": "function", "name": ...}``) become chat tools; ``text.format``
+becomes a ``response_format``. What the provider holds or encrypts
+(``previous_response_id``, item references, reasoning items) and provider-run
+tools (web search, file search, remote MCP, ...) cannot be counted here: they
+raise warnings, and response usage still reconciles the total.
+
+Tags: `cw.message` dicts and `cw.segment` parts work inside ``input`` as in chat
+messages, and `cw.tool` on Responses tool definitions. Before the request goes
+out, a tagged item loses its tags, its ``text`` parts become ``input_text`` (or
+``output_text`` for the assistant), as the Responses API spells them, and a
+``cw.message("tool", ..., tool_call_id=ID)`` becomes the ``function_call_output``
+item it stands for. Untagged items are passed on untouched.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+from ..contract import WarningCode
+from ..tags import TAG_KEY, strip_messages, strip_tools
+from .base import NOTHING, Forward, Parsed, Reading, Usage
+
+if TYPE_CHECKING:
+    from ..estimator import Estimate
+
+# Events whose response carries the final usage block.
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete"})
+# responses() arguments that continue a conversation the provider stores.
+_STORED_CONTEXT_KEYS = ("previous_response_id", "conversation", "prompt")
+_MESSAGE_TYPES = (None, "message")
+_CALL_TYPES = {"function_call": "arguments", "custom_tool_call": "input"}
+_OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
+_TOOL_ROLES = ("tool", "function")
+_INSTRUCTIONS = {"category": "system_prompt", "source": "instructions"}
+
+
+@dataclass
+class ChatShape:
+    """A Responses request as chat-shaped messages and tools, for the estimator (and the count converters)."""
+
+    messages: list[Any] = field(default_factory=list)
+    origins: list[int] = field(default_factory=list)  # input-item index of each message; -1: not an item
+    tools: Optional[list[Any]] = None
+    tool_choice: Any = None
+    response_format: Any = None
+    warnings: set[WarningCode] = field(default_factory=set)
+
+
+def to_chat(
+    input: Any, instructions: Any = None, tools: Any = None, tool_choice: Any = None, text: Any = None, text_format: Any = None
+) -> ChatShape:
+    shape = ChatShape()
+    if isinstance(instructions, str) and instructions:
+        _add(shape, {"role": "system", "content": instructions, TAG_KEY: _INSTRUCTIONS}, -1)
+    elif isinstance(instructions, (list, tuple)):  # instructions as input items (a stored prompt's shape)
+        _add_items(shape, instructions, origin=-1)
+    if isinstance(input, str):
+        _add(shape, {"role": "user", "content": input}, -1)
+    elif isinstance(input, (list, tuple)):
+        _add_items(shape, input)
+    if tools:
+        shape.tools = _chat_tools(tools, shape.warnings)
+    shape.tool_choice = _chat_tool_choice(tool_choice)
+    shape.response_format = _response_format(text, text_format)
+    return shape
+
+
+def _add(shape: ChatShape, message: Any, origin: int) -> None:
+    shape.messages.append(message)
+    shape.origins.append(origin)
+
+
+def _add_items(shape: ChatShape, items: Sequence[Any], origin: Optional[int] = None) -> None:
+    calls_open = False  # the last message is an assistant turn of tool calls: consecutive calls join it
+    for index, raw in enumerate(items):
+        item = _as_dict(raw)
+        kind = item.get("type")
+        where = index if origin is None else origin
+        if kind in _MESSAGE_TYPES and "role" in item:
+            if item.get("role") in _TOOL_ROLES and "tool_call_id" in item:
+                _add(shape, item, where)  # a cw.message("tool", ...): already a chat tool message
+            else:
+                _add(shape, item if item is raw else {k: item[k] for k in ("role", "content", TAG_KEY) if k in item}, where)
+            calls_open = False
+        elif kind in _CALL_TYPES:
+            arguments = item.get(_CALL_TYPES[kind], "")
+            call = {
+                "id": item.get("call_id") or item.get("id") or "",
+                "type": "function",
+                "function": {
+                    "name": item.get("name", ""),
+                    "arguments": arguments if isinstance(arguments, str) else _json(arguments),
+                },
+            }
+            if calls_open:
+                shape.messages[-1]["tool_calls"].append(call)
+            else:
+                _add(shape, {"role": "assistant", "content": None, "tool_calls": [call]}, where)
+                calls_open = True
+        elif kind in _OUTPUT_TYPES:
+            message = {"role": "tool", "tool_call_id": item.get("call_id", ""), "content": _output(item.get("output"))}
+            if TAG_KEY in item:
+                message[TAG_KEY] = item[TAG_KEY]
+            _add(shape, message, where)
+            calls_open = False
+        else:
+            # reasoning (encrypted), item_reference, provider-run tool calls: held or encrypted by the provider.
+            shape.warnings.add(WarningCode.OPAQUE_CONTEXT_NOT_ESTIMATED)
+
+
+def _output(output: Any) -> Any:
+    if isinstance(output, (str, list, tuple)) or output is None:
+        return output
+    return _json(output)
+
+
+def _chat_tools(tools: Sequence[Any], warnings: set[WarningCode]) -> list[Any]:
+    out = []
+    for raw in tools:
+        tool = _as_dict(raw)
+        if tool.get("type") == "function" and "function" not in tool:
+            fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
+            chat: dict[str, Any] = {"type": "function", "function": fn}
+            if TAG_KEY in tool:
+                chat[TAG_KEY] = tool[TAG_KEY]
+            out.append(chat)
+        elif tool.get("type") == "function":
+            out.append(tool)  # already chat-shaped
+        else:
+            warnings.add(WarningCode.PROVIDER_TOOL_NOT_ESTIMATED)  # web search, file search, remote MCP, ...
+    return out
+
+
+def _chat_tool_choice(tool_choice: Any) -> Any:
+    if isinstance(tool_choice, Mapping) and tool_choice.get("type") == "function" and "name" in tool_choice:
+        return {"type": "function", "function": {"name": tool_choice["name"]}}
+    return tool_choice
+
+
+def _response_format(text: Any, text_format: Any) -> Any:
+    if text_format is not None:
+        return text_format  # a pydantic class or a schema dict, as for completion()'s response_format
+    fmt = _as_dict(text).get("format") if text is not None else None
+    if not isinstance(fmt, Mapping):
+        return None
+    if fmt.get("type") == "json_schema":
+        spec = {k: fmt[k] for k in ("name", "description", "schema", "strict") if k in fmt}
+        return {"type": "json_schema", "json_schema": spec}
+    if fmt.get("type") == "json_object":
+        return {"type": "json_object"}
+    return None
+
+
+# ---------------------------------------------------------------- the adapter
+
+
+class Responses:
+    # GenAI semantic conventions: "chat" applies (there is no value of its own for the Responses API).
+    operation = "chat"
+
+    def parse(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Parsed:
+        # litellm.responses(input, model, ...): input comes first.
+        input = kwargs.get("input", args[0] if args else None)
+        model = kwargs.get("model", args[1] if len(args) > 1 else None)
+        shape = to_chat(
+            input,
+            kwargs.get("instructions"),
+            kwargs.get("tools"),
+            kwargs.get("tool_choice"),
+            kwargs.get("text"),
+            kwargs.get("text_format"),
+        )
+        if any(kwargs.get(k) for k in _STORED_CONTEXT_KEYS):
+            shape.warnings.add(WarningCode.OPAQUE_CONTEXT_NOT_ESTIMATED)
+        options = {
+            "tools": shape.tools,
+            "tool_choice": shape.tool_choice,
+            "response_format": shape.response_format,
+            "custom_llm_provider": kwargs.get("custom_llm_provider"),
+        }
+        return Parsed(str(model or ""), shape.messages, options, "responses", shape.origins, frozenset(shape.warnings))
+
+    def forward(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], parsed: Parsed, estimate: Optional[Estimate], provider: Optional[str]
+    ) -> Forward:
+        out = Forward(args, kwargs)
+        items = kwargs.get("input", args[0] if args else None)
+        if isinstance(items, (list, tuple)):
+            clean = strip_messages(items, _tagged_items(parsed, estimate, items), _clean_item)
+            if clean is not items:
+                if args and "input" not in kwargs:
+                    out.args = (clean, *args[1:])
+                else:
+                    kwargs["input"] = clean
+        tools = kwargs.get("tools")
+        clean_tools = strip_tools(tools)
+        if clean_tools is not tools:
+            kwargs["tools"] = clean_tools
+        return out  # a Responses stream always ends with its usage (response.completed): nothing to ask for
+
+    def count_request(self, forward: Forward, model: str) -> dict[str, Any]:
+        args, kwargs = forward.args, forward.kwargs
+        body: dict[str, Any] = {"input": kwargs.get("input", args[0] if args else None)}
+        for key in ("instructions", "tools", "tool_choice", "text", "reasoning", "parallel_tool_calls"):
+            if kwargs.get(key) is not None:
+                body[key] = kwargs[key]
+        shape = to_chat(body["input"], body.get("instructions"), body.get("tools"), body.get("tool_choice"), body.get("text"))
+        # The chat shape serves the Anthropic and Gemini count converters; OpenAI counts the body as it is.
+        request: dict[str, Any] = {"model": model, "messages": shape.messages, "responses": body}
+        for key, value in (
+            ("tools", shape.tools),
+            ("tool_choice", shape.tool_choice),
+            ("response_format", shape.response_format),
+        ):
+            if value:
+                request[key] = value
+        return request
+
+    def read(self, obj: Any) -> Reading:
+        """A ResponsesAPIResponse, or a stream event: only the terminal event carries the final usage."""
+        kind = getattr(obj, "type", None)
+        if isinstance(kind, str):
+            if kind not in TERMINAL_EVENTS:
+                return NOTHING
+            obj = getattr(obj, "response", None)
+        usage = _get(obj, "usage")
+        model = _get(obj, "model")
+        model = model if isinstance(model, str) else None
+        if usage is None:
+            return Reading(None, model) if model else NOTHING
+        input_tokens = _get(usage, "input_tokens")
+        cached = _get(_get(usage, "input_tokens_details"), "cached_tokens")
+        return Reading(
+            Usage(
+                input_tokens if isinstance(input_tokens, int) and input_tokens >= 0 else None,
+                _get(usage, "output_tokens"),
+                cached if isinstance(cached, int) else None,
+            ),
+            model,
+        )
+
+
+RESPONSES = Responses()
+
+
+# ---------------------------------------------------------------- tags out
+
+
+def _tagged_items(parsed: Parsed, estimate: Optional[Estimate], items: Sequence[Any]) -> Optional[list[int]]:
+    """Indexes of the input items that carry a tag, from the estimate when there is one; None: check all."""
+    if estimate is None or parsed.origins is None or len(parsed.origins) != len(parsed.messages):
+        return None
+    return sorted({parsed.origins[i] for i in estimate.tagged_messages if parsed.origins[i] >= 0})
+
+
+def _clean_item(item: Any) -> Any:
+    if not isinstance(item, Mapping):
+        return item
+    role = item.get("role")
+    if role in _TOOL_ROLES and "tool_call_id" in item:  # cw.message("tool", ...): the item it stands for
+        return {"type": "function_call_output", "call_id": item["tool_call_id"], "output": _output_text(item.get("content"))}
+    clean = {k: v for k, v in item.items() if k != TAG_KEY}
+    content = item.get("content")
+    if isinstance(content, (list, tuple)):
+        kind = "output_text" if role == "assistant" else "input_text"
+        clean["content"] = [_clean_part(part, kind) for part in content]
+    return clean
+
+
+def _clean_part(part: Any, kind: str) -> Any:
+    if not isinstance(part, Mapping):
+        return part
+    clean = {k: v for k, v in part.items() if k != TAG_KEY}
+    if clean.get("type") == "text":  # cw.segment and cw.message write chat parts
+        clean["type"] = kind
+    return clean
+
+
+def _output_text(content: Any) -> Any:
+    if isinstance(content, (list, tuple)):
+        return [_clean_part(part, "input_text") for part in content]
+    return content
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _as_dict(obj: Any) -> Any:
+    """Items may be dicts or the SDK's objects (a previous response's output items appended to input)."""
+    if isinstance(obj, dict):
+        return obj
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        try:
+            dumped = dump(exclude_none=True)
+            return dumped if isinstance(dumped, dict) else {}
+        except Exception:  # noqa: BLE001 - an odd object: not countable, LiteLLM's to judge
+            return {}
+    return {}
+
+
+def _get(obj: Any, key: str) -> Any:
+    if obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
