@@ -26,19 +26,6 @@ FRAMEWORKS = {
 }
 SCENARIOS = ("nonstream", "stream", "fail400", "fail500")
 ANSWERED = ("nonstream", "stream")
-# Defects of the call path these frameworks find (issue 8), fixed on the core's side: strict, so each
-# mark has to go when its fix lands.
-KNOWN_DEFECTS = {
-    ("openai-agents", "stage"): "stream_options=None counts as the caller's choice: the stream stays usage_missing",
-    ("openai-agents", "totals"): "stream_options=None counts as the caller's choice: the stream stays usage_missing",
-    ("smolagents", "stage"): "smolagents' MessageRole.SYSTEM (a str Enum) is read as conversation",
-}
-
-
-def _known_defect(request, name: str, check: str) -> None:
-    reason = KNOWN_DEFECTS.get((name, check))
-    if reason:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +61,8 @@ def test_answers_and_exceptions_are_the_same_with_and_without_instrument(framewo
         assert "error" in outcome, f"{name} {scenario}: the provider's error did not surface"
 
 
-def test_snapshots_land_in_the_scenario_stage_with_the_request_categories(framework, request):
+def test_snapshots_land_in_the_scenario_stage_with_the_request_categories(framework):
     name, run = framework
-    _known_defect(request, name, "stage")
     reader = cw.reader(f"file:{run.export}")
     listed = {s.stage_id for s in reader.stages(f"fw-{name}")}
     assert listed == set(SCENARIOS)
@@ -93,9 +79,8 @@ def test_snapshots_land_in_the_scenario_stage_with_the_request_categories(framew
         assert all(final_snapshot(s)["agent.context_window.count_method"] == "local_estimate" for s in spans)
 
 
-def test_each_reconciled_total_is_the_servers_usage(framework, server, request):
+def test_each_reconciled_total_is_the_servers_usage(framework, server):
     name, run = framework
-    _known_defect(request, name, "totals")
     for scenario in ANSWERED:
         served = sorted(server.prompt_tokens(f"{name}/observed-{scenario}"))
         spans = call_spans(run.spans(), f"fw-{name}", scenario)
