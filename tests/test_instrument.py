@@ -21,7 +21,7 @@ import cw_middleware as cw
 from cw_middleware import _litellm
 from cw_middleware.contract import CountMethod
 
-NAMES = ("completion", "acompletion")
+NAMES = ("completion", "acompletion", "responses", "aresponses")
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]
 
 
@@ -68,18 +68,19 @@ def test_instrument_replaces_the_module_functions_and_uninstrument_restores_them
 def test_the_shells_keep_the_signature_and_async_nature(runtime, clean_litellm):
     cw.instrument()
     assert inspect.signature(litellm.completion) == inspect.signature(clean_litellm["completion"])
-    assert inspect.iscoroutinefunction(litellm.acompletion)
-    assert not inspect.iscoroutinefunction(litellm.completion)
+    assert inspect.signature(litellm.responses) == inspect.signature(clean_litellm["responses"])
+    assert inspect.iscoroutinefunction(litellm.acompletion) and inspect.iscoroutinefunction(litellm.aresponses)
+    assert not inspect.iscoroutinefunction(litellm.completion) and not inspect.iscoroutinefunction(litellm.responses)
     assert litellm.completion.__name__ == "completion"
 
 
 def test_instrument_changes_no_environment_and_no_litellm_setting(runtime, clean_litellm):
     env = dict(os.environ)
-    state = {k: v for k, v in vars(litellm).items() if k not in NAMES + ("responses", "aresponses")}
+    state = {k: v for k, v in vars(litellm).items() if k not in NAMES}
     callbacks = [list(litellm.callbacks), list(litellm.success_callback), list(litellm.failure_callback)]
     cw.instrument()
     assert dict(os.environ) == env
-    assert {k: v for k, v in vars(litellm).items() if k not in NAMES + ("responses", "aresponses")} == state
+    assert {k: v for k, v in vars(litellm).items() if k not in NAMES} == state
     assert [list(litellm.callbacks), list(litellm.success_callback), list(litellm.failure_callback)] == callbacks
 
 
@@ -122,6 +123,30 @@ def test_tags_sent_through_an_instrumented_litellm_are_stripped(runtime, provide
     assert "cw_tag" not in str(body) and "cw_source" not in str(body)
     assert body["messages"][0] == {"role": "system", "content": "You are terse."}
     assert _final(cw.snapshots())[-1].tokens("memory") > 0
+
+
+async def test_responses_api_calls_are_observed_and_their_tags_stripped(runtime, clean_litellm):
+    forwarded = []
+
+    def recording(name):
+        real = clean_litellm[name]
+
+        def record(*args, **kwargs):  # a patch made before ours sees exactly what we forward
+            forwarded.append(kwargs["input"])
+            return real(*args, **kwargs)
+
+        return record
+
+    litellm.responses, litellm.aresponses = recording("responses"), recording("aresponses")
+    items = [cw.message("user", [cw.segment("Repo notes.", "memory", "AGENTS.md"), "What next?"])]
+    cw.instrument()
+    with cw.stage("run-resp", "r@1"):
+        sync = litellm.responses(model="openai/gpt-4o", input=items, instructions="Be terse.", mock_response="hi")
+        done = await litellm.aresponses(model="openai/gpt-4o", input=items, instructions="Be terse.", mock_response="hi")
+    assert sync.output[0].content[0].text == done.output[0].content[0].text == "hi"
+    assert len(forwarded) == 2 and "cw_tag" not in str(forwarded)
+    snaps = cw.snapshots()
+    assert len(snaps) == 4 and {(s.stage_id, s.tokens("memory") > 0) for s in snaps} == {("r@1", True)}
 
 
 def test_router_calls_are_observed(runtime, provider, clean_litellm):  # noqa: F811
