@@ -4,7 +4,8 @@
 ``smolagents/observed-stream``, ``smolagents/plain-fail400``, ...). A request whose conversation does not yet hold the tool's
 result gets a call to its first tool (arguments carry the ARGS canary); one that
 holds it gets the final answer: a ``final_answer`` tool call when the request offers
-that tool (smolagents), plain text otherwise. JSON or SSE stream (tool-call deltas,
+that tool (smolagents), plain text otherwise; DSPy's ChatAdapter gets the
+``[[ ## field ## ]]`` sections its prompt asks for (ReAct: lookup, then finish). JSON or SSE stream (tool-call deltas,
 the terminal usage chunk only when ``stream_options.include_usage`` is set), as
 OpenAI sends them. A tag containing ``fail400``/``fail500`` answers that status
 with the ERROR canary in the body.
@@ -16,11 +17,12 @@ number; every answer's usage is kept in `served` for the totals check.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Optional
 
 CANARIES = {
     "system": "CANARY-FW-SYSTEM-51c7",
@@ -67,10 +69,34 @@ def _tool_names(body: dict[str, Any]) -> list[str]:
     return names
 
 
+_DSPY_FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]")
+
+
+def _dspy_reply(body: dict[str, Any], has_result: bool) -> Optional[str]:
+    """DSPy's ChatAdapter asks for ``[[ ## field ## ]]`` sections in its last user turn: fill them in, in order."""
+    messages = body.get("messages") or []
+    last = messages[-1].get("content") if messages and isinstance(messages[-1], dict) else None
+    if not isinstance(last, str) or "[[ ## completed ## ]]" not in last:
+        return None
+    tail = last[last.rfind("Respond with the corresponding output fields") :]
+    values = {
+        "next_thought": "I should look it up." if not has_result else "I have what I need.",
+        "next_tool_name": "lookup" if not has_result else "finish",
+        "next_tool_args": json.dumps({"query": f"look up {CANARIES['arguments']}"} if not has_result else {}),
+        "reasoning": "The archive entry says so.",
+        "answer": FINAL_ANSWER,
+    }
+    sections = [f"[[ ## {f} ## ]]\n{values.get(f, FINAL_ANSWER)}" for f in _DSPY_FIELD.findall(tail) if f != "completed"]
+    return "\n\n".join([*dict.fromkeys(sections), "[[ ## completed ## ]]"])
+
+
 def _reply(body: dict[str, Any]) -> dict[str, Any]:
     """The assistant message for this turn: {"content": str} or {"tool_call": (name, arguments)}."""
     names = _tool_names(body)
     has_result = CANARIES["result"] in json.dumps(body.get("messages"))
+    dspy = _dspy_reply(body, has_result)
+    if dspy is not None:
+        return {"content": dspy}
     if not has_result:
         tool = next((n for n in names if n != "final_answer"), None)
         if tool is not None:

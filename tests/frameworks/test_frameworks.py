@@ -11,6 +11,7 @@ schema, tool arguments, tool result, provider error body) is in any exported byt
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,13 +20,26 @@ from fw_harness import ScenarioRun, call_spans, final_snapshot, run_scenario
 
 import cw_middleware as cw
 
+
+@dataclass(frozen=True)
+class Framework:
+    script: str
+    answered: tuple[str, ...]  # scenarios that end in an answer (the others end in a provider error)
+    categories: frozenset[str]  # what its requests must be seen to hold
+
+    @property
+    def scenarios(self) -> tuple[str, ...]:
+        return (*self.answered, "fail400", "fail500")
+
+
+AGENT_REQUEST = frozenset({"system_prompt", "tools", "conversation"})  # instructions, the tool given, the task so far
 FRAMEWORKS = {
-    "langchain-litellm": "langchain_litellm_chat.py",
-    "openai-agents": "openai_agents_litellm.py",
-    "smolagents": "smolagents_tool_calling.py",
+    "langchain-litellm": Framework("langchain_litellm_chat.py", ("nonstream", "stream"), AGENT_REQUEST),
+    "openai-agents": Framework("openai_agents_litellm.py", ("nonstream", "stream"), AGENT_REQUEST),
+    "smolagents": Framework("smolagents_tool_calling.py", ("nonstream", "stream"), AGENT_REQUEST),
+    # DSPy's ReAct describes its tools in the prompt text, not as tool definitions: no `tools` tokens.
+    "dspy": Framework("dspy_react.py", ("nonstream",), frozenset({"system_prompt", "conversation"})),
 }
-SCENARIOS = ("nonstream", "stream", "fail400", "fail500")
-ANSWERED = ("nonstream", "stream")
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +60,15 @@ def framework(request, server, tmp_path_factory) -> tuple[str, ScenarioRun]:
         "run_id": f"fw-{name}",
         "service": f"fw-{name}",
         "canaries": CANARIES,
-        "scenarios": list(SCENARIOS),
+        "scenarios": list(FRAMEWORKS[name].scenarios),
     }
-    return name, run_scenario(FRAMEWORKS[name], config, Path(tmp))
+    return name, run_scenario(FRAMEWORKS[name].script, config, Path(tmp))
 
 
 def test_answers_and_exceptions_are_the_same_with_and_without_instrument(framework):
     name, run = framework
     assert run.outcomes["observed"] == run.outcomes["plain"]
-    for scenario in ANSWERED:
+    for scenario in FRAMEWORKS[name].answered:
         assert FINAL_ANSWER in run.outcomes["plain"][scenario]["answer"]
     for scenario in ("fail400", "fail500"):
         outcome = run.outcomes["plain"][scenario]
@@ -65,13 +79,12 @@ def test_snapshots_land_in_the_scenario_stage_with_the_request_categories(framew
     name, run = framework
     reader = cw.reader(f"file:{run.export}")
     listed = {s.stage_id for s in reader.stages(f"fw-{name}")}
-    assert listed == set(SCENARIOS)
-    for scenario in ANSWERED:
+    assert listed == set(FRAMEWORKS[name].scenarios)
+    for scenario in FRAMEWORKS[name].answered:
         answer = reader.context_window(f"fw-{name}", scenario)
         assert answer.available and answer.count_method is cw.CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN
         seen = {b.category.value for b in answer.breakdown if b.tokens > 0}
-        # an agent's request: its instructions, the tool it was given, the task and the tool round so far
-        assert {"system_prompt", "tools", "conversation"} <= seen, (scenario, seen)
+        assert FRAMEWORKS[name].categories <= seen, (scenario, seen)
         assert sum(b.tokens for b in answer.breakdown) == answer.input_tokens
     for scenario in ("fail400", "fail500"):
         spans = call_spans(run.spans(), f"fw-{name}", scenario)
@@ -81,7 +94,7 @@ def test_snapshots_land_in_the_scenario_stage_with_the_request_categories(framew
 
 def test_each_reconciled_total_is_the_servers_usage(framework, server):
     name, run = framework
-    for scenario in ANSWERED:
+    for scenario in FRAMEWORKS[name].answered:
         served = sorted(server.prompt_tokens(f"{name}/observed-{scenario}"))
         spans = call_spans(run.spans(), f"fw-{name}", scenario)
         finals = [final_snapshot(s) for s in spans]
