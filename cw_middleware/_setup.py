@@ -2,8 +2,9 @@
 
 Telemetry providers, in order of preference: the ones passed in; the ones the
 application already installed globally (never replaced silently); otherwise the
-embedded pipeline of ``embedded.py`` for ``export="file:..."`` or ``"otlp"``;
-``export="none"`` uses the OpenTelemetry API's no-op providers.
+embedded pipeline of ``embedded.py`` for ``export="file:..."`` or ``"otlp"`` (and for a
+scrape endpoint, ``metrics="prometheus:HOST:PORT"``); ``export="none"`` without one uses
+the OpenTelemetry API's no-op providers.
 """
 
 from __future__ import annotations
@@ -42,11 +43,17 @@ def configure(
     flush = shutdown = None
     if tracer_provider is not None or meter_provider is not None:
         pass  # the caller's providers, as given
-    elif cfg.export == "none":
+    elif cfg.export == "none" and cfg.metrics_endpoint is None:
         tracer_provider, meter_provider = trace.NoOpTracerProvider(), metrics.NoOpMeterProvider()
     elif _app_has_providers():
         # The application owns telemetry: emit into its providers, never replace them.
         logger.info("cw_middleware: using the application's TracerProvider/MeterProvider; export=%s is not installed", cfg.export)
+        if cfg.metrics_endpoint is not None:
+            logger.warning(
+                "cw_middleware: the application has its own MeterProvider, so metrics=%s opens no endpoint; "
+                "add a PrometheusMetricReader to that provider instead",
+                cfg.metrics,
+            )
     else:
         from .embedded import install
 

@@ -7,7 +7,12 @@ the default. Environment variables:
                                                          or otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set)
     CW_PROVIDER_COUNT      auto | always | never       (default: auto)
     CW_PROVIDER_COUNT_TIMEOUT  seconds                 (default: 5)
+    CW_METRICS             export | prometheus:HOST:PORT | none  (default: export, metrics go where
+                                                         CW_EXPORT sends them; prometheus:... serves
+                                                         them for scraping on HOST:PORT instead)
     CW_METRIC_RUN_LABELS   1 to add run/stage ids to metrics (cardinality!)
+    CW_METRIC_SERIES_LIMIT  most series one metric keeps in the process (default: 2000, the
+                                                         OpenTelemetry SDK's cardinality limit)
     OTEL_SERVICE_NAME      service name                (default: cw-middleware)
     OTEL_BSP_MAX_QUEUE_SIZE    spans waiting for export; beyond it they are dropped (default: 2048)
     OTEL_BSP_SCHEDULE_DELAY    ms between span exports (default: 1000)
@@ -24,6 +29,7 @@ against the working directory of the process.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +39,7 @@ from typing import Optional
 from .errors import ConfigError
 
 DEFAULT_TELEMETRY_FILE = "cw-telemetry.jsonl"
+DEFAULT_METRICS_HOST = "127.0.0.1"
 
 
 class ProviderCountPolicy(StrEnum):
@@ -50,7 +57,9 @@ class Config:
     context_windows: Mapping[str, int] = field(default_factory=dict)
     max_details: int = 20
     snapshot_history: int = 1000
+    metrics: str = "export"  # "export" | "prometheus:HOST:PORT" | "none"
     metric_run_labels: bool = False
+    metric_series_limit: int = 2000  # the SDK's default cardinality limit; beyond it, one overflow series
     log_events: bool = False  # also emit each snapshot as a log record (OTEP 4430 events)
     export_queue_size: int = 2048  # spans waiting for export; a full queue drops, never blocks
     export_interval_ms: int = 1000  # span batches leave at least this often
@@ -59,6 +68,44 @@ class Config:
     @property
     def export_path(self) -> Optional[str]:
         return self.export[5:] if self.export.startswith("file:") else None
+
+    @property
+    def metrics_endpoint(self) -> Optional[tuple[str, int]]:
+        """(host, port) of the scrape endpoint, when ``metrics="prometheus:HOST:PORT"``."""
+        if not self.metrics.startswith("prometheus:"):
+            return None
+        host, _, port = self.metrics[len("prometheus:") :].rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+def parse_metrics(value: str) -> str:
+    """``export`` | ``none`` | ``prometheus:[HOST:]PORT``, normalised to ``prometheus:HOST:PORT``.
+
+    HOST defaults to 127.0.0.1: the endpoint serves whoever can reach it, so anything wider
+    (``0.0.0.0``, a LAN address) must be written out. IPv6 hosts go in brackets: ``[::1]:9464``.
+    """
+    value = value.strip()
+    if value in ("export", "none"):
+        return value
+    usage = f"metrics must be 'export', 'none' or 'prometheus:HOST:PORT' (e.g. prometheus:127.0.0.1:9464), got {value!r}"
+    if not value.startswith("prometheus:"):
+        raise ConfigError(usage)
+    rest = value[len("prometheus:") :]
+    host, sep, port_text = rest.rpartition(":")
+    if not sep:
+        host = DEFAULT_METRICS_HOST
+    if host.startswith("["):
+        if not host.endswith("]"):
+            raise ConfigError(usage)
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise ConfigError(f"{usage}: {host} is not an IPv6 address") from None
+    elif not host or ":" in host or any(c.isspace() or c in "/@?#" for c in host):
+        raise ConfigError(usage)
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ConfigError(f"{usage}: the port must be 1-65535")
+    return f"prometheus:{host}:{int(port_text)}"
 
 
 def parse_export(value: str) -> str:
@@ -84,7 +131,9 @@ def resolve(
     context_windows: Optional[Mapping[str, int]] = None,
     max_details: Optional[int] = None,
     snapshot_history: Optional[int] = None,
+    metrics: Optional[str] = None,
     metric_run_labels: Optional[bool] = None,
+    metric_series_limit: Optional[int] = None,
     log_events: Optional[bool] = None,
     export_queue_size: Optional[int] = None,
     export_interval_ms: Optional[int] = None,
@@ -117,6 +166,11 @@ def resolve(
     metric_delay = _positive_int(
         "metric_interval_ms", metric_interval_ms, env.get("OTEL_METRIC_EXPORT_INTERVAL"), defaults.metric_interval_ms
     )
+    series_limit = _positive_int(
+        "metric_series_limit", metric_series_limit, env.get("CW_METRIC_SERIES_LIMIT"), defaults.metric_series_limit
+    )
+    if metrics is None:
+        metrics = env.get("CW_METRICS") or None
     return Config(
         service_name=service_name or env.get("OTEL_SERVICE_NAME") or defaults.service_name,
         export=parse_export(export) if export else defaults.export,
@@ -125,7 +179,9 @@ def resolve(
         context_windows=windows,
         max_details=max_details or defaults.max_details,
         snapshot_history=snapshot_history or defaults.snapshot_history,
+        metrics=parse_metrics(metrics) if metrics is not None else defaults.metrics,
         metric_run_labels=bool(metric_run_labels) if metric_run_labels is not None else env.get("CW_METRIC_RUN_LABELS") == "1",
+        metric_series_limit=series_limit,
         log_events=bool(log_events) if log_events is not None else env.get("CW_LOG_EVENTS") == "1",
         export_queue_size=queue,
         export_interval_ms=delay,

@@ -9,6 +9,13 @@ their first bytes. ``export="otlp"`` sends plain OTLP to the endpoint named by
 the standard OTEL_EXPORTER_OTLP_* variables (http/protobuf by default, grpc
 with OTEL_EXPORTER_OTLP_PROTOCOL=grpc).
 
+``metrics="prometheus:HOST:PORT"`` sends metrics to a scrape endpoint instead: an
+``opentelemetry-exporter-prometheus`` reader behind prometheus_client's HTTP server,
+bound to HOST only, started by ``install`` and stopped by its shutdown (never a port
+opened unless asked). It serves its own registry, not prometheus_client's global one,
+so an application's own Prometheus metrics are neither mixed in nor disturbed. Spans
+(and log events) still go where ``export`` says.
+
 Export never reaches the call path: spans go through a bounded
 ``BatchSpanProcessor`` (full queue: dropped, the SDK warns) and metrics through a
 ``PeriodicExportingMetricReader``; the file is written on their worker threads.
@@ -27,10 +34,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import (
+    Counter,
+    Histogram,
+    MeterProvider,
+    ObservableCounter,
+    ObservableGauge,
+    ObservableUpDownCounter,
+    UpDownCounter,
+)
+from opentelemetry.sdk.metrics import _Gauge as Gauge  # the SDK's synchronous gauge (its public name is the API's)
 from opentelemetry.sdk.metrics.export import (
     MetricExporter,
     MetricExportResult,
+    MetricReader,
     MetricsData,
     PeriodicExportingMetricReader,
 )
@@ -279,17 +297,79 @@ def _otlp_exporters() -> tuple[SpanExporter, MetricExporter, str]:
     return spans, metric, where
 
 
+# ---------------------------------------------------------------- the scrape endpoint
+
+
+class ScrapeEndpoint:
+    """Prometheus text format on HOST:PORT, from a PrometheusMetricReader with a registry of its own."""
+
+    def __init__(self, host: str, port: int, reader: MetricReader, registry: Any) -> None:
+        from prometheus_client import start_http_server
+
+        self.reader = reader
+        # prometheus_client picks the address family from HOST; nothing else is bound.
+        self._httpd, self._thread = start_http_server(port, addr=host, registry=registry)
+        bound = self._httpd.server_address
+        self.address: tuple[str, int] = (str(bound[0]), int(bound[1]))
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://[{host}]:{port}/metrics" if ":" in host else f"http://{host}:{port}/metrics"
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5.0)
+
+
+def _series_limits(limit: int) -> dict[type, int]:
+    """The same cardinality limit for every instrument class (the SDK's default is 2000 each)."""
+    return {
+        cls: limit
+        for cls in (Counter, UpDownCounter, Histogram, Gauge, ObservableCounter, ObservableUpDownCounter, ObservableGauge)
+    }
+
+
+def _scrape_endpoint(config: Config) -> Optional[ScrapeEndpoint]:
+    """Start the endpoint of ``metrics="prometheus:HOST:PORT"``; a port that cannot be bound logs and gives None.
+
+    A busy port is not a bad setting (several worker processes of one application share
+    one environment): the application runs on, and the other telemetry too.
+    """
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry
+
+    assert config.metrics_endpoint is not None
+    host, port = config.metrics_endpoint
+    registry = CollectorRegistry(auto_describe=True)
+    reader = PrometheusMetricReader(registry=registry, cardinality_limits=_series_limits(config.metric_series_limit))
+    try:
+        endpoint = ScrapeEndpoint(host, port, reader, registry)
+    except OSError as exc:
+        reader.shutdown()
+        _warn(
+            "metrics-endpoint",
+            f"cw_middleware: cannot serve metrics on {host}:{port} ({type(exc).__name__}: {exc.strerror or exc}); "
+            "metrics are not exported from this process, the LLM calls proceed",
+        )
+        return None
+    logger.info("cw_middleware: metrics for Prometheus at %s", endpoint.url)
+    return endpoint
+
+
 # ---------------------------------------------------------------- the pipeline
 
 
 @dataclass
 class Pipeline:
-    tracer_provider: TracerProvider
+    tracer_provider: trace.TracerProvider  # the API's no-op one with export="none"
     meter_provider: MeterProvider
     flush: Callable[[float], bool]
     shutdown: Callable[[], None]
-    span_processor: BatchSpanProcessor
+    span_processor: Optional[BatchSpanProcessor]
     logger_provider: Any = None  # only with config.log_events
+    metrics_endpoint: Optional[ScrapeEndpoint] = None  # only with metrics="prometheus:..."
 
 
 def install(
@@ -297,44 +377,76 @@ def install(
     span_exporter: Optional[SpanExporter] = None,
     metric_exporter: Optional[MetricExporter] = None,
 ) -> Pipeline:
-    """Providers with exporters for ``config.export``; the global providers are left alone."""
+    """Providers with exporters for ``config.export`` and ``config.metrics``; the global providers are left alone."""
     resource = Resource.create({"service.name": config.service_name})
-    if span_exporter is None or metric_exporter is None:
-        if config.export_path is not None:
-            sink = _JsonLinesFile(config.export_path)
-            span_exporter = span_exporter or OtlpJsonFileSpanExporter(config.export_path, sink)
-            metric_exporter = metric_exporter or OtlpJsonFileMetricExporter(config.export_path, sink)
-        else:
-            otlp_spans, otlp_metrics, where = _otlp_exporters()
-            span_exporter = span_exporter or _GuardedSpanExporter(otlp_spans, where)
-            metric_exporter = metric_exporter or _GuardedMetricExporter(otlp_metrics, where)
-    processor = BatchSpanProcessor(
-        span_exporter,
-        max_queue_size=config.export_queue_size,
-        max_export_batch_size=min(512, config.export_queue_size),
-        schedule_delay_millis=config.export_interval_ms,
-    )
-    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)  # _setup flushes at exit
-    tracer_provider.add_span_processor(processor)
-    reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=config.metric_interval_ms)
-    meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
+    sink = _JsonLinesFile(config.export_path) if config.export_path is not None else None
+    where = ""
+    otlp_spans: Optional[SpanExporter] = None
+    otlp_metrics: Optional[MetricExporter] = None
+    wants_export_metrics = config.metrics == "export" and metric_exporter is None
+    if config.export == "otlp" and (span_exporter is None or wants_export_metrics):
+        otlp_spans, otlp_metrics, where = _otlp_exporters()
 
-    logger_provider = _logger_provider(config, resource) if config.log_events else None
+    processor: Optional[BatchSpanProcessor] = None
+    sdk_tracer: Optional[TracerProvider] = None
+    if config.export != "none" or span_exporter is not None:
+        if span_exporter is None:
+            if sink is not None:
+                span_exporter = OtlpJsonFileSpanExporter(sink.path, sink)
+            else:
+                assert otlp_spans is not None
+                span_exporter = _GuardedSpanExporter(otlp_spans, where)
+        processor = BatchSpanProcessor(
+            span_exporter,
+            max_queue_size=config.export_queue_size,
+            max_export_batch_size=min(512, config.export_queue_size),
+            schedule_delay_millis=config.export_interval_ms,
+        )
+        sdk_tracer = TracerProvider(resource=resource, shutdown_on_exit=False)  # _setup flushes at exit
+        sdk_tracer.add_span_processor(processor)
+    tracer_provider: trace.TracerProvider = sdk_tracer if sdk_tracer is not None else trace.NoOpTracerProvider()
+
+    readers: list[MetricReader] = []
+    endpoint: Optional[ScrapeEndpoint] = None
+    if config.metrics == "export" and (config.export != "none" or metric_exporter is not None):
+        if metric_exporter is None:
+            if sink is not None:
+                metric_exporter = OtlpJsonFileMetricExporter(sink.path, sink)
+            else:
+                assert otlp_metrics is not None
+                metric_exporter = _GuardedMetricExporter(otlp_metrics, where)
+        readers.append(
+            PeriodicExportingMetricReader(
+                metric_exporter,
+                export_interval_millis=config.metric_interval_ms,
+                cardinality_limits=_series_limits(config.metric_series_limit),
+            )
+        )
+    elif config.metrics_endpoint is not None:
+        endpoint = _scrape_endpoint(config)
+        if endpoint is not None:
+            readers.append(endpoint.reader)
+    meter_provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
+
+    logger_provider = _logger_provider(config, resource) if config.log_events and config.export != "none" else None
 
     def flush(timeout: float) -> bool:
         millis = int(timeout * 1000)
-        ok = bool(tracer_provider.force_flush(millis))
+        ok = sdk_tracer is None or bool(sdk_tracer.force_flush(millis))
         if logger_provider is not None:
             ok = bool(logger_provider.force_flush(millis)) and ok
         return bool(meter_provider.force_flush(millis)) and ok
 
     def shutdown() -> None:
-        tracer_provider.shutdown()
+        if sdk_tracer is not None:
+            sdk_tracer.shutdown()
         meter_provider.shutdown()
+        if endpoint is not None:
+            endpoint.close()
         if logger_provider is not None:
             logger_provider.shutdown()
 
-    return Pipeline(tracer_provider, meter_provider, flush, shutdown, processor, logger_provider)
+    return Pipeline(tracer_provider, meter_provider, flush, shutdown, processor, logger_provider, endpoint)
 
 
 def _logger_provider(config: Config, resource: Resource) -> Any:
@@ -359,6 +471,7 @@ __all__ = [
     "OtlpJsonFileMetricExporter",
     "OtlpJsonFileSpanExporter",
     "Pipeline",
+    "ScrapeEndpoint",
     "encode_metrics_json",
     "encode_spans_json",
     "install",

@@ -215,7 +215,7 @@ class _Call:
             return
         if self.meta.context_window_tokens is None:
             self.warnings.add(WarningCode.UNKNOWN_CONTEXT_WINDOW)
-        self.telemetry = runtime.telemetry.start_call(self.api.operation, self.meta.provider, self.model, self.stage)
+        self.telemetry = runtime.telemetry.start_call(self.api.operation, self.meta.provider, self.meta.model, self.stage)
         self.warnings |= runtime.take_deferred(self.stage)
         self._start_provider_count(options.get(OPTION_PROVIDER_COUNT))
         self._publish(CountMethod.LOCAL_ESTIMATE)
@@ -257,7 +257,7 @@ class _Call:
             return
         if self.telemetry is not None:
             try:
-                attributes = self.runtime.telemetry.metric_attributes(self.meta.provider, self.model, self.stage)
+                attributes = self.runtime.telemetry.metric_attributes(self.meta.provider, self.meta.model, self.stage)
                 self.runtime.telemetry.count_failures.add(1, attributes)
             except Exception:  # noqa: BLE001
                 pass
@@ -361,25 +361,34 @@ class _Call:
 def _meta(
     runtime: Runtime, model: str, custom_llm_provider: Optional[str], window_override: Any, st: Optional[StageInfo]
 ) -> RequestMeta:
-    provider, window = _model_facts(model, custom_llm_provider)
+    provider, name, window = _model_facts(model, custom_llm_provider)
     configured = runtime.config.context_windows
     if isinstance(window_override, int) and window_override > 0:
         window = window_override
     elif model in configured:
         window = configured[model]
-    return RequestMeta(st.run_id if st else None, st.stage_id if st else None, provider, model or None, window)
+    elif name in configured:
+        window = configured[name]
+    return RequestMeta(st.run_id if st else None, st.stage_id if st else None, provider, name or None, window)
 
 
 @lru_cache(maxsize=512)
-def _model_facts(model: str, custom_llm_provider: Optional[str]) -> tuple[Optional[str], Optional[int]]:
-    """(provider, max input tokens) from LiteLLM's model map; unknown models get (family guess, None)."""
+def _model_facts(model: str, custom_llm_provider: Optional[str]) -> tuple[Optional[str], str, Optional[int]]:
+    """(provider, model name, max input tokens) from LiteLLM's model map; unknown models get (family guess, model, None).
+
+    The one place model names are normalised, for spans, snapshots and metric labels alike:
+    the provider goes to gen_ai.provider.name and the model is named as the provider names
+    it, without LiteLLM's routing prefix, so ``openai/gpt-4o`` and ``gpt-4o`` are one series
+    (``gpt-4o``, provider ``openai``). A model LiteLLM does not know keeps its name as written.
+    """
     from ._offline import litellm as _import_litellm
 
     litellm = _import_litellm()  # offline on first import, without leaving a variable behind
 
     provider: Optional[str]
+    name = model
     try:
-        provider = litellm.get_llm_provider(model, custom_llm_provider=custom_llm_provider)[1]
+        name, provider = litellm.get_llm_provider(model, custom_llm_provider=custom_llm_provider)[:2]
     except Exception:  # noqa: BLE001 - unknown to LiteLLM: fall back to our family guess
         provider = split_provider(model, custom_llm_provider)[0]
         provider = None if provider == "unknown" else provider
@@ -388,7 +397,7 @@ def _model_facts(model: str, custom_llm_provider: Optional[str]) -> tuple[Option
         window = info.get("max_input_tokens") or info.get("max_tokens")
     except Exception:  # noqa: BLE001
         window = None
-    return provider, int(window) if window else None
+    return provider, str(name or model), int(window) if window else None
 
 
 def _is_stream(response: Any) -> bool:

@@ -18,6 +18,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+# Real Prometheus / VictoriaMetrics servers (factories), for every suite that needs them.
+from servers.prometheus import prometheus_server, victoria_metrics_server  # noqa: F401
+
 import cw_middleware  # noqa: F401
 from cw_middleware.config import resolve
 from cw_middleware.runtime import Runtime, set_runtime
