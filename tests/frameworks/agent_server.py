@@ -1,6 +1,7 @@
 """A scripted OpenAI-compatible model on 127.0.0.1 for agent frameworks: a tool call, then a final answer.
 
-``POST /{tag}/v1/chat/completions`` (the tag names the scenario:
+``POST /{tag}/v1/chat/completions`` and ``POST /{tag}/v1/responses`` (non-streamed,
+the final answer; the tag names the scenario:
 ``smolagents/observed-stream``, ``smolagents/plain-fail400``, ...). A request whose conversation does not yet hold the tool's
 result gets a call to its first tool (arguments carry the ARGS canary); one that
 holds it gets the final answer: a ``final_answer`` tool call when the request offers
@@ -121,6 +122,8 @@ def _handler(server: AgentServer) -> type[BaseHTTPRequestHandler]:
             body = json.loads(raw or b"{}")
             tag = self.path.split("?", 1)[0].split("/v1/", 1)[0].strip("/")
             stream = bool(body.get("stream"))
+            if self.path.split("?", 1)[0].endswith("/responses"):
+                return self._responses(tag, raw, body)
             if not self.path.split("?", 1)[0].endswith("/chat/completions"):
                 self._record(tag, stream, 0, body)
                 return self._json(404, {"error": {"message": f"no route {CANARIES['error']}"}})
@@ -155,6 +158,42 @@ def _handler(server: AgentServer) -> type[BaseHTTPRequestHandler]:
                     "model": "gpt-4o-2024-08-06",
                     "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
                     "usage": usage,
+                },
+            )
+
+        def _responses(self, tag: str, raw: bytes, body: dict[str, Any]) -> None:
+            """The Responses API, non-streamed: the final answer as one output_text message."""
+            input_tokens = 700 + len(raw) // 7
+            self._record(tag, False, input_tokens, body)
+            message = {
+                "type": "message",
+                "id": "msg_agent",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": FINAL_ANSWER, "annotations": []}],
+            }
+            self._json(
+                200,
+                {
+                    "id": "resp_agent",
+                    "object": "response",
+                    "created_at": int(time.time()),
+                    "status": "completed",
+                    "error": None,
+                    "incomplete_details": None,
+                    "instructions": body.get("instructions"),
+                    "model": "gpt-4o-2024-08-06",
+                    "output": [message],
+                    "parallel_tool_calls": True,
+                    "tool_choice": "auto",
+                    "tools": [],
+                    "usage": {
+                        "input_tokens": input_tokens,
+                        "input_tokens_details": {"cached_tokens": 0},
+                        "output_tokens": 11,
+                        "output_tokens_details": {"reasoning_tokens": 0},
+                        "total_tokens": input_tokens + 11,
+                    },
                 },
             )
 

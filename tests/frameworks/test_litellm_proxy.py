@@ -207,9 +207,19 @@ def served(proxy) -> dict:
     assert status == 200  # a bad id never breaks the call
     seen["default"].append(tokens)
 
+    before = len(proxy.server.requests(TAG))
+    response = proxy.client.post(
+        "/v1/responses",
+        json={"model": "gpt-4o", "instructions": f"Be careful. {CANARIES['system']}", "input": f"Find {CANARIES['user']}."},
+        headers=_stage_headers("responses@1"),
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["output"][0]["content"][0]["text"] == FINAL_ANSWER
+    seen["responses@1"] = [s.prompt_tokens for s in proxy.server.requests(TAG)[before:]]
+
     status, error, _ = proxy.chat(_request(model="broken"), _stage_headers("failing@1"))
     seen["failing"] = (status, error)
-    proxy.wait_for_calls(9)
+    proxy.wait_for_calls(10)
     return seen
 
 
@@ -232,6 +242,13 @@ def test_every_reconciled_total_is_the_servers_usage(proxy, served):
         finals = [final_snapshot(s) for s in call_spans(spans, RUN, stage)]
         assert sorted(f["agent.context_window.input_tokens"] for f in finals) == sorted(served[stage]), stage
         assert all(f["agent.context_window.count_method"] == "response_usage_scaled_breakdown" for f in finals)
+
+
+def test_responses_api_requests_are_observed_too(proxy, served):
+    answer = cw.reader(f"file:{proxy.export}").context_window(RUN, "responses@1")
+    assert answer.count_method is cw.CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN
+    assert [answer.input_tokens] == served["responses@1"]
+    assert answer.breakdown[0].category.value == "system_prompt" and answer.breakdown[0].tokens > 0  # instructions
 
 
 def test_a_stream_keeps_its_usage_chunk_only_when_the_client_asked(served):
