@@ -24,10 +24,11 @@ def generate(path: str, snapshots: int) -> tuple[float, list[tuple[str, str]]]:
     from cw_middleware.config import resolve
     from cw_middleware.contract import Category, CountMethod
     from cw_middleware.embedded import install
-    from cw_middleware.snapshot import RequestMeta, build_snapshot
+    from cw_middleware.snapshot import RequestMeta, SnapshotParts, build_snapshot
     from cw_middleware.telemetry import StageInfo, Telemetry
 
     cfg = resolve(export=f"file:{path}", environ={}, export_queue_size=1_000_000)
+    parts = SnapshotParts()
     pipeline = install(cfg)
     tel = Telemetry(cfg, pipeline.tracer_provider, pipeline.meter_provider)
     by_source = {
@@ -58,8 +59,10 @@ def generate(path: str, snapshots: int) -> tuple[float, list[tuple[str, str]]]:
                     stage = long_stage if c == 0 else info  # the long stage gets a call now and then
                     meta = RequestMeta(stage.run_id, stage.stage_id, "openai", "gpt-4o", 128000)
                     call = tel.start_call("chat", "openai", "gpt-4o", stage)
-                    call.record(build_snapshot(by_source, meta, CountMethod.LOCAL_ESTIMATE))
-                    call.record(build_snapshot(by_source, meta, CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN, total=11000 + c))
+                    call.record(build_snapshot(by_source, meta, CountMethod.LOCAL_ESTIMATE, parts=parts))
+                    call.record(
+                        build_snapshot(by_source, meta, CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN, total=11000 + c, parts=parts)
+                    )
                     call.end(input_tokens=11000 + c, output_tokens=10)
                     done += 1
                     if done >= calls:

@@ -5,7 +5,6 @@ Swap ``litellm.completion`` for ``cw_middleware.completion`` (or call
 segments and tools; read the breakdown back from your telemetry backend.
 """
 
-from ._setup import configure, flush
 from .config import Config, ProviderCountPolicy
 from .contract import (
     BreakdownItem,
@@ -31,6 +30,7 @@ from .errors import (
 from .instrument import instrument, uninstrument
 from .propagation import bind
 from .readback import Reader, ReaderOptions, RunSummary, SnapshotReader, StageSummary, reader
+from .runtime import configure, flush
 from .tags import ToolSource, message, segment, tool
 from .wrapper import acompletion, aresponses, completion, current_stage, estimate, responses, snapshots, stage
 

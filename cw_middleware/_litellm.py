@@ -5,45 +5,67 @@ versions, and a user may have patched them before us. The wrapper's own inner
 call must never go through a patched module attribute (that recursed), so it
 asks `original(name)` for the function to call.
 
-While an observed call forwards to its original, `forwarding()` is true (a
-context variable, so threads and tasks started inside the call see it too): an
-observed shell entered again from there (a user's patch under ours that looks
-``litellm.completion`` up at call time, a LiteLLM callback calling LiteLLM) goes
-straight to LiteLLM's own function, unobserved, instead of observing the same
-request twice or recursing.
+The wrapper's own functions and instrument()'s shells carry a mark
+(`mark_observed`); a shell also holds the function it replaced (`SAVED_ATTR`).
+Neither is ever forwarded to: where the module attribute is one of them and no
+original was saved -- a user's shim such as ``litellm.completion = cw.completion``,
+or a shell of ours put back by hand after `uninstrument()` -- the original is
+found where LiteLLM defines it (`own`), so the call works instead of recursing.
 """
 
 from __future__ import annotations
 
-import contextvars
-import functools
 import importlib
-import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 # The entry points the wrapper forwards to, by their name on the litellm module.
 ENTRY_POINTS = ("completion", "acompletion", "responses", "aresponses")
 
-# Where LiteLLM defines each entry point, newest layout first: since 1.10x the module
-# attribute is a dispatcher (``litellm.chat_completions.dispatch``) in front of ``litellm.main``.
-_HOMES: dict[str, tuple[str, ...]] = {
+# Where LiteLLM defines each entry point, newest layout first (1.110: dispatch modules; 1.83: main).
+_HOMES = {
     "completion": ("litellm.chat_completions.dispatch", "litellm.main"),
     "acompletion": ("litellm.chat_completions.dispatch", "litellm.main"),
     "responses": ("litellm.responses.dispatch", "litellm.responses.main"),
     "aresponses": ("litellm.responses.dispatch", "litellm.responses.main"),
 }
-
-# Marks an observed shell (instrument.py) and holds what it replaced: never forwarded to.
+_MARK = "__cw_observed__"
+# On an instrument() shell: the function it replaced.
 SAVED_ATTR = "_cw_saved"
 
 _originals: dict[str, Callable[..., Any]] = {}
-_forwarding: contextvars.ContextVar[bool] = contextvars.ContextVar("cw_forwarding", default=False)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def mark_observed(function: F) -> F:
+    """Mark one of the wrapper's functions (or instrument()'s replacements): never forwarded to."""
+    setattr(function, _MARK, True)
+    return function
+
+
+def is_observed(function: object) -> bool:
+    return getattr(function, _MARK, False) is True
+
+
+def unwrap(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Past our own instrument() shells to the function the first of them replaced."""
+    while True:
+        saved = getattr(function, SAVED_ATTR, None)
+        if saved is None:
+            return function
+        function = saved
 
 
 def remember(name: str, function: Callable[..., Any]) -> None:
-    """Record the function to forward to for ``name`` (instrument() calls this before patching)."""
-    _originals[name] = _guarded(name, unwrap(function))
+    """Record the function to forward to for ``name`` (instrument() calls this before patching).
+
+    One of our own functions is never recorded (a shim installed before instrument()):
+    `original` then finds LiteLLM's where it is defined.
+    """
+    function = unwrap(function)
+    if not is_observed(function):
+        _originals[name] = function
 
 
 def forget(name: str) -> None:
@@ -57,58 +79,24 @@ def original(name: str) -> Callable[..., Any]:
         return function
     from ._offline import litellm
 
-    return unwrap(getattr(litellm(), name))
-
-
-def forwarding() -> bool:
-    """True inside an observed call's forward to its original (the re-entrancy guard)."""
-    return _forwarding.get()
+    function = unwrap(getattr(litellm(), name))
+    if not is_observed(function):
+        return function
+    home = own(name)  # the module attribute is ours (a shim): forwarding to it would recurse
+    _originals.setdefault(name, home)
+    return home
 
 
 def own(name: str) -> Callable[..., Any]:
     """LiteLLM's own definition of ``name``, whatever the module attribute holds now."""
-    for home in _HOMES.get(name, ()):
+    for module_name in _HOMES.get(name, ()):
         try:
-            function = getattr(importlib.import_module(home), name, None)
+            function = getattr(importlib.import_module(module_name), name, None)
         except ImportError:
             continue
-        if callable(function):
-            return unwrap(function)
-    from ._offline import litellm
-
-    return unwrap(getattr(litellm(), name))
-
-
-def unwrap(function: Callable[..., Any]) -> Callable[..., Any]:
-    """Skip our own observed shells: forwarding to one of them would observe a call twice or recurse."""
-    while True:
-        saved = getattr(function, SAVED_ATTR, None)
-        if saved is None:
-            return function
-        function = saved
-
-
-def _guarded(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` with the re-entrancy guard set while it runs (for async entry points: while awaited)."""
-    if name.startswith("a"):  # acompletion, aresponses: a user's patch may be a plain function returning an awaitable
-
-        @functools.wraps(function)
-        async def guarded_async(*args: Any, **kwargs: Any) -> Any:
-            token = _forwarding.set(True)
-            try:
-                result = function(*args, **kwargs)
-                return await result if inspect.isawaitable(result) else result
-            finally:
-                _forwarding.reset(token)
-
-        return guarded_async
-
-    @functools.wraps(function)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        token = _forwarding.set(True)
-        try:
-            return function(*args, **kwargs)
-        finally:
-            _forwarding.reset(token)
-
-    return guarded
+        if callable(function) and not is_observed(function):
+            return function  # type: ignore[no-any-return]
+    raise RuntimeError(
+        f"cw_middleware: litellm.{name} was replaced by cw_middleware's own function and LiteLLM's original "
+        "cannot be found; use cw.instrument() instead of assigning it"
+    )

@@ -1,9 +1,9 @@
-"""configure(): resolve settings once and build the process Runtime.
+"""Which telemetry providers a new Runtime gets (`runtime.configure()` asks here).
 
-Telemetry providers, in order of preference: the ones passed in; the ones the
-application already installed globally (never replaced silently); otherwise the
-embedded pipeline of ``embedded.py`` for ``export="file:..."`` or ``"otlp"`` (and for a
-scrape endpoint, ``metrics="prometheus:HOST:PORT"``); ``export="none"`` without one uses
+In order of preference: the ones passed in; the ones the application already
+installed globally (never replaced silently); otherwise the embedded pipeline of
+``embedded.py`` for ``export="file:..."`` or ``"otlp"`` (and for a scrape endpoint,
+``metrics="prometheus:HOST:PORT"``); ``export="none"`` without one uses
 the OpenTelemetry API's no-op providers.
 
 Two choices made elsewhere decide where telemetry goes, and each is said once per
@@ -15,18 +15,17 @@ honoured (nothing is exported; ``cw.snapshots()`` and ``cw.estimate()`` still wo
 
 from __future__ import annotations
 
-import atexit
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from opentelemetry import metrics, trace
 
-from . import config as _config
 from ._log import RateLimitedLog
-from .runtime import Runtime, set_runtime
+from .config import Config
 
 logger = logging.getLogger("cw_middleware")
 _once = RateLimitedLog(interval=math.inf)  # each of these warnings once per process, however often configure() runs
@@ -38,6 +37,15 @@ def sdk_disabled(environ: Optional[Mapping[str, str]] = None) -> bool:
     return env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
 
 
+@dataclass(frozen=True)
+class Providers:
+    tracer_provider: Optional[trace.TracerProvider]
+    meter_provider: Optional[metrics.MeterProvider]
+    logger_provider: Any = None
+    flush: Optional[Callable[[float], bool]] = None  # the embedded pipeline's, when we installed one
+    shutdown: Optional[Callable[[], None]] = None
+
+
 def _app_has_providers() -> bool:
     # The API's proxies stand in until an SDK provider is set globally.
     tp = trace.get_tracer_provider()
@@ -45,32 +53,25 @@ def _app_has_providers() -> bool:
     return not isinstance(tp, trace.ProxyTracerProvider) or type(mp).__name__ not in ("_ProxyMeterProvider", "NoOpMeterProvider")
 
 
-def configure(
-    *,
+def choose_providers(
+    cfg: Config,
     tracer_provider: Optional[trace.TracerProvider] = None,
     meter_provider: Optional[metrics.MeterProvider] = None,
     logger_provider: Any = None,
-    **settings: Any,
-) -> Runtime:
-    """(Re)configure cw_middleware; see `config.resolve` for the settings and their env vars.
-
-    Raises ConfigError for a bad setting. Returns the new Runtime.
-    """
-    cfg = _config.resolve(**settings)
-    flush = shutdown = None
+) -> Providers:
     if tracer_provider is not None or meter_provider is not None:
-        pass  # the caller's providers, as given
-    elif cfg.export == "none" and cfg.metrics_endpoint is None:
-        tracer_provider, meter_provider = trace.NoOpTracerProvider(), metrics.NoOpMeterProvider()
-    elif sdk_disabled():
+        return Providers(tracer_provider, meter_provider, logger_provider)  # the caller's, as given
+    if cfg.export == "none" and cfg.metrics_endpoint is None:
+        return Providers(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), logger_provider)
+    if sdk_disabled():
         _once.warning(
             "sdk-disabled",
             f"cw_middleware: OTEL_SDK_DISABLED=true switches OpenTelemetry off, so no snapshots are exported "
             f"(export={cfg.export}{f', metrics={cfg.metrics}' if cfg.metrics_endpoint is not None else ''} is not installed); "
             "cw.snapshots() and cw.estimate() still work. Unset it to export.",
         )
-        tracer_provider, meter_provider = trace.NoOpTracerProvider(), metrics.NoOpMeterProvider()
-    elif _app_has_providers():
+        return Providers(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), logger_provider)
+    if _app_has_providers():
         # The application owns telemetry: emit into its providers, never replace them.
         tp, mp = trace.get_tracer_provider(), metrics.get_meter_provider()
         _once.warning(
@@ -85,39 +86,18 @@ def configure(
                 "add a PrometheusMetricReader to that provider instead",
                 cfg.metrics,
             )
-    else:
-        from .embedded import install
+        return Providers(None, None, logger_provider)
+    from .embedded import install
 
-        pipeline = install(cfg)
-        tracer_provider, meter_provider = pipeline.tracer_provider, pipeline.meter_provider
-        logger_provider = logger_provider or pipeline.logger_provider
-        flush, shutdown = pipeline.flush, pipeline.shutdown
-    runtime = Runtime(cfg, tracer_provider, meter_provider, shutdown=shutdown, flush=flush, logger_provider=logger_provider)
-    previous = set_runtime(runtime)
-    if previous is not None:
-        previous.flush()
-        previous.shutdown()
-    return runtime
+    pipeline = install(cfg)
+    return Providers(
+        pipeline.tracer_provider,
+        pipeline.meter_provider,
+        logger_provider or pipeline.logger_provider,
+        pipeline.flush,
+        pipeline.shutdown,
+    )
 
 
 def _type_name(obj: Any) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
-
-
-def flush(timeout: float = 10.0) -> bool:
-    """Export everything recorded so far (CLI, tests, short scripts). True when all went out."""
-    from . import runtime as _rt
-
-    current = _rt._runtime
-    return True if current is None else current.flush(timeout)
-
-
-def _flush_at_exit() -> None:
-    from .runtime import _runtime
-
-    if _runtime is not None:
-        _runtime.flush(5.0)
-        _runtime.shutdown()
-
-
-atexit.register(_flush_at_exit)

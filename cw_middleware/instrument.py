@@ -93,7 +93,7 @@ def _observed(name: str, shell: Callable[..., Any], saved: Callable[..., Any]) -
 
         @functools.wraps(saved)
         async def observed_async(*args: Any, **kwargs: Any) -> Any:
-            if _litellm.forwarding():
+            if _inside_a_call():
                 return await _litellm.own(name)(*args, **kwargs)
             return await shell(*args, **kwargs)
 
@@ -102,10 +102,21 @@ def _observed(name: str, shell: Callable[..., Any], saved: Callable[..., Any]) -
 
         @functools.wraps(saved)
         def observed_sync(*args: Any, **kwargs: Any) -> Any:
-            if _litellm.forwarding():
+            if _inside_a_call():
                 return _litellm.own(name)(*args, **kwargs)
             return shell(*args, **kwargs)
 
         observed = observed_sync
     setattr(observed, _litellm.SAVED_ATTR, saved)
-    return observed
+    return _litellm.mark_observed(observed)
+
+
+def _inside_a_call() -> bool:
+    """True while one of our calls is inside its original (the wrapper's re-entrancy guard).
+
+    Such an inner call (a patch under ours that looks ``litellm.completion`` up at call
+    time, LiteLLM calling its own entry points, a callback) belongs to the outer one: it
+    goes straight to LiteLLM's own function, not through the patch again, so a patch that
+    always looks the module up cannot recurse.
+    """
+    return wrapper._forwarding.get()

@@ -1,24 +1,34 @@
 """The one piece of process state: configuration, caches, telemetry and recent snapshots.
 
-`configure()` builds a Runtime; everything on the call path receives it from
-`get_runtime()`. Tests build their own Runtime and pass providers explicitly.
+`configure()` builds a Runtime and installs it; everything on the call path
+receives it from `get_runtime()`, which configures from the environment on first
+use. A Runtime owns every cache of the call path (the estimator's, the snapshot
+parts and event-seq counter, the recent snapshots) and the provider counter, so
+tests build their own Runtime, pass providers explicitly and can inject the
+counter (``counter_factory``).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from opentelemetry import metrics, trace
 
 from ._log import RateLimitedLog
+from ._setup import choose_providers
 from .config import Config, ProviderCountPolicy, resolve
 from .contract import Snapshot, WarningCode
 from .estimator import Estimator
+from .snapshot import SnapshotParts
 from .telemetry import CallTelemetry, StageInfo, Telemetry
+
+if TYPE_CHECKING:
+    from .counting import ProviderCounter
 
 logger = logging.getLogger("cw_middleware")
 
@@ -36,9 +46,11 @@ class Runtime:
         shutdown: Optional[Callable[[], None]] = None,
         flush: Optional[Callable[[float], bool]] = None,
         logger_provider: Any = None,
+        counter_factory: Optional[Callable[[Config], ProviderCounter]] = None,
     ) -> None:
         self.config = config or resolve()
         self.estimator = Estimator()
+        self.parts = SnapshotParts()
         self.telemetry = Telemetry(self.config, tracer_provider, meter_provider, logger_provider)
         self.log = RateLimitedLog()
         self._history: deque[Snapshot] = deque(maxlen=self.config.snapshot_history)
@@ -48,7 +60,8 @@ class Runtime:
         self._lock = threading.Lock()
         self._shutdown = shutdown
         self._flush = flush
-        self._counter: Any = None
+        self._counter_factory = counter_factory or _default_counter
+        self._counter: Optional[ProviderCounter] = None
 
     # ------------------------------------------------------------ snapshots
 
@@ -98,13 +111,11 @@ class Runtime:
 
     # ------------------------------------------------------------ provider counting
 
-    def counter(self) -> Any:
-        """The background provider counter, started on first use."""
+    def counter(self) -> ProviderCounter:
+        """The background provider counter, made by ``counter_factory`` on first use."""
         with self._lock:
             if self._counter is None:
-                from .counting import ProviderCounter
-
-                self._counter = ProviderCounter(timeout=self.config.provider_count_timeout)
+                self._counter = self._counter_factory(self.config)
             return self._counter
 
     # ------------------------------------------------------------ lifecycle
@@ -131,8 +142,60 @@ class Runtime:
                 self.log.warning("shutdown", f"cw_middleware: shutdown failed ({type(exc).__name__})")
 
 
+def _default_counter(config: Config) -> ProviderCounter:
+    from .counting import ProviderCounter  # imports httpx: only processes that count pay for it
+
+    return ProviderCounter(timeout=config.provider_count_timeout)  # its own HTTP client, made on first count
+
+
+# ---------------------------------------------------------------- the process's runtime
+
 _runtime: Optional[Runtime] = None
 _runtime_lock = threading.Lock()
+
+
+def configure(
+    *,
+    tracer_provider: Optional[trace.TracerProvider] = None,
+    meter_provider: Optional[metrics.MeterProvider] = None,
+    logger_provider: Any = None,
+    **settings: Any,
+) -> Runtime:
+    """(Re)configure cw_middleware; see `config.resolve` for the settings and their env vars.
+
+    Raises ConfigError for a bad setting. Returns the new Runtime.
+    """
+    cfg = resolve(**settings)
+    chosen = choose_providers(cfg, tracer_provider, meter_provider, logger_provider)
+    runtime = Runtime(
+        cfg,
+        chosen.tracer_provider,
+        chosen.meter_provider,
+        shutdown=chosen.shutdown,
+        flush=chosen.flush,
+        logger_provider=chosen.logger_provider,
+    )
+    previous = set_runtime(runtime)
+    if previous is not None:
+        previous.flush()
+        previous.shutdown()
+    return runtime
+
+
+def flush(timeout: float = 10.0) -> bool:
+    """Export everything recorded so far (CLI, tests, short scripts). True when all went out."""
+    current = _runtime
+    return True if current is None else current.flush(timeout)
+
+
+def _flush_at_exit() -> None:
+    current = _runtime
+    if current is not None:
+        current.flush(5.0)
+        current.shutdown()
+
+
+atexit.register(_flush_at_exit)
 
 
 def set_runtime(runtime: Optional[Runtime]) -> Optional[Runtime]:
@@ -152,8 +215,6 @@ def get_runtime() -> Runtime:
     runtime = _runtime
     if runtime is not None:
         return runtime
-    from ._setup import configure
-
     try:
         return configure()
     except Exception as exc:  # noqa: BLE001 - ConfigError from the environment, or anything else

@@ -37,53 +37,55 @@ from .schema import percent as _percent
 _UNATTRIBUTED = (Category.OTHER, "unattributed")
 _UNESTIMATED = (Category.OTHER, "unestimated")
 
-_event_seq = itertools.count(1)
 
+class SnapshotParts:
+    """The event-seq counter and the shared snapshot parts: one set per Runtime, which owns it.
 
-def next_event_seq() -> int:
-    return next(_event_seq)
+    Snapshot parts are frozen pydantic models, and most of them repeat from one
+    request to the next (the system prompt and tools do not change every turn):
+    sharing the instances keeps snapshot building cheap on the call path. Each
+    cache is bounded; they hold numbers, categories and source labels only.
+    """
 
+    CACHE_SIZE = 4096
 
-def make_warnings(codes: Iterable[WarningCode]) -> list[SnapshotWarning]:
-    return [_warning(code) for code in sorted(set(codes), key=lambda c: c.value)]
+    def __init__(self) -> None:
+        self._seq = itertools.count(1)
+        self._breakdown: dict[tuple[Category, int, Optional[int]], BreakdownItem] = {}
+        self._details: dict[tuple[Category, str, int], DetailItem] = {}
+        self._warnings: dict[WarningCode, SnapshotWarning] = {}
 
+    def next_seq(self) -> int:
+        return next(self._seq)  # itertools.count is atomic under the GIL: no lock needed
 
-# Snapshot parts are frozen pydantic models, and most of them repeat from one
-# request to the next (the system prompt and tools do not change every turn):
-# sharing the instances keeps snapshot building cheap on the call path.
-_PARTS_CACHE_SIZE = 4096
-_breakdown_items: dict[tuple[Category, int, Optional[int]], BreakdownItem] = {}
-_detail_items: dict[tuple[Category, str, int], DetailItem] = {}
-_warning_items: dict[WarningCode, SnapshotWarning] = {}
+    def warnings(self, codes: Iterable[WarningCode]) -> list[SnapshotWarning]:
+        return [self.warning(code) for code in sorted(set(codes), key=lambda c: c.value)]
 
+    def breakdown_item(self, category: Category, tokens: int, window: Optional[int]) -> BreakdownItem:
+        key = (category, tokens, window)
+        item = self._breakdown.get(key)
+        if item is None:
+            if len(self._breakdown) >= self.CACHE_SIZE:
+                self._breakdown.clear()
+            item = self._breakdown[key] = _trusted(
+                BreakdownItem, {"category": category, "tokens": tokens, "usage_percent": _percent(tokens, window)}
+            )
+        return item
 
-def _breakdown_item(category: Category, tokens: int, window: Optional[int]) -> BreakdownItem:
-    key = (category, tokens, window)
-    item = _breakdown_items.get(key)
-    if item is None:
-        if len(_breakdown_items) >= _PARTS_CACHE_SIZE:
-            _breakdown_items.clear()
-        item = _breakdown_items[key] = _trusted(
-            BreakdownItem, {"category": category, "tokens": tokens, "usage_percent": _percent(tokens, window)}
-        )
-    return item
+    def detail_item(self, category: Category, source: str, tokens: int) -> DetailItem:
+        key = (category, source, tokens)
+        item = self._details.get(key)
+        if item is None:
+            if len(self._details) >= self.CACHE_SIZE:
+                self._details.clear()
+            item = self._details[key] = _trusted(DetailItem, {"category": category, "source": source, "tokens": tokens})
+        return item
 
-
-def _detail_item(category: Category, source: str, tokens: int) -> DetailItem:
-    key = (category, source, tokens)
-    item = _detail_items.get(key)
-    if item is None:
-        if len(_detail_items) >= _PARTS_CACHE_SIZE:
-            _detail_items.clear()
-        item = _detail_items[key] = _trusted(DetailItem, {"category": category, "source": source, "tokens": tokens})
-    return item
-
-
-def _warning(code: WarningCode) -> SnapshotWarning:
-    item = _warning_items.get(code)
-    if item is None:
-        item = _warning_items[code] = SnapshotWarning.model_construct(code=code.value, message=WARNING_MESSAGES[code])
-    return item
+    def warning(self, code: WarningCode) -> SnapshotWarning:
+        item = self._warnings.get(code)
+        if item is None:
+            item = self._warnings[code] = SnapshotWarning.model_construct(code=code.value, message=WARNING_MESSAGES[code])
+        return item
 
 
 @dataclass(frozen=True)
@@ -105,13 +107,19 @@ def build_snapshot(
     total: Optional[int] = None,
     max_details: int = 20,
     unestimated: Optional[Mapping[tuple[Category, str], int]] = None,
+    *,
+    parts: Optional[SnapshotParts] = None,
 ) -> Snapshot:
     """A snapshot of ``by_source``, rescaled to ``total`` when one is given.
+
+    ``parts`` numbers the snapshot and shares its parts: the Runtime's on the call
+    path; without it, a one-off snapshot (event_seq 1) with parts of its own.
 
     ``unestimated`` (`Estimate.unestimated`) names the keys carrying content the local count
     could not see: a total above the local sum goes to them, the rest keep their counts.
     """
     codes = set(warnings)
+    parts = parts or SnapshotParts()
     if total is not None:
         carriers = unestimated
         if not carriers and WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED in codes:
@@ -140,10 +148,10 @@ def build_snapshot(
             usage_percent=_percent(input_tokens, window),
             count_method=count_method,
             generated_at=datetime.now(UTC),
-            event_seq=next_event_seq(),
-            breakdown=[_breakdown_item(c, t, window) for c, t in per_category.items()],
-            warnings=make_warnings(codes),
-            details=[_detail_item(c, s, t) for (c, s), t in ranked[:max_details] if t],
+            event_seq=parts.next_seq(),
+            breakdown=[parts.breakdown_item(c, t, window) for c, t in per_category.items()],
+            warnings=parts.warnings(codes),
+            details=[parts.detail_item(c, s, t) for (c, s), t in ranked[:max_details] if t],
         ),
     )
 

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, Optional
 
-from ._litellm import original
+from ._litellm import mark_observed, original
 from .apis import API_OF, Api, Forward, Parsed, Usage, for_estimate
 from .config import ProviderCountPolicy, parse_policy
 from .contract import CountMethod, Snapshot, WarningCode, validate_id
@@ -37,6 +37,10 @@ OPTION_PROVIDER_COUNT = "cw_provider_count"
 _OPTIONS = (OPTION_CONTEXT_WINDOW, OPTION_PROVIDER_COUNT)
 
 _current_stage: contextvars.ContextVar[Optional[StageInfo]] = contextvars.ContextVar("cw_stage", default=None)
+# Set while a call of ours is inside LiteLLM: a LiteLLM entry point that LiteLLM itself calls
+# meanwhile (the Responses API bridged to completion(), the Router's fallbacks) reaches us again
+# through an instrumented module; that inner call is part of the outer one, forwarded unobserved.
+_forwarding: contextvars.ContextVar[bool] = contextvars.ContextVar("cw_forwarding", default=False)
 
 
 # ---------------------------------------------------------------- stages
@@ -67,44 +71,64 @@ def current_stage() -> Optional[StageInfo]:
 # ---------------------------------------------------------------- entry points
 
 
+@mark_observed
 def completion(*args: Any, **kwargs: Any) -> Any:
     """`litellm.completion`, observed. Same arguments, same return value."""
     return _forward("completion", args, kwargs)
 
 
+@mark_observed
 async def acompletion(*args: Any, **kwargs: Any) -> Any:
     """`litellm.acompletion`, observed. Same arguments, same return value."""
     return await _aforward("acompletion", args, kwargs)
 
 
+@mark_observed
 def responses(*args: Any, **kwargs: Any) -> Any:
     """`litellm.responses`, observed. Same arguments, same return value (streams: the same iterator)."""
     return _forward("responses", args, kwargs)
 
 
+@mark_observed
 async def aresponses(*args: Any, **kwargs: Any) -> Any:
     """`litellm.aresponses`, observed. Same arguments, same return value (streams: the same iterator)."""
     return await _aforward("aresponses", args, kwargs)
 
 
 def _forward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if _forwarding.get():
+        return original(name)(*args, **_without_options(kwargs))
     call = _Call.start(API_OF[name], args, kwargs)
+    token = _forwarding.set(True)
     try:
         response = original(name)(*call.args, **call.kwargs)
     except BaseException as exc:
         call.fail(exc)
         raise
+    finally:
+        _forwarding.reset(token)
     return call.observe(response)
 
 
 async def _aforward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if _forwarding.get():
+        return await original(name)(*args, **_without_options(kwargs))
     call = _Call.start(API_OF[name], args, kwargs)
+    token = _forwarding.set(True)
     try:
         response = await original(name)(*call.args, **call.kwargs)
     except BaseException as exc:
         call.fail(exc)
         raise
+    finally:
+        _forwarding.reset(token)
     return call.observe(response)
+
+
+def _without_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    for key in _OPTIONS:
+        kwargs.pop(key, None)
+    return kwargs
 
 
 def estimate(*args: Any, **kwargs: Any) -> Snapshot:
@@ -118,7 +142,10 @@ def estimate(*args: Any, **kwargs: Any) -> Snapshot:
     codes = set(est.warnings) | parsed.warnings
     if meta.context_window_tokens is None:
         codes.add(WarningCode.UNKNOWN_CONTEXT_WINDOW)
-    return build_snapshot(est.by_source, meta, CountMethod.LOCAL_ESTIMATE, codes, max_details=runtime.config.max_details)
+    config = runtime.config
+    return build_snapshot(
+        est.by_source, meta, CountMethod.LOCAL_ESTIMATE, codes, max_details=config.max_details, parts=runtime.parts
+    )
 
 
 def _local_estimate(runtime: Runtime, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Parsed, Estimate]:
@@ -349,6 +376,7 @@ class _Call:
                 total=total,
                 max_details=self.runtime.config.max_details,
                 unestimated=self.estimate.unestimated,
+                parts=self.runtime.parts,
             )
             self.runtime.publish(snap, self.telemetry, self.stage, superseded=superseded)
         except Exception as exc:  # noqa: BLE001

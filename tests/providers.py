@@ -9,6 +9,9 @@ Routes (shapes as the providers document them):
 * ``POST /v1/messages/count_tokens`` Anthropic           -> ``{"input_tokens": N}``
 * ``POST /v1beta/models/{m}:countTokens`` Gemini          -> ``{"totalTokens": N}``
 * ``POST /v1/responses/input_tokens`` OpenAI responses    -> ``{"object": "response.input_tokens", "input_tokens": N}``
+* ``POST /v1/responses``             OpenAI Responses API, JSON or SSE stream (``response.created`` ...
+                                     ``response.completed``, whose response carries the usage block
+                                     with ``input_tokens_details.cached_tokens``)
 
 Each route has a `Route` with the status to answer, an artificial delay and the
 token number to report; error answers carry `CANARY` in their body, so tests can
@@ -31,6 +34,7 @@ import pytest
 CANARY = "CANARY-7f3a-provider-error-body"
 
 CHAT, ANTHROPIC, GEMINI, OPENAI_COUNT = "chat", "anthropic", "gemini", "openai_count"
+RESPONSES = "responses"
 MESSAGES = "anthropic_messages"
 
 
@@ -64,6 +68,7 @@ class FakeProvider:
             GEMINI: Route(tokens=2718),
             OPENAI_COUNT: Route(tokens=3141),
             MESSAGES: Route(tokens=321, cached_tokens=2048, cache_write_tokens=512),
+            RESPONSES: Route(tokens=2345, cached_tokens=2048),
         }
     )
     requests: list[Recorded] = field(default_factory=list)
@@ -99,6 +104,8 @@ def _route_of(path: str) -> Optional[str]:
         return GEMINI
     if path.endswith("/v1/responses/input_tokens"):
         return OPENAI_COUNT
+    if path.endswith("/v1/responses"):
+        return RESPONSES
     return None
 
 
@@ -134,6 +141,8 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
                     return self._chat(route, body or {})
                 if route_name == MESSAGES:
                     return self._messages(route, body or {})
+                if route_name == RESPONSES:
+                    return self._responses(route, body or {})
                 if route_name == ANTHROPIC:
                     return self._json(200, {"input_tokens": route.tokens})
                 if route_name == GEMINI:
@@ -190,6 +199,77 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
                     },
                 },
             )
+
+        def _responses(self, route: Route, request: dict[str, Any]) -> None:
+            text = route.reply
+            message = {
+                "type": "message",
+                "id": "msg_local123",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+            usage = {
+                "input_tokens": route.tokens,
+                "input_tokens_details": {"cached_tokens": route.cached_tokens},
+                "output_tokens": route.completion_tokens,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": route.tokens + route.completion_tokens,
+            }
+
+            def response(status: str, output: list[Any], usage: Optional[dict[str, Any]]) -> dict[str, Any]:
+                return {
+                    "id": "resp_local123",
+                    "object": "response",
+                    "created_at": int(time.time()),
+                    "status": status,
+                    "error": None,
+                    "incomplete_details": None,
+                    "instructions": request.get("instructions"),
+                    "max_output_tokens": None,
+                    "model": f"{request.get('model', 'gpt-4o')}-2024-08-06",
+                    "output": output,
+                    "parallel_tool_calls": True,
+                    "previous_response_id": None,
+                    "reasoning": {"effort": None, "summary": None},
+                    "store": True,
+                    "temperature": 1.0,
+                    "text": {"format": {"type": "text"}},
+                    "tool_choice": "auto",
+                    "tools": [],
+                    "top_p": 1.0,
+                    "truncation": "disabled",
+                    "usage": usage,
+                    "user": None,
+                    "metadata": {},
+                }
+
+            if not request.get("stream"):
+                return self._json(200, response("completed", [message], usage))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.end_headers()
+            seq = iter(range(1_000))
+
+            def event(kind: str, **fields: Any) -> None:
+                payload = {"type": kind, "sequence_number": next(seq), **fields}
+                self.wfile.write(f"event: {kind}\ndata: {json.dumps(payload)}\n\n".encode())
+                self.wfile.flush()
+
+            empty = {**message, "status": "in_progress", "content": []}
+            part = {"type": "output_text", "text": "", "annotations": []}
+            event("response.created", response=response("in_progress", [], None))
+            event("response.in_progress", response=response("in_progress", [], None))
+            event("response.output_item.added", output_index=0, item=empty)
+            event("response.content_part.added", item_id="msg_local123", output_index=0, content_index=0, part=part)
+            for word in text.split(" "):
+                event("response.output_text.delta", item_id="msg_local123", output_index=0, content_index=0, delta=word + " ")
+            event("response.output_text.done", item_id="msg_local123", output_index=0, content_index=0, text=text)
+            event(
+                "response.content_part.done", item_id="msg_local123", output_index=0, content_index=0, part={**part, "text": text}
+            )
+            event("response.output_item.done", output_index=0, item=message)
+            event("response.completed", response=response("completed", [message], usage))
 
         def _chat(self, route: Route, request: dict[str, Any]) -> None:
             model = f"{request.get('model', 'gpt-4o')}-2024-08-06"

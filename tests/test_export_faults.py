@@ -116,8 +116,7 @@ def test_configure_leaves_the_applications_provider_alone(monkeypatch, tmp_path)
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from cw_middleware import _setup
-    from cw_middleware.runtime import set_runtime
+    from cw_middleware.runtime import configure, set_runtime
 
     app_provider = TracerProvider()
     spans = InMemorySpanExporter()
@@ -126,7 +125,7 @@ def test_configure_leaves_the_applications_provider_alone(monkeypatch, tmp_path)
     path = tmp_path / "t.jsonl"
     previous = None
     try:
-        rt = _setup.configure(export=f"file:{path}")
+        rt = configure(export=f"file:{path}")
         previous = rt
         with cw.stage("run-app", "agent@1"):
             cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="ok")

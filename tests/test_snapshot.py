@@ -1,14 +1,15 @@
 """Snapshot building: exact sums after scaling, bounded details, a valid contract model."""
 
 from cw_middleware.contract import Category, CountMethod, Snapshot, WarningCode
-from cw_middleware.snapshot import RequestMeta, build_snapshot
+from cw_middleware.snapshot import RequestMeta, SnapshotParts, build_snapshot
 
 META = RequestMeta("run", "stage", "openai", "gpt-4o", 1000)
+PARTS = SnapshotParts()
 
 
 def test_built_snapshot_survives_validation_round_trip():
     by_source = {(Category.SYSTEM_PROMPT, "system"): 10, (Category.TOOLS, "native"): 5}
-    snap = build_snapshot(by_source, META, CountMethod.LOCAL_ESTIMATE, {WarningCode.APPROXIMATE_TOKENIZER})
+    snap = build_snapshot(by_source, META, CountMethod.LOCAL_ESTIMATE, {WarningCode.APPROXIMATE_TOKENIZER}, parts=PARTS)
     again = Snapshot.model_validate_json(snap.model_dump_json())
     assert again == snap
     assert again.model_fields_set == snap.model_fields_set == set(Snapshot.model_fields)
@@ -16,7 +17,7 @@ def test_built_snapshot_survives_validation_round_trip():
 
 def test_scaling_to_a_total_keeps_exact_sums_and_proportions():
     by_source = {(Category.SYSTEM_PROMPT, "system"): 300, (Category.CONVERSATION, "user"): 100}
-    snap = build_snapshot(by_source, META, CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN, total=41)
+    snap = build_snapshot(by_source, META, CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN, total=41, parts=PARTS)
     assert snap.input_tokens == 41
     assert sum(b.tokens for b in snap.breakdown) == 41
     assert snap.tokens("system_prompt") == 31 and snap.tokens("conversation") == 10  # 30.75 -> 31, 10.25 -> 10
@@ -25,21 +26,21 @@ def test_scaling_to_a_total_keeps_exact_sums_and_proportions():
 
 def test_details_are_bounded_and_flagged():
     by_source = {(Category.MEMORY, f"file{i}.md"): i + 1 for i in range(30)}
-    snap = build_snapshot(by_source, META, CountMethod.LOCAL_ESTIMATE, max_details=5)
+    snap = build_snapshot(by_source, META, CountMethod.LOCAL_ESTIMATE, max_details=5, parts=PARTS)
     assert [d.tokens for d in snap.details] == [30, 29, 28, 27, 26]
     assert WarningCode.DETAILS_TRUNCATED.value in snap.warning_codes()
     assert snap.tokens("memory") == sum(range(1, 31))  # the breakdown still counts every source
 
 
 def test_event_seq_increases():
-    a = build_snapshot({}, META, CountMethod.LOCAL_ESTIMATE)
-    b = build_snapshot({}, META, CountMethod.LOCAL_ESTIMATE)
+    a = build_snapshot({}, META, CountMethod.LOCAL_ESTIMATE, parts=PARTS)
+    b = build_snapshot({}, META, CountMethod.LOCAL_ESTIMATE, parts=PARTS)
     assert b.event_seq > a.event_seq
 
 
 def test_scaled_parts_survive_validation_round_trip():
     by_source = {(Category.SKILLS, f"skill:{i}"): 7 * i + 1 for i in range(5)}
-    snap = build_snapshot(by_source, META, CountMethod.PROVIDER_API_SCALED_BREAKDOWN, total=977)
+    snap = build_snapshot(by_source, META, CountMethod.PROVIDER_API_SCALED_BREAKDOWN, total=977, parts=PARTS)
     again = Snapshot.model_validate(snap.model_dump())
     assert again == snap
     for ours, theirs in zip(snap.breakdown + snap.details, again.breakdown + again.details):

@@ -3,8 +3,8 @@
 The estimator reads chat-shaped requests, so `to_chat` turns a Responses request
 into one, tags kept: ``instructions`` and a string ``input`` become a system and
 a user message; message items stay as they are (the same dicts: no copy);
-``function_call`` items become an assistant message's tool calls and
-``function_call_output`` items tool messages; flat function tools
+each ``function_call`` item becomes an assistant turn with that one call and
+each ``function_call_output`` item a tool message; flat function tools
 (``{"type": "function", "name": ...}``) become chat tools; ``text.format``
 becomes a ``response_format``. What the provider holds or encrypts
 (``previous_response_id``, item references, reasoning items) and provider-run
@@ -68,8 +68,8 @@ def to_chat(
         _add(shape, {"role": "user", "content": input}, -1)
     elif isinstance(input, (list, tuple)):
         _add_items(shape, input)
-    if tools:
-        shape.tools = _chat_tools(tools, shape.warnings)
+    if tools or shape.tools:
+        shape.tools = _chat_tools([*(tools or ()), *(shape.tools or ())], shape.warnings)
     shape.tool_choice = _chat_tool_choice(tool_choice)
     shape.response_format = _response_format(text, text_format)
     return shape
@@ -81,7 +81,6 @@ def _add(shape: ChatShape, message: Any, origin: int) -> None:
 
 
 def _add_items(shape: ChatShape, items: Sequence[Any], origin: Optional[int] = None) -> None:
-    calls_open = False  # the last message is an assistant turn of tool calls: consecutive calls join it
     for index, raw in enumerate(items):
         item = _as_dict(raw)
         kind = item.get("type")
@@ -91,7 +90,6 @@ def _add_items(shape: ChatShape, items: Sequence[Any], origin: Optional[int] = N
                 _add(shape, item, where)  # a cw.message("tool", ...): already a chat tool message
             else:
                 _add(shape, item if item is raw else {k: item[k] for k in ("role", "content", TAG_KEY) if k in item}, where)
-            calls_open = False
         elif kind in _CALL_TYPES:
             arguments = item.get(_CALL_TYPES[kind], "")
             call = {
@@ -102,17 +100,16 @@ def _add_items(shape: ChatShape, items: Sequence[Any], origin: Optional[int] = N
                     "arguments": arguments if isinstance(arguments, str) else _json(arguments),
                 },
             }
-            if calls_open:
-                shape.messages[-1]["tool_calls"].append(call)
-            else:
-                _add(shape, {"role": "assistant", "content": None, "tool_calls": [call]}, where)
-                calls_open = True
+            # Each call item is its own assistant turn: the Responses API does not merge consecutive calls
+            # into one parallel call as a chat message's tool_calls list is (measured: benchmarks/accuracy.py).
+            _add(shape, {"role": "assistant", "content": None, "tool_calls": [call]}, where)
+        elif kind == "additional_tools":  # tools a developer item adds mid-conversation: counted with the others
+            shape.tools = [*(shape.tools or ()), *(item.get("tools") or ())]
         elif kind in _OUTPUT_TYPES:
             message = {"role": "tool", "tool_call_id": item.get("call_id", ""), "content": _output(item.get("output"))}
             if TAG_KEY in item:
                 message[TAG_KEY] = item[TAG_KEY]
             _add(shape, message, where)
-            calls_open = False
         else:
             # reasoning (encrypted), item_reference, provider-run tool calls: held or encrypted by the provider.
             shape.warnings.add(WarningCode.OPAQUE_CONTEXT_NOT_ESTIMATED)
@@ -230,7 +227,7 @@ class Responses:
         """A ResponsesAPIResponse, or a stream event: only the terminal event carries the final usage."""
         kind = getattr(obj, "type", None)
         if isinstance(kind, str):
-            if kind not in TERMINAL_EVENTS:
+            if getattr(kind, "value", kind) not in TERMINAL_EVENTS:  # LiteLLM's event types are a str Enum
                 return NOTHING
             obj = getattr(obj, "response", None)
         usage = _get(obj, "usage")

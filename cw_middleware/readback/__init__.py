@@ -255,11 +255,39 @@ def _file_backend(url: BackendURL, options: ReaderOptions) -> SnapshotReader:
     return open_reader(url.location, options)
 
 
+def _phoenix_backend(url: BackendURL, options: ReaderOptions) -> SnapshotReader:
+    from .phoenix import open_reader
+
+    return open_reader(url, options)
+
+
+def _jaeger_backend(url: BackendURL, options: ReaderOptions) -> SnapshotReader:
+    from .jaeger import open_reader
+
+    return open_reader(url, options)
+
+
+def _tempo_backend(url: BackendURL, options: ReaderOptions) -> SnapshotReader:
+    from .tempo import open_reader
+
+    return open_reader(url, options)
+
+
 # scheme -> factory(url, options). A backend is one module plus one line here.
-BACKENDS: dict[str, Callable[[BackendURL, ReaderOptions], SnapshotReader]] = {"file": _file_backend}
+BACKENDS: dict[str, Callable[[BackendURL, ReaderOptions], SnapshotReader]] = {
+    "file": _file_backend,
+    "phoenix": _phoenix_backend,
+    "jaeger": _jaeger_backend,
+    "tempo": _tempo_backend,
+}
 
 # How each scheme is written, for help texts and errors.
-BACKEND_FORMS: dict[str, str] = {"file": "file:PATH"}
+BACKEND_FORMS: dict[str, str] = {
+    "file": "file:PATH",
+    "phoenix": "phoenix+http://HOST:6006[?project=NAME]",
+    "jaeger": "jaeger+http://HOST:16686[?service=NAME]",
+    "tempo": "tempo+http://HOST:3200",
+}
 
 
 def reader(

@@ -35,12 +35,12 @@ REPLY_PRIMING = {"chatml": 3, "harmony": 2}
 # Measured against reported usage (see benchmarks/accuracy.py): a tool result costs a little
 # more than a message; a structured-output section sits in its own message.
 TOOL_RESULT_EXTRA = 4  # a tool result's header names the function it answers
-RESPONSE_FORMAT_MESSAGE = 4
+RESPONSE_FORMAT_MESSAGE = {"chat": 4, "responses": 0}  # the Responses API does not open a message for it
 NEW_SYSTEM_MESSAGE = 3  # <|im_start|>system<|im_sep|> ... <|im_end|>, one token merging with the block
 # Reasoning models over chat completions bill a fixed preamble (harmony's channel rules for
 # function calls) once tools are present: a constant 84 across gpt-5, -mini, -nano and 5.4-mini.
-# The Responses API does not (about +2); LiteLLM's completion() uses chat completions.
-HARMONY_TOOLS_PREAMBLE = 84
+# The Responses API bills 2 instead (the same requests sent there, benchmarks/accuracy.py).
+HARMONY_TOOLS_PREAMBLE = {"chat": 84, "responses": 2}
 
 TOOLS_HEADER = "# Tools\n\n## functions\n\nnamespace functions {\n\n"
 TOOLS_FOOTER = "} // namespace functions"
@@ -67,6 +67,7 @@ class OpenAIRules:
     exact: bool
     text: Callable[[str], int] = field(repr=False, compare=False)
     layout: str = "chatml"
+    api: str = "chat"  # the API that frames the request: "chat" (Chat Completions) or "responses"
 
     def message_framing(self, message: Mapping[str, Any]) -> int:
         role = str(message.get("role") or "user")
@@ -96,7 +97,7 @@ class OpenAIRules:
         block = self.text(TOOLS_HEADER + "".join(rendered) + TOOLS_FOOTER)
         overhead = block - sum(self.text(r) for r in rendered)
         if self.layout == "harmony":
-            overhead += HARMONY_TOOLS_PREAMBLE
+            overhead += HARMONY_TOOLS_PREAMBLE[self.api]
         return max(overhead, 0)
 
     def tools_placement(self, system_first: bool) -> int:
@@ -117,7 +118,7 @@ class OpenAIRules:
         if isinstance(spec.get("description"), str) and spec["description"]:
             header += spec["description"] + "\n\n"
         body = json.dumps(strip_titles(schema, _UNSHOWN_SCHEMA_KEYS), separators=(",", ":"), ensure_ascii=False)
-        return RESPONSE_FORMAT_MESSAGE + self.text(header) + self.text(body)
+        return RESPONSE_FORMAT_MESSAGE[self.api] + self.text(header) + self.text(body)
 
     def request_overhead(self, n_messages: int) -> int:
         return REPLY_PRIMING[self.layout]
@@ -160,8 +161,11 @@ def render_tool(tool: Mapping[str, Any]) -> str:
 def rules(model: str, api: str = "chat") -> OpenAIRules:
     encoding = encoding_for(model)
     layout = layout_for(model)
-    # The name is also the estimator's tool-count cache key: layouts render tools differently.
-    return OpenAIRules(name=f"openai:{encoding}:{layout}", provider="openai", exact=True, text=counter(encoding), layout=layout)
+    api = api if api in HARMONY_TOOLS_PREAMBLE else "chat"
+    # The name is also the estimator's tool-count cache key: layouts and APIs frame tools differently.
+    return OpenAIRules(
+        name=f"openai:{encoding}:{layout}:{api}", provider="openai", exact=True, text=counter(encoding), layout=layout, api=api
+    )
 
 
 def approximate_rules(provider: str) -> OpenAIRules:

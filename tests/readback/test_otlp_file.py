@@ -10,7 +10,9 @@ from embedded_helpers import embedded_runtime
 import cw_middleware as cw
 from cw_middleware.contract import Category, CountMethod, Staleness
 from cw_middleware.readback.otlp_file import OtlpFileReader
-from cw_middleware.snapshot import RequestMeta, build_snapshot
+from cw_middleware.snapshot import RequestMeta, SnapshotParts, build_snapshot
+
+PARTS = SnapshotParts()
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
 
@@ -88,10 +90,10 @@ def test_late_snapshot_reaches_the_file_and_is_the_latest(tmp_path):
             call = tel.start_call("chat", "openai", "gpt-4o", stage)
             meta = RequestMeta(stage.run_id, stage.stage_id, "openai", "gpt-4o", 128000)
             by_source = {(Category.SYSTEM_PROMPT, "system"): 10, (Category.CONVERSATION, "user"): 30}
-            call.record(build_snapshot(by_source, meta, CountMethod.LOCAL_ESTIMATE))
+            call.record(build_snapshot(by_source, meta, CountMethod.LOCAL_ESTIMATE, parts=PARTS))
             call.end(input_tokens=41)
         # The stage is over; the slow provider count arrives now.
-        late = build_snapshot(by_source, meta, CountMethod.PROVIDER_API_SCALED_BREAKDOWN, total=44)
+        late = build_snapshot(by_source, meta, CountMethod.PROVIDER_API_SCALED_BREAKDOWN, total=44, parts=PARTS)
         call.record(late)
     spans = [
         s

@@ -1,0 +1,73 @@
+"""One owner for process state: every cache of the call path and the provider counter belong to a Runtime."""
+
+from __future__ import annotations
+
+import httpx
+import litellm
+from providers import ANTHROPIC, provider  # noqa: F401 - the fixture
+
+import cw_middleware as cw
+from cw_middleware.config import resolve
+from cw_middleware.contract import CountMethod
+from cw_middleware.counting import ProviderCounter
+from cw_middleware.estimator import Estimator
+from cw_middleware.runtime import Runtime, set_runtime
+
+MSGS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]
+
+
+def test_counter_is_injected_and_made_only_when_a_count_is_needed(telemetry, provider, monkeypatch):  # noqa: F811
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    seen: list[httpx.Request] = []
+    made = []
+
+    def factory(config):
+        client = httpx.Client(event_hooks={"request": [seen.append]})
+        made.append(client)
+        return ProviderCounter(timeout=config.provider_count_timeout, client=client)
+
+    rt = Runtime(resolve(export="none", environ={}), telemetry.tracer_provider, telemetry.meter_provider, counter_factory=factory)
+    previous = set_runtime(rt)
+    try:
+        cw.completion(model="gpt-4o", messages=MSGS, mock_response="ok")  # OpenAI is counted exactly: no count
+        assert made == []
+        claude = {"model": "anthropic/claude-sonnet-4-5", "messages": MSGS, "mock_response": "ok"}
+        cw.completion(**claude, api_base=provider.url, api_key="sk-ant-test", cw_provider_count="always")
+        assert rt.flush(5)
+        assert len(made) == 1 and [r.url.path for r in seen] == ["/v1/messages/count_tokens"]
+        assert [s.input_tokens for s in cw.snapshots() if s.count_method is CountMethod.PROVIDER_API_SCALED_BREAKDOWN] == [
+            provider[ANTHROPIC].tokens
+        ]
+    finally:
+        set_runtime(previous)
+        rt.shutdown()
+        for client in made:
+            client.close()
+
+
+def test_each_runtime_numbers_its_own_snapshots(telemetry):
+    runtimes = [Runtime(resolve(export="none", environ={}), telemetry.tracer_provider, telemetry.meter_provider) for _ in "ab"]
+    previous = set_runtime(runtimes[0])
+    try:
+        for _ in range(3):
+            cw.completion(model="gpt-4o", messages=MSGS, mock_response="ok")
+        set_runtime(runtimes[1])
+        cw.completion(model="gpt-4o", messages=MSGS, mock_response="ok")
+        assert [s.event_seq for s in runtimes[0].snapshots()] == [1, 2, 3, 4, 5, 6]
+        assert [s.event_seq for s in runtimes[1].snapshots()] == [1, 2]
+    finally:
+        set_runtime(previous)
+
+
+def test_the_reply_dump_cache_is_the_estimators_own_and_bounded():
+    reply = litellm.completion(model="gpt-4o", messages=MSGS, mock_response="a reply").choices[0].message
+    small, other = Estimator(max_dumps=2), Estimator()
+    history = [*MSGS, reply, {"role": "user", "content": "More."}]
+    first = small.estimate("gpt-4o", history).total
+    assert len(small._dumps) == 1 and len(other._dumps) == 0  # noqa: SLF001 - the cache's owner is the point
+    replies = [litellm.completion(model="gpt-4o", messages=MSGS, mock_response=f"r{i}").choices[0].message for i in range(5)]
+    for r in replies:
+        small.estimate("gpt-4o", [*MSGS, r])
+    assert len(small._dumps) <= 2  # noqa: SLF001
+    assert small.estimate("gpt-4o", history).total == first == other.estimate("gpt-4o", history).total
