@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .. import schema as keys
+from .._log import RateLimitedLog
 from ..errors import ConfigError
 from .otlp_json import Span
 
@@ -27,6 +28,18 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 # Array attributes of the contract. Stores built on Jaeger's span model (Elasticsearch,
 # OpenSearch, Cassandra, Badger) keep arrays as their JSON text.
 ARRAY_KEYS = (keys.ATTR_WARNINGS, keys.ATTR_DETAIL_CATEGORIES, keys.ATTR_DETAIL_SOURCES, keys.ATTR_DETAIL_TOKENS)
+
+
+_log = RateLimitedLog()
+
+
+def warn_truncated(display: str, limit: str) -> None:
+    """A search stopped at its limit: the answer may miss older data. Logged once a minute per backend."""
+    _log.warning(
+        f"truncated:{display}",
+        f"cw_middleware: {display} returned as much as one query may ({limit}); older spans may be missing "
+        "from the answer: raise that URL option or narrow ?lookback=",
+    )
 
 
 def export_order(spans: Iterable[Span]) -> list[Span]:

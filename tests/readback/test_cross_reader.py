@@ -23,6 +23,7 @@ from stubs.jaeger import JaegerStub
 from stubs.tempo import TempoStub
 
 import cw_middleware as cw
+from cw_middleware.contract import CATEGORIES
 
 RUN = "run-cross-1"
 
@@ -52,9 +53,11 @@ def test_every_reader_gives_the_same_answer(tmp_path, phoenix_server, prometheus
         run_agent(RUN)
         rt.flush(5.0)
         ended = time.time()
-        for server in metrics_servers:  # a scrape taken after the run's last call, of every agent stage
-            every_stage = f"count(count by (agent_stage_id) ({series}))"
-            server.wait_for(every_stage, 30, lambda r: float(r[0]["value"][1]) == len(AGENT_STAGES))
+        # Every category of every agent stage searchable (VictoriaMetrics indexes new series gradually),
+        # from a scrape taken after the run's last call.
+        every_series = len(AGENT_STAGES) * len(CATEGORIES)
+        for server in metrics_servers:
+            server.wait_for(f"count({series})", 30, lambda r: float(r[0]["value"][1]) == every_series)
             server.wait_for(f"min(timestamp({series}))", 30, lambda r: float(r[0]["value"][1]) > ended)
         # The scrape endpoint lives as long as the runtime: ask the metrics backends now.
         file_reader = cw.reader(f"file:{path}")
