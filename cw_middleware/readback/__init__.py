@@ -273,12 +273,19 @@ def _tempo_backend(url: BackendURL, options: ReaderOptions) -> SnapshotReader:
     return open_reader(url, options)
 
 
+def _prometheus_backend(url: BackendURL, options: ReaderOptions) -> SnapshotReader:
+    from .prometheus import open_reader
+
+    return open_reader(url, options)
+
+
 # scheme -> factory(url, options). A backend is one module plus one line here.
 BACKENDS: dict[str, Callable[[BackendURL, ReaderOptions], SnapshotReader]] = {
     "file": _file_backend,
     "phoenix": _phoenix_backend,
     "jaeger": _jaeger_backend,
     "tempo": _tempo_backend,
+    "prometheus": _prometheus_backend,  # Prometheus and VictoriaMetrics (PromQL HTTP API)
 }
 
 # How each scheme is written, for help texts and errors.
@@ -287,6 +294,7 @@ BACKEND_FORMS: dict[str, str] = {
     "phoenix": "phoenix+http://HOST:6006[?project=NAME]",
     "jaeger": "jaeger+http://HOST:16686[?service=NAME]",
     "tempo": "tempo+http://HOST:3200",
+    "prometheus": "prometheus+http://HOST:9090",
 }
 
 
