@@ -38,8 +38,8 @@ from .errors import ConfigError
 from .instrument import instrument
 from .runtime import get_runtime
 from .schema import AGENT_STAGE_KIND
+from .stages import _current_stage
 from .telemetry import StageInfo
-from .wrapper import _current_stage
 
 HEADER_RUN_ID = "x-cw-run-id"
 HEADER_STAGE_ID = "x-cw-stage-id"
