@@ -15,20 +15,20 @@ from __future__ import annotations
 import contextvars
 import threading
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, Optional
 
 from ._litellm import mark_observed, original
 from .apis import API_OF, Api, Forward, Parsed, Usage, for_estimate
 from .config import ProviderCountPolicy, parse_policy
-from .contract import CountMethod, Snapshot, WarningCode, validate_id
+from .contract import CountMethod, Snapshot, WarningCode
 from .errors import ConfigError, TagError
 from .estimator import Estimate
 from .rules import split_provider
 from .runtime import Runtime, get_runtime
 from .snapshot import RequestMeta, build_snapshot
+from .stages import current_stage, default_stage
 from .telemetry import CallTelemetry, StageInfo
 
 # Per-call options of ours; removed before LiteLLM sees the request.
@@ -36,36 +36,10 @@ OPTION_CONTEXT_WINDOW = "cw_context_window"
 OPTION_PROVIDER_COUNT = "cw_provider_count"
 _OPTIONS = (OPTION_CONTEXT_WINDOW, OPTION_PROVIDER_COUNT)
 
-_current_stage: contextvars.ContextVar[Optional[StageInfo]] = contextvars.ContextVar("cw_stage", default=None)
 # Set while a call of ours is inside LiteLLM: a LiteLLM entry point that LiteLLM itself calls
 # meanwhile (the Responses API bridged to completion(), the Router's fallbacks) reaches us again
 # through an instrumented module; that inner call is part of the outer one, forwarded unobserved.
 _forwarding: contextvars.ContextVar[bool] = contextvars.ContextVar("cw_forwarding", default=False)
-
-
-# ---------------------------------------------------------------- stages
-
-
-@contextmanager
-def stage(run_id: str, stage_id: str, kind: str = "agent") -> Iterator[StageInfo]:
-    """Attribute the calls inside to (run_id, stage_id); opens the stage span. Sync and async safe."""
-    for name, value in (("run_id", run_id), ("stage_id", stage_id), ("kind", kind)):
-        validate_id(name, value)  # the same rule the readers apply: what is written can be read
-    outer = _current_stage.get()
-    if outer is not None and (outer.run_id, outer.stage_id) == (run_id, stage_id):
-        # Its inner end would make the still-running outer stage read as ended.
-        raise ConfigError(f"stage {stage_id!r} of run {run_id!r} is already open here; give the inner stage its own id")
-    info = StageInfo(run_id, stage_id, kind)
-    token = _current_stage.set(info)
-    try:
-        with get_runtime().telemetry.stage_span(info):
-            yield info
-    finally:
-        _current_stage.reset(token)
-
-
-def current_stage() -> Optional[StageInfo]:
-    return _current_stage.get()
 
 
 # ---------------------------------------------------------------- entry points
@@ -138,10 +112,10 @@ def estimate(*args: Any, **kwargs: Any) -> Snapshot:
     """
     runtime = get_runtime()
     parsed, est = _local_estimate(runtime, for_estimate(args, kwargs), args, kwargs)
-    meta = _meta(runtime, parsed.model, kwargs.get("custom_llm_provider"), kwargs.get(OPTION_CONTEXT_WINDOW), current_stage())
-    codes = set(est.warnings) | parsed.warnings
-    if meta.context_window_tokens is None:
-        codes.add(WarningCode.UNKNOWN_CONTEXT_WINDOW)
+    meta, window_codes = _meta(
+        runtime, parsed.model, kwargs.get("custom_llm_provider"), kwargs.get(OPTION_CONTEXT_WINDOW), current_stage()
+    )
+    codes = set(est.warnings) | parsed.warnings | window_codes
     config = runtime.config
     return build_snapshot(
         est.by_source, meta, CountMethod.LOCAL_ESTIMATE, codes, max_details=config.max_details, parts=runtime.parts
@@ -170,7 +144,8 @@ class _Call:
         self.api = api
         self.args = args
         self.kwargs = kwargs
-        self.stage = current_stage()
+        # Outside any stage a call still exports: into the service's default run (stages.py).
+        self.stage = current_stage() or default_stage(runtime.config.service_name)
         self.call_seq = runtime.register_call(self.stage)
         self.parsed: Optional[Parsed] = None
         self.estimate: Optional[Estimate] = None
@@ -236,12 +211,13 @@ class _Call:
 
     def _prepare(self, options: dict[str, Any]) -> None:
         runtime, kwargs = self.runtime, self.kwargs
-        self.meta = _meta(runtime, self.model, kwargs.get("custom_llm_provider"), options.get(OPTION_CONTEXT_WINDOW), self.stage)
+        self.meta, window_codes = _meta(
+            runtime, self.model, kwargs.get("custom_llm_provider"), options.get(OPTION_CONTEXT_WINDOW), self.stage
+        )
         self._rewrite(self.meta.provider)
         if self.broken:
             return
-        if self.meta.context_window_tokens is None:
-            self.warnings.add(WarningCode.UNKNOWN_CONTEXT_WINDOW)
+        self.warnings |= window_codes
         self.telemetry = runtime.telemetry.start_call(self.api.operation, self.meta.provider, self.meta.model, self.stage)
         self.warnings |= runtime.take_deferred(self.stage)
         self._start_provider_count(options.get(OPTION_PROVIDER_COUNT))
@@ -388,16 +364,45 @@ class _Call:
 
 def _meta(
     runtime: Runtime, model: str, custom_llm_provider: Optional[str], window_override: Any, st: Optional[StageInfo]
-) -> RequestMeta:
+) -> tuple[RequestMeta, set[WarningCode]]:
+    """What the snapshots say about the request, and the warnings that go with it (the window's)."""
     provider, name, window = _model_facts(model, custom_llm_provider)
-    configured = runtime.config.context_windows
-    if isinstance(window_override, int) and window_override > 0:
-        window = window_override
-    elif model in configured:
-        window = configured[model]
-    elif name in configured:
-        window = configured[name]
-    return RequestMeta(st.run_id if st else None, st.stage_id if st else None, provider, name or None, window)
+    codes: set[WarningCode] = set()
+    configured = _configured_window(runtime.config.context_windows, model, name, provider)
+    override = _window_override(window_override)
+    if override is not None:
+        window = override
+    else:
+        if window_override is not None:  # given, but not a window: the caller hears why, the call goes on
+            codes.add(WarningCode.INVALID_CONTEXT_WINDOW)
+            message = f"cw_middleware: ignoring {OPTION_CONTEXT_WINDOW}: use a positive whole number of tokens"
+            runtime.log.warning("window", message)
+        if configured is not None:
+            window = configured
+    if window is None:
+        codes.add(WarningCode.UNKNOWN_CONTEXT_WINDOW)
+    return RequestMeta(st.run_id if st else None, st.stage_id if st else None, provider, name or None, window), codes
+
+
+def _window_override(value: Any) -> Optional[int]:
+    """``cw_context_window``: an int > 0 or a string of digits ("2000"); anything else is not a window."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _configured_window(configured: Mapping[str, int], model: str, name: str, provider: Optional[str]) -> Optional[int]:
+    """``context_windows`` by the model as written first, then with or without its provider prefix."""
+    if not configured:
+        return None
+    candidates = [model, name]
+    if "/" in model:
+        candidates.append(model.split("/", 1)[1])
+    if provider:
+        candidates.append(f"{provider}/{name}")
+    return next((configured[key] for key in candidates if key in configured), None)
 
 
 @lru_cache(maxsize=512)

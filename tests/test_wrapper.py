@@ -76,9 +76,12 @@ async def test_concurrent_stages_keep_their_own_ids(runtime):
     assert max(by_stage["a"]) < min(by_stage["b"])
 
 
-def test_outside_a_stage_snapshots_have_no_ids(runtime):
+def test_outside_a_stage_calls_land_in_the_default_run(runtime):
+    from datetime import UTC, datetime
+
     cw.completion(model="gpt-4o", messages=MSGS, mock_response="ok")
-    assert cw.snapshots()[-1].run_id is None and cw.snapshots()[-1].stage_id is None
+    last = cw.snapshots()[-1]
+    assert (last.run_id, last.stage_id) == ("default:cw-middleware", datetime.now(UTC).strftime("%Y-%m-%d"))
 
 
 def test_bad_stage_ids_are_refused():

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, Union, runtime_checkable
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
+from ..config import parse_seconds
 from ..contract import MAX_ID_LENGTH, StageContextWindow, validate_id  # noqa: F401 - re-exported
 from ..errors import ConfigError, NotFound
 from .fold import Horizon, RunSummary, StageSummary, parse_stale_after, stale_after_from_env
@@ -162,7 +163,7 @@ def resolve_options(
     values.update(url_options)
     values.update({k: v for k, v in given.items() if v is not None})
     if "timeout" in values:
-        values["timeout"] = _positive_float(values["timeout"], "timeout")
+        values["timeout"] = parse_seconds(values["timeout"], "timeout")
     if "retries" in values:
         values["retries"] = _retries(values["retries"])
     if "stale_after" in values:
@@ -185,16 +186,6 @@ def _parse_headers(raw: str) -> dict[str, str]:
             raise ConfigError("CW_BACKEND_HEADERS must be 'name=value' pairs separated by commas")
         out[unquote(key.strip())] = unquote(value.strip())
     return out
-
-
-def _positive_float(value: Any, name: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from None
-    if not number > 0:
-        raise ConfigError(f"{name} must be > 0 seconds, got {value!r}")
-    return number
 
 
 def _retries(value: Any) -> int:

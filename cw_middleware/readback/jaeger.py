@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any, Optional
 from .. import schema as keys
 from ..contract import StageContextWindow
 from ..errors import BackendResponseError
-from ._spans import export_order, positive_int, restore_arrays, window_ns
+from ._spans import export_order, positive_int, restore_arrays, warn_truncated
 from .fold import RunSummary, StageSummary, fold_run, fold_runs, fold_stage
 from .http import BackendClient
 from .otlp_json import Span, iter_spans
+from .window import window_ns
 
 if TYPE_CHECKING:
     from . import BackendURL, ReaderOptions
@@ -98,11 +99,14 @@ class JaegerReader:
             traces |= page_traces
             if len(page_traces) < self.search_depth or not new_traces:
                 break
-            # A full page: older traces may remain. Search again below the oldest start of this page.
+            # A full page: older traces may remain. Search again below the oldest start of this page
+            # (a nanosecond below: the page's own oldest trace would match again and stop the paging).
             oldest = min(s.start_ns for s in page if s.trace_id in new_traces)
             if oldest <= start_ns:
                 break
-            end_ns = oldest
+            end_ns = oldest - 1
+        else:
+            warn_truncated(self.client.display, f"max_pages={self.max_pages} searches of search_depth={self.search_depth}")
         return export_order(spans.values())
 
 

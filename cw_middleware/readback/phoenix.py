@@ -29,10 +29,11 @@ from urllib.parse import quote
 from .. import schema as keys
 from ..contract import StageContextWindow
 from ..errors import BackendResponseError, ConfigError
-from ._spans import export_order, positive_int, window_ns
+from ._spans import export_order, positive_int, warn_truncated
 from .fold import RunSummary, StageSummary, fold_run, fold_runs, fold_stage
 from .http import BackendClient
 from .otlp_json import Event, Span, normalize_id
+from .window import window_ns
 
 if TYPE_CHECKING:
     from . import BackendURL, ReaderOptions
@@ -143,6 +144,8 @@ class PhoenixReader:
             if not cursor:
                 break
             params = {**params, "cursor": cursor}
+        else:
+            warn_truncated(self.client.display, f"max_pages={self.max_pages} pages of {PAGE_LIMIT} spans")
         return export_order(out)
 
 

@@ -27,10 +27,11 @@ from urllib.parse import quote
 from .. import schema as keys
 from ..contract import StageContextWindow
 from ..errors import BackendResponseError
-from ._spans import export_order, positive_int, window_ns
+from ._spans import export_order, positive_int, warn_truncated
 from .fold import RunSummary, StageSummary, fold_run, fold_runs, fold_stage
 from .http import BackendClient
 from .otlp_json import Span, attributes, iter_spans, normalize_id
+from .window import window_ns
 
 if TYPE_CHECKING:
     from . import BackendURL, ReaderOptions
@@ -101,6 +102,8 @@ class TempoReader:
         traces = doc.get("traces") if isinstance(doc, dict) else None
         if not isinstance(doc, dict) or not isinstance(traces, (list, type(None))):
             raise BackendResponseError(f"Tempo at {self.client.display} answered a search that is not Tempo's shape")
+        if traces and len(traces) >= self.limit:
+            warn_truncated(self.client.display, f"limit={self.limit} traces")
         out = []
         for trace in traces or []:
             if not isinstance(trace, dict) or not trace.get("traceID"):

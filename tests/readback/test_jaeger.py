@@ -200,3 +200,11 @@ def test_the_cli_takes_the_jaeger_url(store, capsys):
         assert json.loads(capsys.readouterr().out)["model"] == "gpt-4o-mini"
         assert cli.main(["show", "no-such-run", "review@1", "--backend", f"jaeger+{jaeger.url}"]) == 3
         assert "not found" in capsys.readouterr().err
+
+
+def test_a_search_out_of_pages_says_so(store, caplog):
+    caplog.set_level(logging.WARNING, logger="cw_middleware")
+    with serving(JaegerStub(store)) as jaeger:
+        listed = cw.reader(f"jaeger+{jaeger.url}?search_depth=1&max_pages=3").stages(RUN)
+    assert [s.stage_id for s in listed] == ["tests@1", "review@1"]  # the newest three traces: review@1 twice, tests@1
+    assert any("max_pages=3 searches of search_depth=1" in r.getMessage() for r in caplog.records)

@@ -171,3 +171,12 @@ def test_failures_are_clear_and_never_show_the_key(monkeypatch, caplog):
     assert SECRET not in caplog.text
     with pytest.raises(cw.ConfigError, match="project name"):
         cw.reader("phoenix+http://phoenix.local:6006?project=a/b")
+
+
+def test_pages_out_of_budget_say_so(caplog):
+    caplog.set_level(logging.WARNING, logger="cw_middleware")
+    span = _span("r", "s@1", "b" * 16, "agent.stage tool", "ended", "2026-01-01T00:00:02+00:00")
+    page = {"data": [span], "next_cursor": "more"}
+    reader = _mock_reader(lambda request: httpx.Response(200, json=page), "phoenix+http://phoenix.local:6006?max_pages=3")
+    assert [s.stage_id for s in reader.stages("r")] == ["s@1"]
+    assert any("max_pages=3 pages of 1000 spans" in r.getMessage() for r in caplog.records)

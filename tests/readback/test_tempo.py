@@ -203,3 +203,11 @@ def test_the_cli_takes_the_tempo_url(store, capsys):
     assert cli.main(["show", RUN, "plan@1", "--backend", f"tempo+http://127.0.0.1:{port}?retries=0"]) == 4
     err = capsys.readouterr().err
     assert f"Tempo at tempo+http://127.0.0.1:{port} could not be reached" in err and "Traceback" not in err
+
+
+def test_a_search_cut_at_its_limit_says_so(store, caplog):
+    caplog.set_level(logging.WARNING, logger="cw_middleware")
+    with serving(TempoStub(store)) as tempo:
+        listed = cw.reader(f"tempo+{tempo.url}?limit=2").stages(RUN)
+    assert len(listed) <= 2
+    assert any("limit=2 traces" in r.getMessage() and "older spans may be missing" in r.getMessage() for r in caplog.records)
