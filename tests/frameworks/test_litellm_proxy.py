@@ -217,9 +217,13 @@ def served(proxy) -> dict:
     assert response.json()["output"][0]["content"][0]["text"] == FINAL_ANSWER
     seen["responses@1"] = [s.prompt_tokens for s in proxy.server.requests(TAG)[before:]]
 
+    status, _, tokens = proxy.chat(_request(tool_round=True), {"x-cw-run-id": "run-only"})
+    assert status == 200
+    seen["run-only"] = [tokens]
+
     status, error, _ = proxy.chat(_request(model="broken"), _stage_headers("failing@1"))
     seen["failing"] = (status, error)
-    proxy.wait_for_calls(10)
+    proxy.wait_for_calls(11)
     return seen
 
 
@@ -267,13 +271,18 @@ def test_tags_are_stripped_before_the_provider_and_counted(proxy, served):
     assert ("memory", "AGENTS.md") in {(d.category.value, d.source) for d in answer.details}
 
 
+def test_a_run_id_alone_names_that_runs_stage_of_the_day(proxy, served):
+    day = datetime.now(UTC).strftime("%Y-%m-%d")
+    answer = cw.reader(f"file:{proxy.export}").context_window("run-only", day)
+    assert [answer.input_tokens] == served["run-only"]
+
+
 def test_a_bad_id_is_a_warning_that_names_the_rule_not_the_value(proxy, served):
     log = proxy.log.read_text()
     assert "request goes to the default run: x-cw-stage-id must be at most 256 characters" in log
     assert "x" * 300 not in log
 
 
-@pytest.mark.xfail(strict=True, reason="the default run for calls outside a stage is the core's, not on main yet")
 def test_calls_without_a_stage_or_with_a_bad_id_go_to_the_default_run(proxy, served):
     day = datetime.now(UTC).strftime("%Y-%m-%d")
     spans = call_spans(read_spans(proxy.export), f"default:{SERVICE}", day)
