@@ -19,11 +19,14 @@ Before each call the handler reads the stage from the request:
     headers   x-cw-run-id, x-cw-stage-id, x-cw-stage-kind (kind defaults to "agent")
     body      "metadata": {"cw_run_id": ..., "cw_stage_id": ..., "cw_stage_kind": ...}
 
-A header wins over the body. A request that names no stage lands in the
-default run, like any call outside ``cw.stage()``. An incomplete pair or an id
-that `contract.validate_id` refuses is a warning in the proxy's log (the rule,
-never the value) and the request goes to the default run: a bad id never
-breaks a call.
+A header wins over the body. A run id alone names that run's stage of the day
+(``YYYY-MM-DD``, UTC). A request that names no stage lands in the default run
+(``default:<service.name>``, one stage per UTC day), like any call outside
+``cw.stage()``; ``handler_per_user`` / ``handler_per_team`` instead send it to
+``user:<id>`` / ``team:<id>`` (the API key's user or team; the body's ``user``
+for users), one stage per UTC day. A stage id without a run id, or an id that
+`contract.validate_id` refuses, is a warning in the proxy's log (the rule, never
+the value) and the request goes to the default run: a bad id never breaks a call.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from .errors import ConfigError
 from .instrument import instrument
 from .runtime import get_runtime
 from .schema import AGENT_STAGE_KIND
-from .stages import _current_stage
+from .stages import _current_stage, default_stage
 from .telemetry import StageInfo
 
 HEADER_RUN_ID = "x-cw-run-id"
@@ -51,10 +54,12 @@ METADATA_STAGE_KIND = "cw_stage_kind"
 _METADATA_FIELDS = ("metadata", "litellm_metadata")
 
 
-def stage_of_request(data: Mapping[str, Any]) -> Optional[StageInfo]:
-    """The stage a proxied request names (headers, then body metadata); None for the default run.
+def stage_of_request(data: Mapping[str, Any], service_name: str) -> Optional[StageInfo]:
+    """The stage a proxied request names (headers, then body metadata); None when it names none.
 
-    Raises ConfigError for an incomplete or invalid id: the caller logs it and uses the default.
+    A run id alone names that run's stage of the day (`stages.default_stage`). Raises
+    ConfigError for a stage id without a run id or an invalid id: the caller logs it and
+    uses the default run.
     """
     headers = _headers(data)
     metadata = _metadata(data)
@@ -68,9 +73,10 @@ def stage_of_request(data: Mapping[str, Any]) -> Optional[StageInfo]:
     kind = pick(HEADER_STAGE_KIND, METADATA_STAGE_KIND)
     if run_id is None and stage_id is None:
         return None
-    if run_id is None or stage_id is None:
-        missing = HEADER_RUN_ID if run_id is None else HEADER_STAGE_ID
-        raise ConfigError(f"a stage needs both {HEADER_RUN_ID} and {HEADER_STAGE_ID}; {missing} is missing")
+    if run_id is None:
+        raise ConfigError(f"{HEADER_STAGE_ID} needs {HEADER_RUN_ID}, which is missing")
+    if stage_id is None:
+        return default_stage(service_name, validate_id(HEADER_RUN_ID, run_id))
     return StageInfo(
         validate_id(HEADER_RUN_ID, run_id),
         validate_id(HEADER_STAGE_ID, stage_id),
@@ -102,18 +108,39 @@ def _metadata(data: Mapping[str, Any]) -> dict[str, Any]:
     return found
 
 
-class ProxyHandler(CustomLogger):  # type: ignore[misc]  # LiteLLM's base class is untyped
-    """Observes every request of the proxy it is loaded into; the stage comes from each request."""
+def _group_stage(group: str, user_api_key_dict: Any, data: Mapping[str, Any], service_name: str) -> Optional[StageInfo]:
+    """A request naming no stage, grouped by the key's user or team: run ``user:<id>`` / ``team:<id>``, stage of the day."""
+    if group == "user":
+        member = getattr(user_api_key_dict, "user_id", None) or data.get("user")
+    else:
+        member = getattr(user_api_key_dict, "team_id", None)
+    if not isinstance(member, str) or not member:
+        return None  # no identity: the service's default run
+    return default_stage(service_name, validate_id(f"{group} id", f"{group}:{member}"))
 
-    def __init__(self) -> None:
+
+class ProxyHandler(CustomLogger):  # type: ignore[misc]  # LiteLLM's base class is untyped
+    """Observes every request of the proxy it is loaded into; the stage comes from each request.
+
+    ``group`` ("user" or "team") sends requests that name no stage to a run per API key
+    user / team instead of the service's default run.
+    """
+
+    def __init__(self, group: Optional[str] = None) -> None:
+        if group not in (None, "user", "team"):
+            raise ConfigError(f"group must be 'user' or 'team', got {group!r}")
         super().__init__()
+        self.group = group
         instrument()
 
     async def async_pre_call_hook(
         self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any, **kwargs: Any
     ) -> None:
+        service_name = get_runtime().config.service_name
         try:
-            stage = stage_of_request(data)
+            stage = stage_of_request(data, service_name)
+            if stage is None and self.group is not None:
+                stage = _group_stage(self.group, user_api_key_dict, data, service_name)
         except ConfigError as exc:  # the rule that was broken; never the id itself
             get_runtime().log.warning("proxy-stage", f"cw_middleware: request goes to the default run: {exc}")
             stage = None
@@ -127,14 +154,15 @@ class ProxyHandler(CustomLogger):  # type: ignore[misc]  # LiteLLM's base class 
         return None  # the request goes on unchanged
 
 
-_handler: Optional[ProxyHandler] = None
+# The instances a config.yaml can name, by attribute: the grouping of requests that name no stage.
+_GROUPS: dict[str, Optional[str]] = {"handler": None, "handler_per_user": "user", "handler_per_team": "team"}
+_handlers: dict[str, ProxyHandler] = {}
 
 
 def __getattr__(name: str) -> Any:
-    """``handler`` is made when the proxy asks for it, not at import: importing this module changes nothing."""
-    global _handler
-    if name == "handler":
-        if _handler is None:
-            _handler = ProxyHandler()
-        return _handler
+    """The handlers are made when the proxy asks for one, not at import: importing this module changes nothing."""
+    if name in _GROUPS:
+        if name not in _handlers:
+            _handlers[name] = ProxyHandler(_GROUPS[name])
+        return _handlers[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

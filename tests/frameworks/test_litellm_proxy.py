@@ -217,9 +217,13 @@ def served(proxy) -> dict:
     assert response.json()["output"][0]["content"][0]["text"] == FINAL_ANSWER
     seen["responses@1"] = [s.prompt_tokens for s in proxy.server.requests(TAG)[before:]]
 
+    status, _, tokens = proxy.chat(_request(tool_round=True), {"x-cw-run-id": "run-only"})
+    assert status == 200
+    seen["run-only"] = [tokens]
+
     status, error, _ = proxy.chat(_request(model="broken"), _stage_headers("failing@1"))
     seen["failing"] = (status, error)
-    proxy.wait_for_calls(10)
+    proxy.wait_for_calls(11)
     return seen
 
 
@@ -265,6 +269,12 @@ def test_tags_are_stripped_before_the_provider_and_counted(proxy, served):
     answer = cw.reader(f"file:{proxy.export}").context_window(RUN, "tagged@1")
     assert answer.breakdown[[b.category.value for b in answer.breakdown].index("memory")].tokens > 0
     assert ("memory", "AGENTS.md") in {(d.category.value, d.source) for d in answer.details}
+
+
+def test_a_run_id_alone_names_that_runs_stage_of_the_day(proxy, served):
+    day = datetime.now(UTC).strftime("%Y-%m-%d")
+    answer = cw.reader(f"file:{proxy.export}").context_window("run-only", day)
+    assert [answer.input_tokens] == served["run-only"]
 
 
 def test_a_bad_id_is_a_warning_that_names_the_rule_not_the_value(proxy, served):
