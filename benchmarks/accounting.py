@@ -8,6 +8,7 @@
    (tiktoken's encode(); encode_ordinary(), which skips the special-token scan, is reported too)
 3. call-path latency at the ~100k-token context: cw.completion vs litellm.completion,
    both with mock_response, alternating, median ratio                 -> bar: <= 1.15
+4. the same for the Responses API: cw.responses vs litellm.responses  -> bar: <= 1.15
 """
 
 from __future__ import annotations
@@ -30,7 +31,14 @@ from cw_middleware._offline import litellm_tokenizers_dir  # noqa: E402
 
 # This benchmark's own tiktoken (the floor) and LiteLLM's token_counter read LiteLLM's files too.
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(litellm_tokenizers_dir()))
-from benchmarks.conversation import make_tools, make_turns, new_text, request_at  # noqa: E402
+from benchmarks.conversation import (  # noqa: E402
+    make_tools,
+    make_turns,
+    new_text,
+    request_at,
+    responses_request_at,
+    responses_tools,
+)
 
 MODEL = "gpt-4o"
 
@@ -94,27 +102,39 @@ def bench_accounting(n_turns: int, repeats: int = 5) -> dict[str, float]:
     }
 
 
-def bench_call_path(n_calls: int, export: str = "none") -> dict[str, float]:
+def bench_call_path(n_calls: int, export: str = "none", api: str = "chat") -> dict[str, float]:
+    """cw's entry point vs LiteLLM's on the same ~100k-token request; ``api``: "chat" or "responses"."""
     import litellm
 
     system, turns = make_turns(200)
     tools = make_tools()
     cw.configure(export=export)
     ratios, cw_times, lite_times = [], [], []
+    if api == "responses":
+        ours, theirs = cw.responses, litellm.responses
+        flat = responses_tools(tools)
 
-    def timed(fn, msgs) -> float:
+        def request() -> dict:
+            return {"model": MODEL, **responses_request_at(system, turns, 200), "tools": flat, "mock_response": "ok"}
+    else:
+        ours, theirs = cw.completion, litellm.completion
+
+        def request() -> dict:
+            return {"model": MODEL, "messages": request_at(system, turns, 200), "tools": tools, "mock_response": "ok"}
+
+    def timed(fn, kwargs) -> float:
         gc.collect()  # collections land on whichever call happens to allocate; keep them out of both
         start = time.perf_counter()
-        fn(model=MODEL, messages=msgs, tools=tools, mock_response="ok")
+        fn(**kwargs)
         return time.perf_counter() - start
 
     for i in range(n_calls + 2):
         # Fresh dicts for every call, as an agent sends them; the order alternates.
-        lite_msgs, cw_msgs = request_at(system, turns, 200), request_at(system, turns, 200)
+        lite_kwargs, cw_kwargs = request(), request()
         if i % 2:
-            c, lt = timed(cw.completion, cw_msgs), timed(litellm.completion, lite_msgs)
+            c, lt = timed(ours, cw_kwargs), timed(theirs, lite_kwargs)
         else:
-            lt, c = timed(litellm.completion, lite_msgs), timed(cw.completion, cw_msgs)
+            lt, c = timed(theirs, lite_kwargs), timed(ours, cw_kwargs)
         if i >= 2:  # the first calls warm caches and imports on both sides
             lite_times.append(lt)
             cw_times.append(c)
@@ -158,7 +178,12 @@ def main() -> int:
         embedded = bench_call_path(args.calls, export=f"file:{folder}/telemetry.jsonl")
     print("  the same with the embedded default (spans, events and metrics to an OTLP JSON file):")
     print(f"     median ratio cw/litellm:   {embedded['median_ratio']:7.3f}    (reported)")
-    return 0 if speedup >= 20 and vs_floor <= 1.5 and ok3 else 1
+    resp = bench_call_path(args.calls, api="responses")
+    print("the same request for the Responses API (instructions, input items, flat tools), telemetry off:")
+    print(f"  litellm.responses median {resp['litellm_median_ms']:.2f} ms, cw.responses median {resp['cw_median_ms']:.2f} ms")
+    ok4 = resp["median_ratio"] <= 1.15
+    print(f"  4. median ratio cw/litellm:   {resp['median_ratio']:7.3f}    (bar <= 1.15)  {'PASS' if ok4 else 'FAIL'}")
+    return 0 if speedup >= 20 and vs_floor <= 1.5 and ok3 and ok4 else 1
 
 
 if __name__ == "__main__":
