@@ -1,6 +1,7 @@
 """cw_middleware: what fills your model's context window, for every request.
 
-Swap ``litellm.completion`` for ``cw_middleware.completion``; tag prompt
+Swap ``litellm.completion`` for ``cw_middleware.completion`` (or call
+``cw_middleware.instrument()`` to observe every caller of LiteLLM); tag prompt
 segments and tools; read the breakdown back from your telemetry backend.
 """
 
@@ -26,6 +27,8 @@ from .errors import (
     NotFound,
     TagError,
 )
+from .instrument import instrument, uninstrument
+from .propagation import bind
 from .readback import Reader, ReaderOptions, RunSummary, SnapshotReader, StageSummary, reader
 from .runtime import configure, flush
 from .stages import current_stage, stage
@@ -63,11 +66,13 @@ __all__ = [
     "__version__",
     "acompletion",
     "aresponses",
+    "bind",
     "completion",
     "configure",
     "current_stage",
     "estimate",
     "flush",
+    "instrument",
     "message",
     "reader",
     "responses",
@@ -75,4 +80,5 @@ __all__ = [
     "snapshots",
     "stage",
     "tool",
+    "uninstrument",
 ]

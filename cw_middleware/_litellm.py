@@ -5,10 +5,12 @@ versions, and a user may have patched them before us. The wrapper's own inner
 call must never go through a patched module attribute (that recursed), so it
 asks `original(name)` for the function to call.
 
-The wrapper's own functions carry a mark (`mark_observed`). Where the module
-attribute is one of them and no original was saved -- a user's shim such as
-``litellm.completion = cw.completion`` -- the original is found where LiteLLM
-defines it (`_HOMES`), so the shim works instead of recursing.
+The wrapper's own functions and instrument()'s shells carry a mark
+(`mark_observed`); a shell also holds the function it replaced (`SAVED_ATTR`).
+Neither is ever forwarded to: where the module attribute is one of them and no
+original was saved -- a user's shim such as ``litellm.completion = cw.completion``,
+or a shell of ours put back by hand after `uninstrument()` -- the original is
+found where LiteLLM defines it (`own`), so the call works instead of recursing.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ _HOMES = {
     "aresponses": ("litellm.responses.dispatch", "litellm.responses.main"),
 }
 _MARK = "__cw_observed__"
+# On an instrument() shell: the function it replaced.
+SAVED_ATTR = "_cw_saved"
 
 _originals: dict[str, Callable[..., Any]] = {}
 
@@ -44,12 +48,22 @@ def is_observed(function: object) -> bool:
     return getattr(function, _MARK, False) is True
 
 
+def unwrap(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Past our own instrument() shells to the function the first of them replaced."""
+    while True:
+        saved = getattr(function, SAVED_ATTR, None)
+        if saved is None:
+            return function
+        function = saved
+
+
 def remember(name: str, function: Callable[..., Any]) -> None:
     """Record the function to forward to for ``name`` (instrument() calls this before patching).
 
     One of our own functions is never recorded (a shim installed before instrument()):
     `original` then finds LiteLLM's where it is defined.
     """
+    function = unwrap(function)
     if not is_observed(function):
         _originals[name] = function
 
@@ -65,15 +79,16 @@ def original(name: str) -> Callable[..., Any]:
         return function
     from ._offline import litellm
 
-    function = getattr(litellm(), name)
+    function = unwrap(getattr(litellm(), name))
     if not is_observed(function):
-        return function  # type: ignore[no-any-return]
-    home = _home(name)  # the module attribute is ours (a shim): forwarding to it would recurse
+        return function
+    home = own(name)  # the module attribute is ours (a shim): forwarding to it would recurse
     _originals.setdefault(name, home)
     return home
 
 
-def _home(name: str) -> Callable[..., Any]:
+def own(name: str) -> Callable[..., Any]:
+    """LiteLLM's own definition of ``name``, whatever the module attribute holds now."""
     for module_name in _HOMES.get(name, ()):
         try:
             function = getattr(importlib.import_module(module_name), name, None)

@@ -5,20 +5,36 @@ installed globally (never replaced silently); otherwise the embedded pipeline of
 ``embedded.py`` for ``export="file:..."`` or ``"otlp"`` (and for a scrape endpoint,
 ``metrics="prometheus:HOST:PORT"``); ``export="none"`` without one uses
 the OpenTelemetry API's no-op providers.
+
+Two choices made elsewhere decide where telemetry goes, and each is said once per
+process, with no content, as a warning: an application that installed its own
+providers receives the snapshots (the ``export`` setting is then not installed),
+and ``OTEL_SDK_DISABLED=true``, the user's explicit OpenTelemetry opt-out, is
+honoured (nothing is exported; ``cw.snapshots()`` and ``cw.estimate()`` still work).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import math
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from opentelemetry import metrics, trace
 
+from ._log import RateLimitedLog
 from .config import Config
 
 logger = logging.getLogger("cw_middleware")
+_once = RateLimitedLog(interval=math.inf)  # each of these warnings once per process, however often configure() runs
+
+
+def sdk_disabled(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """OTEL_SDK_DISABLED=true: the OpenTelemetry SDK's own switch (spec: "true", case-insensitive)."""
+    env = os.environ if environ is None else environ
+    return env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
 
 
 @dataclass(frozen=True)
@@ -47,9 +63,23 @@ def choose_providers(
         return Providers(tracer_provider, meter_provider, logger_provider)  # the caller's, as given
     if cfg.export == "none" and cfg.metrics_endpoint is None:
         return Providers(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), logger_provider)
+    if sdk_disabled():
+        _once.warning(
+            "sdk-disabled",
+            f"cw_middleware: OTEL_SDK_DISABLED=true switches OpenTelemetry off, so no snapshots are exported "
+            f"(export={cfg.export}{f', metrics={cfg.metrics}' if cfg.metrics_endpoint is not None else ''} is not installed); "
+            "cw.snapshots() and cw.estimate() still work. Unset it to export.",
+        )
+        return Providers(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), logger_provider)
     if _app_has_providers():
         # The application owns telemetry: emit into its providers, never replace them.
-        logger.info("cw_middleware: using the application's TracerProvider/MeterProvider; export=%s is not installed", cfg.export)
+        tp, mp = trace.get_tracer_provider(), metrics.get_meter_provider()
+        _once.warning(
+            "app-providers",
+            f"cw_middleware: the application installed its own TracerProvider ({_type_name(tp)}) / MeterProvider "
+            f"({_type_name(mp)}): snapshots go to its exporters, export={cfg.export} is not installed; "
+            "read them back from that backend",
+        )
         if cfg.metrics_endpoint is not None:
             logger.warning(
                 "cw_middleware: the application has its own MeterProvider, so metrics=%s opens no endpoint; "
@@ -67,3 +97,7 @@ def choose_providers(
         pipeline.flush,
         pipeline.shutdown,
     )
+
+
+def _type_name(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"

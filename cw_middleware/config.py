@@ -189,6 +189,17 @@ def resolve(
     )
 
 
+def parse_seconds(value: object, name: str) -> float:
+    """A duration in seconds (> 0) from a number or a numeric string; ConfigError naming ``name`` otherwise."""
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from None
+    if not seconds > 0:
+        raise ConfigError(f"{name} must be > 0 seconds, got {value!r}")
+    return seconds
+
+
 def _positive_int(name: str, value: Optional[int], env_value: Optional[str], default: int) -> int:
     if value is None and env_value:
         try:

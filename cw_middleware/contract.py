@@ -97,6 +97,11 @@ class WarningCode(StrEnum):
     OPAQUE_CONTEXT_NOT_ESTIMATED = "opaque_context_not_estimated"
     PROVIDER_TOOL_NOT_ESTIMATED = "provider_tool_not_estimated"
     INVALID_CONTEXT_WINDOW = "invalid_context_window"
+    # A metrics backend (Prometheus, VictoriaMetrics) answered: see readback/prometheus.py.
+    FROM_METRICS = "from_metrics"
+    METRICS_WITHOUT_RUN_LABELS = "metrics_without_run_labels"
+    METRICS_SERIES_OVERFLOW = "metrics_series_overflow"
+    METRICS_AMBIGUOUS = "metrics_ambiguous"
 
 
 # Human-readable, content-free explanations of each warning code.
@@ -130,6 +135,22 @@ WARNING_MESSAGES: dict[WarningCode, str] = {
         "provider-run tools (web search, file search, remote MCP, ...) add input that is not estimated locally"
     ),
     WarningCode.INVALID_CONTEXT_WINDOW: "cw_context_window was not a positive whole number; the model's window applies",
+    WarningCode.FROM_METRICS: (
+        "read from metrics: the latest values only, without per-source details or the snapshot's own warnings; "
+        "times are scrape times"
+    ),
+    WarningCode.METRICS_WITHOUT_RUN_LABELS: (
+        "the context-window metrics carry no run or stage labels, so a metrics backend cannot answer per stage; "
+        "turn on metric_run_labels (CW_METRIC_RUN_LABELS=1) where the agent runs, or read from a trace backend"
+    ),
+    WarningCode.METRICS_SERIES_OVERFLOW: (
+        "the producer hit its metric series limit (metric_series_limit) and folded new series into one overflow "
+        "series; this stage may be among them"
+    ),
+    WarningCode.METRICS_AMBIGUOUS: (
+        "two models or producers reported this stage within the same scrape, so the metrics cannot tell which "
+        "request came last; this answer shows one of them"
+    ),
 }
 
 

@@ -430,12 +430,20 @@ def install(
 
     logger_provider = _logger_provider(config, resource) if config.log_events and config.export != "none" else None
 
+    # Only push readers are flushed: a flush of the scrape endpoint's (pull) reader would queue a
+    # collection that its next scrape prints as well, every series twice (the OpenTelemetry
+    # Prometheus collector emits whatever collections are queued), so MeterProvider.force_flush
+    # is not used.
+    push_readers = [r for r in readers if endpoint is None or r is not endpoint.reader]
+
     def flush(timeout: float) -> bool:
         millis = int(timeout * 1000)
         ok = sdk_tracer is None or bool(sdk_tracer.force_flush(millis))
         if logger_provider is not None:
             ok = bool(logger_provider.force_flush(millis)) and ok
-        return bool(meter_provider.force_flush(millis)) and ok
+        for reader in push_readers:
+            ok = bool(reader.force_flush(millis)) and ok
+        return ok
 
     def shutdown() -> None:
         if sdk_tracer is not None:

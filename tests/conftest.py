@@ -18,7 +18,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-# Real Prometheus / VictoriaMetrics servers (factories), for every suite that needs them.
+# Real servers for every suite that needs them: Arize Phoenix (its own venv, one per session),
+# Prometheus and VictoriaMetrics (factories), and one agent run scraped by both (session).
+from servers.agent_metrics import agent_metrics  # noqa: F401
+from servers.phoenix import phoenix_server  # noqa: F401
 from servers.prometheus import prometheus_server, victoria_metrics_server  # noqa: F401
 
 import cw_middleware  # noqa: F401

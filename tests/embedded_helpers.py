@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Optional
 
 from cw_middleware.config import resolve
 from cw_middleware.embedded import install
@@ -33,3 +33,16 @@ def embedded_runtime(**settings: Any) -> Iterator[Runtime]:
         runtime.flush(5.0)
         runtime.shutdown()
         set_runtime(previous)
+
+
+@contextlib.contextmanager
+def exported_to(file_path: str, traces_endpoint: Optional[str] = None, **settings: Any) -> Iterator[Runtime]:
+    """The embedded file export, plus (when given) the same spans over OTLP/HTTP to ``traces_endpoint``."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    with embedded_runtime(export=f"file:{file_path}", **settings) as runtime:
+        if traces_endpoint is not None:
+            exporter = OTLPSpanExporter(endpoint=traces_endpoint)
+            runtime.pipeline.tracer_provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))  # type: ignore[attr-defined]
+        yield runtime

@@ -21,6 +21,7 @@ Every request is kept in `requests` (path, headers, parsed JSON body).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -331,9 +332,9 @@ class _Server(ThreadingHTTPServer):
     block_on_close = False
 
 
-@pytest.fixture
-def provider() -> Iterator[FakeProvider]:
-    """A local provider on 127.0.0.1 at an ephemeral port; ``provider.url`` is its base URL."""
+@contextlib.contextmanager
+def running_provider() -> Iterator[FakeProvider]:
+    """A local provider on 127.0.0.1 at an ephemeral port, for any scope; ``provider.url`` is its base URL."""
     fake = FakeProvider()
     server = _Server(("127.0.0.1", 0), _handler(fake))
     fake.url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -345,3 +346,10 @@ def provider() -> Iterator[FakeProvider]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=2)
+
+
+@pytest.fixture
+def provider() -> Iterator[FakeProvider]:
+    """A local provider on 127.0.0.1 at an ephemeral port; ``provider.url`` is its base URL."""
+    with running_provider() as fake:
+        yield fake

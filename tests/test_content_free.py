@@ -7,10 +7,15 @@ import logging
 import threading
 import urllib.request
 
+import httpx
 import litellm
 import pytest
-from embedded_helpers import embedded_runtime
+from embedded_helpers import embedded_runtime, exported_to
 from http_servers import OpenAIStub, OtlpReceiver, running
+from servers import free_port
+from stubs import TraceStore, serving
+from stubs.jaeger import JaegerStub
+from stubs.tempo import TempoStub
 
 import cw_middleware as cw
 from cw_middleware import cli
@@ -162,4 +167,36 @@ def test_otlp_request_bodies_are_content_free(monkeypatch, cw_logs):
         sent = collector.all_bytes()
         assert b"agent.context_window.snapshot" in sent and b"agent.context_window.tokens" in sent
         _assert_clean(sent, "OTLP request bodies")
+    _assert_clean("\n".join(r.getMessage() for r in cw_logs.records), "the middleware's log")
+
+
+def test_every_backend_and_every_readers_answer_is_content_free(
+    tmp_path, cw_logs, phoenix_server, prometheus_server, victoria_metrics_server
+):
+    """The same scenario into a real Phoenix, Prometheus and VictoriaMetrics, and the Jaeger/Tempo stubs."""
+    port = free_port()
+    metrics_servers = [prometheus_server([f"127.0.0.1:{port}"]), victoria_metrics_server([f"127.0.0.1:{port}"])]
+    path = str(tmp_path / "t.jsonl")
+    with (
+        running(OpenAIStub) as provider,
+        exported_to(path, phoenix_server.traces_endpoint, metrics=f"prometheus:127.0.0.1:{port}", metric_run_labels=True) as rt,
+    ):
+        _scenario(provider)
+        rt.flush(5.0)
+        for server in metrics_servers:  # what each metrics backend stored: every series of the run, labels and all
+            server.wait_for(f'agent_context_window_tokens{{agent_run_id="{RUN}"}}', timeout=30)
+            _assert_clean(json.dumps(server.api("series", **{"match[]": f'{{agent_run_id="{RUN}"}}'})), f"{server.kind} series")
+    store = TraceStore()
+    store.feed_file(path)
+    phoenix_server.wait_for_run(RUN, store.span_count(RUN))
+    stored = httpx.get(f"{phoenix_server.url}/v1/projects/default/spans", params={"limit": 1000}, timeout=10)
+    assert RUN in stored.text
+    _assert_clean(stored.content, "what Phoenix stored")
+    with serving(JaegerStub(store)) as jaeger, serving(TempoStub(store)) as tempo:
+        for backend in (f"file:{path}", phoenix_server.backend, f"jaeger+{jaeger.url}", f"tempo+{tempo.url}"):
+            reader = cw.reader(backend)
+            answer = reader.context_window(RUN, STAGE)
+            assert answer.available and answer.details
+            _assert_clean(answer.model_dump_json(), f"the answer of {backend}")
+            _assert_clean(json.dumps([s.as_dict() for s in reader.stages(RUN)] + [r.as_dict() for r in reader.runs()]), backend)
     _assert_clean("\n".join(r.getMessage() for r in cw_logs.records), "the middleware's log")

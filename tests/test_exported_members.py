@@ -6,6 +6,8 @@ PUBLIC = {
     # the LiteLLM drop-in and its tags
     "completion", "acompletion", "responses", "aresponses", "estimate", "stage", "current_stage", "snapshots",
     "segment", "message", "tool", "ToolSource",
+    # zero-code adoption: frameworks and the Router, stages across thread pools
+    "instrument", "uninstrument", "bind",
     # configuration and telemetry
     "configure", "flush", "Config", "ProviderCountPolicy",
     # the contract

@@ -235,3 +235,42 @@ def test_configured_context_window_matches_either_spelling(telemetry):
         assert cw.snapshots()[-1].context_window_tokens == 1000
     finally:
         set_runtime(previous)
+
+
+def test_concurrent_scrapes_each_get_the_whole_answer_once():
+    """Two servers scraping one process at once (HA Prometheus, or Prometheus and VictoriaMetrics)."""
+    import threading
+
+    port = free_port()
+    with embedded_runtime(export="none", metrics=f"prometheus:{port}", metric_run_labels=True):
+        for i in range(20):
+            with cw.stage(run_id="run-c", stage_id=f"s{i}"):
+                cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="hi")
+        counts: list[int] = []
+        lock = threading.Lock()
+
+        def scrape() -> None:
+            with httpx.Client() as client:
+                for _ in range(10):
+                    body = client.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+                    with lock:
+                        counts.append(body.count("agent_context_window_limit{"))
+
+        threads = [threading.Thread(target=scrape) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert counts == [20] * 60  # one limit series per stage, never doubled, never empty
+
+
+def test_flushing_never_doubles_the_next_scrape():
+    """cw.flush() (also run at exit and by the CLI) must not queue collections for the pull endpoint."""
+    port = free_port()
+    with embedded_runtime(export="none", metrics=f"prometheus:{port}") as rt:
+        cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="hi")
+        for _ in range(3):
+            assert rt.flush(5)
+        body = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    assert body.count("agent_context_window_limit{") == 1
+    assert body.count("# TYPE agent_context_window_limit gauge") == 1

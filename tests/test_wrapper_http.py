@@ -115,6 +115,18 @@ def test_caller_asked_for_usage_keeps_the_usage_chunk(runtime, provider):  # noq
     _assert_reconciled(cw.snapshots()[-1], provider[CHAT].tokens)
 
 
+def test_caller_who_turns_usage_off_keeps_their_stream_options(runtime, provider):  # noqa: F811
+    """The off switch README documents: your own stream_options go out as you wrote them."""
+    options = {"stream_options": {"include_usage": False}}
+    expected = _chunks(litellm.completion(**_kwargs(provider, stream=True, **options)))
+    got = _chunks(cw.completion(**_kwargs(provider, stream=True, **options)))
+
+    assert got == expected
+    assert provider.hits(CHAT)[-1].body["stream_options"] == {"include_usage": False}
+    snap = cw.snapshots()[-1]
+    assert snap.count_method is CountMethod.LOCAL_ESTIMATE and WarningCode.USAGE_MISSING.value in snap.warning_codes()
+
+
 def test_stream_abandoned_early_does_not_reconcile(runtime, provider):  # noqa: F811
     stream = cw.completion(**_kwargs(provider, stream=True))
     next(iter(stream))

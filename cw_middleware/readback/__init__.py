@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, Union, runtime_checkable
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
+from ..config import parse_seconds
 from ..contract import MAX_ID_LENGTH, StageContextWindow, validate_id  # noqa: F401 - re-exported
 from ..errors import ConfigError, NotFound
 from .fold import Horizon, RunSummary, StageSummary, parse_stale_after, stale_after_from_env
@@ -162,7 +163,7 @@ def resolve_options(
     values.update(url_options)
     values.update({k: v for k, v in given.items() if v is not None})
     if "timeout" in values:
-        values["timeout"] = _positive_float(values["timeout"], "timeout")
+        values["timeout"] = parse_seconds(values["timeout"], "timeout")
     if "retries" in values:
         values["retries"] = _retries(values["retries"])
     if "stale_after" in values:
@@ -185,16 +186,6 @@ def _parse_headers(raw: str) -> dict[str, str]:
             raise ConfigError("CW_BACKEND_HEADERS must be 'name=value' pairs separated by commas")
         out[unquote(key.strip())] = unquote(value.strip())
     return out
-
-
-def _positive_float(value: Any, name: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from None
-    if not number > 0:
-        raise ConfigError(f"{name} must be > 0 seconds, got {value!r}")
-    return number
 
 
 def _retries(value: Any) -> int:
@@ -255,11 +246,47 @@ def _file_backend(url: BackendURL, options: ReaderOptions) -> SnapshotReader:
     return open_reader(url.location, options)
 
 
+def _phoenix_backend(url: BackendURL, options: ReaderOptions) -> SnapshotReader:
+    from .phoenix import open_reader
+
+    return open_reader(url, options)
+
+
+def _jaeger_backend(url: BackendURL, options: ReaderOptions) -> SnapshotReader:
+    from .jaeger import open_reader
+
+    return open_reader(url, options)
+
+
+def _tempo_backend(url: BackendURL, options: ReaderOptions) -> SnapshotReader:
+    from .tempo import open_reader
+
+    return open_reader(url, options)
+
+
+def _prometheus_backend(url: BackendURL, options: ReaderOptions) -> SnapshotReader:
+    from .prometheus import open_reader
+
+    return open_reader(url, options)
+
+
 # scheme -> factory(url, options). A backend is one module plus one line here.
-BACKENDS: dict[str, Callable[[BackendURL, ReaderOptions], SnapshotReader]] = {"file": _file_backend}
+BACKENDS: dict[str, Callable[[BackendURL, ReaderOptions], SnapshotReader]] = {
+    "file": _file_backend,
+    "phoenix": _phoenix_backend,
+    "jaeger": _jaeger_backend,
+    "tempo": _tempo_backend,
+    "prometheus": _prometheus_backend,  # Prometheus and VictoriaMetrics (PromQL HTTP API)
+}
 
 # How each scheme is written, for help texts and errors.
-BACKEND_FORMS: dict[str, str] = {"file": "file:PATH"}
+BACKEND_FORMS: dict[str, str] = {
+    "file": "file:PATH",
+    "phoenix": "phoenix+http://HOST:6006[?project=NAME]",
+    "jaeger": "jaeger+http://HOST:16686[?service=NAME]",
+    "tempo": "tempo+http://HOST:3200",
+    "prometheus": "prometheus+http://HOST:9090",
+}
 
 
 def reader(

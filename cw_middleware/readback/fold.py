@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from typing import Any, Optional
 
 from .. import schema as keys
+from ..config import parse_seconds
 from ..contract import StageContextWindow, Staleness, UnavailableReason, WarningCode
-from ..errors import ConfigError
 from .otlp_json import Span
 
 DEFAULT_STALE_AFTER = 1800.0  # seconds without a sign of life before an unended stage reads as stored
@@ -39,13 +39,7 @@ def stale_after_from_env(environ: Optional[dict[str, str]] = None) -> float:
 
 
 def parse_stale_after(value: Any, name: str = "stale_after") -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from None
-    if not seconds > 0:
-        raise ConfigError(f"{name} must be > 0 seconds, got {value!r}")
-    return seconds
+    return parse_seconds(value, name)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,122 @@
+"""cw.instrument(): observe every call that looks LiteLLM's entry points up on the ``litellm`` module.
+
+Frameworks (LangChain's ChatLiteLLM, the OpenAI Agents SDK's LitellmModel,
+smolagents, DSPy) and LiteLLM's own Router call ``litellm.completion`` and its
+siblings themselves. `instrument()` puts an observed shell in place of each
+module attribute; the shell runs the same lifecycle as ``cw.completion`` (tags
+stripped, snapshots, usage reconciled) and forwards to the function it replaced,
+kept by `_litellm.remember`. Nothing else changes: no environment variable, no
+LiteLLM setting, no callback list.
+
+`uninstrument()` puts back exactly what was there, unless someone patched on top
+of our shell since: their patch is left in place (it may forward to ours) and a
+warning says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from . import _litellm, _offline, wrapper
+
+logger = logging.getLogger("cw_middleware")
+
+_lock = threading.Lock()
+# name -> (what was there before, our shell); entries stay while a patch on top of ours keeps it in use.
+_installed: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}
+
+
+def _shells() -> dict[str, Callable[..., Any]]:
+    """The observed entry points, by their litellm attribute name (the wrapper's drop-ins)."""
+    shells: dict[str, Callable[..., Any]] = {"completion": wrapper.completion, "acompletion": wrapper.acompletion}
+    for name in ("responses", "aresponses"):
+        shell = getattr(wrapper, name, None)
+        if shell is not None:
+            shells[name] = shell
+    return shells
+
+
+def instrument() -> None:
+    """Observe ``litellm.completion``, ``acompletion``, ``responses`` and ``aresponses`` for every caller.
+
+    Idempotent and thread-safe. Calls that look the function up on the module at
+    call time are observed (frameworks, the Router); a reference bound before this
+    call (``from litellm import completion`` at import time) is not.
+    """
+    litellm = _offline.litellm()
+
+    with _lock:
+        for name, shell in _shells().items():
+            if name in _installed:
+                continue
+            current = getattr(litellm, name)
+            saved = _litellm.unwrap(current)  # a stale shell of ours put back by hand: forward past it
+            observed = _observed(name, shell, saved)
+            _litellm.remember(name, saved)
+            setattr(litellm, name, observed)
+            _installed[name] = (current, observed)
+
+
+def uninstrument() -> None:
+    """Put back what `instrument()` replaced. Idempotent and thread-safe.
+
+    A function someone set on top of our shell since is left alone (with a
+    warning): restoring under it would silently drop their patch.
+    """
+    litellm = _offline.litellm()
+
+    with _lock:
+        for name, (before, observed) in list(_installed.items()):
+            if getattr(litellm, name, None) is not observed:
+                logger.warning(
+                    "cw_middleware: litellm.%s was patched again after instrument(); leaving that patch in place", name
+                )
+                continue
+            setattr(litellm, name, before)
+            _litellm.forget(name)
+            del _installed[name]
+
+
+def instrumented() -> bool:
+    """True while at least one LiteLLM entry point is observed through the module."""
+    with _lock:
+        return bool(_installed)
+
+
+def _observed(name: str, shell: Callable[..., Any], saved: Callable[..., Any]) -> Callable[..., Any]:
+    """The module attribute we install: the wrapper's drop-in, unless we are already inside an observed call."""
+    if name.startswith("a"):
+
+        @functools.wraps(saved)
+        async def observed_async(*args: Any, **kwargs: Any) -> Any:
+            if _inside_a_call():
+                return await _litellm.own(name)(*args, **kwargs)
+            return await shell(*args, **kwargs)
+
+        observed: Callable[..., Any] = observed_async
+    else:
+
+        @functools.wraps(saved)
+        def observed_sync(*args: Any, **kwargs: Any) -> Any:
+            if _inside_a_call():
+                return _litellm.own(name)(*args, **kwargs)
+            return shell(*args, **kwargs)
+
+        observed = observed_sync
+    setattr(observed, _litellm.SAVED_ATTR, saved)
+    return _litellm.mark_observed(observed)
+
+
+def _inside_a_call() -> bool:
+    """True while one of our calls is inside its original (the wrapper's re-entrancy guard).
+
+    Such an inner call (a patch under ours that looks ``litellm.completion`` up at call
+    time, LiteLLM calling its own entry points, a callback) belongs to the outer one: it
+    goes straight to LiteLLM's own function, not through the patch again, so a patch that
+    always looks the module up cannot recurse.
+    """
+    return wrapper._forwarding.get()
