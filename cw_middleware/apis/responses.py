@@ -242,7 +242,8 @@ class Responses:
 
     def read(self, obj: Any) -> Reading:
         """A ResponsesAPIResponse, or a stream event: only the terminal event carries the final usage."""
-        kind = getattr(obj, "type", None)
+        fields = getattr(obj, "__dict__", None)  # a pydantic object's fields: no slow __getattr__ for a missing one
+        kind = fields.get("type") if isinstance(fields, dict) else getattr(obj, "type", None)
         if isinstance(kind, str):
             if getattr(kind, "value", kind) not in TERMINAL_EVENTS:  # LiteLLM's event types are a str Enum
                 return NOTHING
