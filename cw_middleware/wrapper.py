@@ -1,4 +1,4 @@
-"""The LiteLLM drop-in: completion / acompletion and responses / aresponses (streams included), stage(), estimate().
+"""The LiteLLM drop-in: completion / acompletion and responses / aresponses (streams included), and estimate().
 
 Each call runs one `_Call`, whatever the API: read the request and estimate it
 locally, strip the tags, publish the ``local_estimate`` snapshot, start a
