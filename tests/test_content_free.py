@@ -186,6 +186,11 @@ def test_every_backend_and_every_readers_answer_is_content_free(
         for server in metrics_servers:  # what each metrics backend stored: every series of the run, labels and all
             server.wait_for(f'agent_context_window_tokens{{agent_run_id="{RUN}"}}', timeout=30)
             _assert_clean(json.dumps(server.api("series", **{"match[]": f'{{agent_run_id="{RUN}"}}'})), f"{server.kind} series")
+            metrics = cw.reader(server.reader_url)  # the Prometheus reader, while the producer still exports
+            _assert_clean(metrics.context_window(RUN, STAGE).model_dump_json(), f"the Prometheus reader on {server.kind}")
+            _assert_clean(
+                json.dumps([s.as_dict() for s in metrics.stages(RUN)] + [r.as_dict() for r in metrics.runs()]), server.kind
+            )
     store = TraceStore()
     store.feed_file(path)
     phoenix_server.wait_for_run(RUN, store.span_count(RUN))

@@ -4,26 +4,18 @@ A backend hands spans back in its own order (by trace, by insertion, by score), 
 the folds read staleness from the order spans were *exported* in: the stage's start
 marker is exported when the stage begins, the stage span when it ends. One writer
 exports spans in the order they end, so sorting by end time restores that order
-(`export_order`). The search window (`lookback`, default 7 days: Tempo's default
-``max_duration``) is one option for all three.
+(`export_order`).
 """
 
 from __future__ import annotations
 
 import json
-import re
-import time
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from .. import schema as keys
 from .._log import RateLimitedLog
 from ..errors import ConfigError
 from .otlp_json import Span
-
-DEFAULT_LOOKBACK = 7 * 86400.0  # seconds searched back from now
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 
 # Array attributes of the contract. Stores built on Jaeger's span model (Elasticsearch,
 # OpenSearch, Cassandra, Badger) keep arrays as their JSON text.
@@ -45,21 +37,6 @@ def warn_truncated(display: str, limit: str) -> None:
 def export_order(spans: Iterable[Span]) -> list[Span]:
     """Spans oldest export first, as the folds expect them (ties: the earlier start first)."""
     return sorted(spans, key=lambda s: (s.end_ns or s.start_ns, s.start_ns, s.span_id))
-
-
-def parse_duration(value: Any, name: str = "lookback") -> float:
-    """Seconds from ``90``, ``30m``, ``24h``, ``7d`` or ``2w``."""
-    match = _DURATION.match(str(value))
-    if not match or float(match.group(1)) <= 0:
-        raise ConfigError(f"{name} must be a duration such as 30m, 24h or 7d, got {value!r}")
-    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
-
-
-def window_ns(params: Mapping[str, str]) -> tuple[int, int]:
-    """(start, end) in Unix nanoseconds: the ``lookback`` before now, and a minute ahead for clock skew."""
-    lookback = parse_duration(params["lookback"]) if params.get("lookback") else DEFAULT_LOOKBACK
-    end = time.time_ns() + 60_000_000_000
-    return end - int(lookback * 1e9), end
 
 
 def positive_int(params: Mapping[str, str], name: str, default: int, maximum: int = 1_000_000) -> int:

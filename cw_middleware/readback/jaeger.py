@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any, Optional
 from .. import schema as keys
 from ..contract import StageContextWindow
 from ..errors import BackendResponseError
-from ._spans import export_order, positive_int, restore_arrays, warn_truncated, window_ns
+from ._spans import export_order, positive_int, restore_arrays, warn_truncated
 from .fold import RunSummary, StageSummary, fold_run, fold_runs, fold_stage
 from .http import BackendClient
 from .otlp_json import Span, iter_spans
+from .window import window_ns
 
 if TYPE_CHECKING:
     from . import BackendURL, ReaderOptions

@@ -29,10 +29,11 @@ from urllib.parse import quote
 from .. import schema as keys
 from ..contract import StageContextWindow
 from ..errors import BackendResponseError, ConfigError
-from ._spans import export_order, positive_int, warn_truncated, window_ns
+from ._spans import export_order, positive_int, warn_truncated
 from .fold import RunSummary, StageSummary, fold_run, fold_runs, fold_stage
 from .http import BackendClient
 from .otlp_json import Event, Span, normalize_id
+from .window import window_ns
 
 if TYPE_CHECKING:
     from . import BackendURL, ReaderOptions

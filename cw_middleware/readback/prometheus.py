@@ -39,7 +39,6 @@ with ``metrics_series_overflow`` instead.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -56,9 +55,10 @@ from ..contract import (
     UnavailableReason,
     WarningCode,
 )
-from ..errors import BackendResponseError, ConfigError
+from ..errors import BackendResponseError
 from .fold import Horizon, RunSummary, StageSummary
 from .http import BackendClient
+from .window import lookback, parse_duration
 
 if TYPE_CHECKING:
     from . import BackendURL, ReaderOptions
@@ -75,22 +75,11 @@ PROVIDER = keys.prometheus_name(keys.GEN_AI_PROVIDER)
 MODEL = keys.prometheus_name(keys.GEN_AI_REQUEST_MODEL)
 OVERFLOW = "otel_metric_overflow"  # the SDK's otel.metric.overflow=true series, past the cardinality limit
 
-DEFAULT_LOOKBACK = 7 * 86400.0
 COARSE_STEPS = 1000  # subquery resolution: lookback / COARSE_STEPS
 RAW_WINDOW = 900.0  # seconds of raw samples read to time the newest rises exactly (60 samples of a 15 s scrape)
 _METHOD_RANK = {method.value: rank for rank, method in enumerate(CountMethod)}  # best last
 # Labels that tell series of one stage apart without naming a different producer or model.
 _NOT_SOURCE = frozenset({"__name__", CATEGORY, METHOD})
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(value: str, name: str = "lookback") -> float:
-    """Seconds from ``90``, ``90s``, ``15m``, ``12h``, ``7d`` or ``2w``."""
-    match = _DURATION.match(value.strip())
-    if not match or float(match.group(1)) <= 0:
-        raise ConfigError(f"{name} must be a duration like 7d, 12h, 30m or 600 (seconds), got {value!r}")
-    return float(match.group(1)) * _UNITS[match.group(2)]
 
 
 def quote(value: str) -> str:
@@ -124,8 +113,7 @@ class PrometheusReader:
 
     def __init__(self, url: BackendURL, options: ReaderOptions) -> None:
         self.display = url.display
-        raw = url.params.get("lookback")
-        self.lookback = parse_duration(raw) if raw else DEFAULT_LOOKBACK
+        self.lookback = lookback(url.params)
         self.horizon: Horizon = options.horizon
         self._http = BackendClient("Prometheus", url, options)
 

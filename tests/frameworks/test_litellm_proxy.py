@@ -273,7 +273,6 @@ def test_a_bad_id_is_a_warning_that_names_the_rule_not_the_value(proxy, served):
     assert "x" * 300 not in log
 
 
-@pytest.mark.xfail(strict=True, reason="the default run for calls outside a stage is the core's, not on main yet")
 def test_calls_without_a_stage_or_with_a_bad_id_go_to_the_default_run(proxy, served):
     day = datetime.now(UTC).strftime("%Y-%m-%d")
     spans = call_spans(read_spans(proxy.export), f"default:{SERVICE}", day)

@@ -3,10 +3,11 @@
 A mocked agent (agent stages with tools, memory and a skill, a stream, a non-agent stage, a
 stage entered twice) exports at once to the embedded file, to a real Phoenix over OTLP/HTTP,
 and to the scrape endpoint that a real Prometheus and a real VictoriaMetrics scrape. The Jaeger
-and Tempo stubs serve the file's spans as those backends would. Every reader must give the
-file's StageContextWindow for every stage, the file's stage listing and the file's run entry;
-the metrics backends must hold, per agent stage, the same tokens by category, limit and
-utilization. No answer carries the run's canary text.
+and Tempo stubs serve the file's spans as those backends would. Every trace reader must give
+the file's StageContextWindow for every stage, the file's stage listing and the file's run
+entry; the Prometheus reader, on both metrics backends, the file's numbers for every agent
+stage (what metrics carry), and the backends themselves the same tokens by category, limit
+and utilization. No answer carries the run's canary text.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from servers import free_port
 from stubs import TraceStore, serving
 from stubs.jaeger import JaegerStub
 from stubs.tempo import TempoStub
+from test_prometheus import COMPARED  # what a metrics backend can tell of a stage
 
 import cw_middleware as cw
 from cw_middleware.contract import CATEGORIES
@@ -49,6 +51,7 @@ def test_every_reader_gives_the_same_answer(tmp_path, phoenix_server, prometheus
     metrics_servers = [prometheus_server([f"127.0.0.1:{port}"]), victoria_metrics_server([f"127.0.0.1:{port}"])]
     path = str(tmp_path / "telemetry.jsonl")
     series = f'agent_context_window_tokens{{agent_run_id="{RUN}"}}'
+    metric_answers: dict[str, dict] = {}
     with exported_to(path, phoenix_server.traces_endpoint, metrics=f"prometheus:127.0.0.1:{port}", metric_run_labels=True) as rt:
         run_agent(RUN)
         rt.flush(5.0)
@@ -62,7 +65,25 @@ def test_every_reader_gives_the_same_answer(tmp_path, phoenix_server, prometheus
         # The scrape endpoint lives as long as the runtime: ask the metrics backends now.
         file_reader = cw.reader(f"file:{path}")
         expected = _trace_answers(file_reader)
-        # What metrics can tell: per agent stage (run labels on), the latest breakdown, limit and utilization.
+        # What metrics can tell, through the Prometheus reader (Prometheus and VictoriaMetrics alike):
+        # per agent stage (run labels on) the latest request's numbers; no details, kind or event_seq.
+        for server in metrics_servers:
+            metrics = cw.reader(server.reader_url)
+            for stage in AGENT_STAGES:
+                got = metrics.context_window(RUN, stage).model_dump(mode="json")
+                assert {f: got[f] for f in COMPARED} == {f: expected["windows"][stage][f] for f in COMPARED}, stage
+                assert (
+                    got["details"] == [] and got["event_seq"] is None and [w["code"] for w in got["warnings"]] == ["from_metrics"]
+                )
+                assert got["staleness"] == "live"  # its producer still exports the stage's series
+            with pytest.raises(cw.NotFound):  # a stage that calls no model has no series
+                metrics.context_window(RUN, "tests@1")
+            # the listing's order comes from sample times (coarse over a long lookback): compare as a set
+            assert sorted((s.stage_id, s.kind) for s in metrics.stages(RUN)) == sorted((s, None) for s in AGENT_STAGES)
+            listed = next(r for r in metrics.runs() if r.run_id == RUN)
+            assert listed.stages == len(AGENT_STAGES)
+            metric_answers[server.kind] = got
+        # The raw series: the latest breakdown, limit and utilization per agent stage.
         for stage in AGENT_STAGES:
             window = expected["windows"][stage]
             tokens = {b["category"]: float(b["tokens"]) for b in window["breakdown"]}
@@ -90,5 +111,5 @@ def test_every_reader_gives_the_same_answer(tmp_path, phoenix_server, prometheus
             assert got["windows"][stage] == expected["windows"][stage], f"{backend} differs from the file on {stage}"
         assert got["stages"] == expected["stages"], backend
         assert got["run"] == expected["run"], backend
-    everything = json.dumps([expected, answers])
+    everything = json.dumps([expected, answers, metric_answers])
     assert CANARY not in everything
