@@ -10,6 +10,7 @@
    both with mock_response, alternating, median ratio                 -> bar: <= 1.15
 4. the same through cw.instrument(): the instrumented litellm.completion (what frameworks
    call) vs the original function it replaced                          -> bar: <= 1.15
+5. the same for the Responses API: cw.responses vs litellm.responses  -> bar: <= 1.15
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ from cw_middleware._offline import litellm_tokenizers_dir  # noqa: E402
 
 # This benchmark's own tiktoken (the floor) and LiteLLM's token_counter read LiteLLM's files too.
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(litellm_tokenizers_dir()))
-from benchmarks.conversation import make_tools, make_turns, new_text, request_at  # noqa: E402
+from benchmarks.conversation import (  # noqa: E402
+    make_tools,
+    make_turns,
+    new_text,
+    request_at,
+    responses_request_at,
+    responses_tools,
+)
 
 MODEL = "gpt-4o"
 
@@ -96,31 +104,43 @@ def bench_accounting(n_turns: int, repeats: int = 5) -> dict[str, float]:
     }
 
 
-def bench_call_path(n_calls: int, export: str = "none", instrumented: bool = False) -> dict[str, float]:
+def bench_call_path(n_calls: int, export: str = "none", api: str = "chat", instrumented: bool = False) -> dict[str, float]:
+    """cw's entry point vs LiteLLM's on the same ~100k-token request; ``api``: "chat" or "responses"."""
     import litellm
 
     system, turns = make_turns(200)
     tools = make_tools()
     cw.configure(export=export)
     ratios, cw_times, lite_times = [], [], []
-    plain, observed = litellm.completion, cw.completion
+    if api == "responses":
+        plain, observed = litellm.responses, cw.responses
+        flat = responses_tools(tools)
+
+        def request() -> dict:
+            return {"model": MODEL, **responses_request_at(system, turns, 200), "tools": flat, "mock_response": "ok"}
+    else:
+        plain, observed = litellm.completion, cw.completion
+
+        def request() -> dict:
+            return {"model": MODEL, "messages": request_at(system, turns, 200), "tools": tools, "mock_response": "ok"}
+
     if instrumented:
         cw.instrument()
-        observed = litellm.completion  # the module attribute frameworks and the Router call
+        observed = getattr(litellm, "responses" if api == "responses" else "completion")  # what frameworks call
 
-    def timed(fn, msgs) -> float:
+    def timed(fn, kwargs) -> float:
         gc.collect()  # collections land on whichever call happens to allocate; keep them out of both
         start = time.perf_counter()
-        fn(model=MODEL, messages=msgs, tools=tools, mock_response="ok")
+        fn(**kwargs)
         return time.perf_counter() - start
 
     for i in range(n_calls + 2):
         # Fresh dicts for every call, as an agent sends them; the order alternates.
-        lite_msgs, cw_msgs = request_at(system, turns, 200), request_at(system, turns, 200)
+        lite_kwargs, cw_kwargs = request(), request()
         if i % 2:
-            c, lt = timed(observed, cw_msgs), timed(plain, lite_msgs)
+            c, lt = timed(observed, cw_kwargs), timed(plain, lite_kwargs)
         else:
-            lt, c = timed(plain, lite_msgs), timed(observed, cw_msgs)
+            lt, c = timed(plain, lite_kwargs), timed(observed, cw_kwargs)
         if i >= 2:  # the first calls warm caches and imports on both sides
             lite_times.append(lt)
             cw_times.append(c)
@@ -171,7 +191,12 @@ def main() -> int:
     print(f"  original median {inst['litellm_median_ms']:.2f} ms, instrumented median {inst['cw_median_ms']:.2f} ms")
     ok4 = inst["median_ratio"] <= 1.15
     print(f"  4. median ratio instrumented/original: {inst['median_ratio']:5.3f} (bar <= 1.15)  {'PASS' if ok4 else 'FAIL'}")
-    return 0 if speedup >= 20 and vs_floor <= 1.5 and ok3 and ok4 else 1
+    resp = bench_call_path(args.calls, api="responses")
+    print("the same request for the Responses API (instructions, input items, flat tools), telemetry off:")
+    print(f"  litellm.responses median {resp['litellm_median_ms']:.2f} ms, cw.responses median {resp['cw_median_ms']:.2f} ms")
+    ok5 = resp["median_ratio"] <= 1.15
+    print(f"  5. median ratio cw/litellm:   {resp['median_ratio']:7.3f}    (bar <= 1.15)  {'PASS' if ok5 else 'FAIL'}")
+    return 0 if speedup >= 20 and vs_floor <= 1.5 and ok3 and ok4 and ok5 else 1
 
 
 if __name__ == "__main__":

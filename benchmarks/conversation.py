@@ -97,3 +97,24 @@ def new_text(system: str, tools: list[dict[str, Any]], turns: list[list[dict[str
         for c in m.get("tool_calls") or []:
             out.append(c["function"]["name"] + c["function"]["arguments"])
     return out
+
+
+def responses_request_at(system: str, turns: list[list[dict[str, Any]]], upto: int) -> dict[str, Any]:
+    """The same request at turn ``upto`` written for the Responses API: instructions and input items, as fresh dicts."""
+    items: list[dict[str, Any]] = []
+    for turn in turns[:upto]:
+        for m in turn:
+            if m["role"] == "tool":
+                items.append({"type": "function_call_output", "call_id": m["tool_call_id"], "output": m["content"]})
+            elif m.get("tool_calls"):
+                for c in m["tool_calls"]:
+                    fn = c["function"]
+                    items.append({"type": "function_call", "call_id": c["id"], "name": fn["name"], "arguments": fn["arguments"]})
+            else:
+                items.append({"role": m["role"], "content": m["content"]})
+    return {"instructions": system, "input": items}
+
+
+def responses_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat tool definitions in the Responses API's flat form."""
+    return [{"type": "function", **tool["function"]} for tool in tools]

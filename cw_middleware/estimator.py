@@ -81,6 +81,8 @@ class _MessageCount(NamedTuple):
 
 
 _NO_WARNINGS: frozenset[WarningCode] = frozenset()
+_OPAQUE = _MessageCount((), frozenset({WarningCode.OPAQUE_CONTEXT_NOT_ESTIMATED}), False)
+ReadMessage = Callable[[dict[str, Any]], Optional[dict[str, Any]]]
 
 
 @dataclass
@@ -129,13 +131,19 @@ class Estimator:
         functions: Sequence[Any] | None = None,
         custom_llm_provider: Optional[str] = None,
         api: str = "chat",
+        read_message: Optional[ReadMessage] = None,
     ) -> Estimate:
-        """``api`` names the framing the provider applies: "chat" (Chat Completions) or "responses"."""
+        """``api`` names the framing the provider applies: "chat" (Chat Completions) or "responses".
+
+        ``read_message`` turns an entry of ``messages`` into the chat message to count (None:
+        nothing countable); the Responses adapter passes its input-item reader. It runs only
+        on entries the prefix cache has not seen, so a turn still costs what is new in it.
+        """
         rules = rules_for(model, custom_llm_provider, api)
         messages = messages if type(messages) is list else list(messages or ())
         as_dict = self._dumps.as_dict
         with self._lock:
-            conv = self._count_messages(rules, messages)
+            conv = self._count_messages(rules, messages, read_message)
             by_source: dict[SourceKey, int] = dict(conv.totals)
             warnings = {code for code, n in conv.warnings.items() if n}
             all_tools = list(tools or ()) + [_legacy_function(f) for f in functions or ()]
@@ -177,7 +185,7 @@ class Estimator:
 
     # ------------------------------------------------------------ messages
 
-    def _count_messages(self, rules: CountingRules, messages: list[Any]) -> _Conversation:
+    def _count_messages(self, rules: CountingRules, messages: list[Any], read_message: Optional[ReadMessage]) -> _Conversation:
         if not messages:
             return _Conversation([], [])
         as_dict = self._dumps.as_dict
@@ -200,7 +208,7 @@ class Estimator:
                 conv.tagged_idx = [i for i in best.tagged_idx if i < best_k]
             self._remember(head, conv)
         for msg in messages[best_k:]:
-            count = self._count_message(rules, msg)
+            count = self._count_message(rules, msg, read_message)
             if count.tagged:
                 conv.tagged_idx.append(len(conv.counts))
             conv.frozen.append(_freeze(msg, as_dict))
@@ -220,8 +228,13 @@ class Estimator:
                 del self._conversations[bucket_key]
             self._n_conversations -= 1
 
-    def _count_message(self, rules: CountingRules, msg: Any) -> _MessageCount:
+    def _count_message(self, rules: CountingRules, msg: Any, read_message: Optional[ReadMessage] = None) -> _MessageCount:
         msg = self._dumps.as_dict(msg)
+        if read_message is not None:
+            read = read_message(msg)
+            if read is None:  # held or encrypted by the provider: nothing to count, and a warning
+                return _OPAQUE
+            msg = read
         role = msg.get("role") or "user"
         if type(role) is not str:  # a str Enum (smolagents' MessageRole.SYSTEM) counts as its value, as it is sent
             role = plain_text(role)

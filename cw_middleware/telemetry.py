@@ -155,7 +155,7 @@ class Telemetry:
             attrs[ATTR_STAGE_ID] = stage.stage_id
             attrs[ATTR_STAGE_KIND] = stage.kind
         span = self.tracer.start_span(f"{operation} {model or ''}".strip(), kind=SpanKind.CLIENT, attributes=attrs)
-        return CallTelemetry(self, span, provider, model, stage)
+        return CallTelemetry(self, span, provider, model, stage, operation)
 
     def metric_attributes(self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> dict[str, Any]:
         return dict(self._attributes(provider, model, stage)[0])
@@ -203,10 +203,20 @@ class CallTelemetry:
     """The span of one LLM call; snapshots land on it as events, or on a linked span once it ended."""
 
     def __init__(
-        self, owner: Telemetry, span: trace.Span, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]
+        self,
+        owner: Telemetry,
+        span: trace.Span,
+        provider: Optional[str],
+        model: Optional[str],
+        stage: Optional[StageInfo],
+        operation: str = "chat",
     ):
         self._owner = owner
         self.span = span
+        self._operation = operation
+        # Known once, while the span is open (an ended SDK span says False): with no SDK behind the
+        # tracer (telemetry off) the event attributes would go nowhere, so they are never built.
+        self._recording = span.is_recording()
         self._provider = provider
         self._model = model
         self._stage = stage
@@ -220,6 +230,15 @@ class CallTelemetry:
         self._lock = threading.Lock()
 
     def record(self, snapshot: Snapshot, superseded: bool = False) -> None:
+        if not self._recording and self._owner.event_logger is None:
+            with self._lock:
+                on_span = not self._ended
+                if on_span and not superseded:
+                    self._gauges = snapshot
+            self._owner.count_snapshot(snapshot, self._stage)
+            if not on_span and not superseded:
+                self._owner.set_gauges(snapshot, self._stage)
+            return
         attrs = snapshot_attributes(snapshot, include_details=True)
         if superseded:
             attrs[ATTR_SUPERSEDED] = True
@@ -279,7 +298,7 @@ class CallTelemetry:
         span = self.span
         if response_model:
             span.set_attribute(GEN_AI_RESPONSE_MODEL, response_model)
-        base = {**self._owner._attributes(self._provider, self._model, self._stage)[0], GEN_AI_OPERATION: "chat"}
+        base = {**self._owner._attributes(self._provider, self._model, self._stage)[0], GEN_AI_OPERATION: self._operation}
         for key, value, token_type in (
             (GEN_AI_INPUT_TOKENS, input_tokens, "input"),
             (GEN_AI_OUTPUT_TOKENS, output_tokens, "output"),

@@ -1,4 +1,4 @@
-"""The LiteLLM drop-in: completion / acompletion and responses / aresponses (streams included), stage(), estimate().
+"""The LiteLLM drop-in: completion / acompletion and responses / aresponses (streams included), and estimate().
 
 Each call runs one `_Call`, whatever the API: read the request and estimate it
 locally, strip the tags, publish the ``local_estimate`` snapshot, start a
@@ -434,7 +434,8 @@ def _model_facts(model: str, custom_llm_provider: Optional[str]) -> tuple[Option
 
 
 def _is_stream(response: Any) -> bool:
-    return hasattr(response, "__next__") or hasattr(response, "__anext__")
+    kind = type(response)  # the type's, not the instance's: a pydantic response's __getattr__ is slow
+    return hasattr(kind, "__next__") or hasattr(kind, "__anext__")
 
 
 _stream_classes: dict[type, type] = {}

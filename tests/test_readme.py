@@ -54,3 +54,12 @@ def test_readme_points_at_nothing_outside_the_repository():
     assert "../" not in README and "DESIGN.md" not in README and "/work/" not in README
     for path in re.findall(r"`((?:cw_middleware|tests|benchmarks|examples|dashboards)/[\w./-]*)`", README):
         assert (ROOT / path).exists(), path
+
+
+def test_the_responses_api_block_runs_after_the_quick_start(tmp_path):
+    quick_start = _python_blocks(_section("Quick start"))[0]
+    block = _python_blocks(_section("Responses API"))[0]
+    done = _run(quick_start + "\n" + block, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kind, memory = done.stdout.split()[-2:]
+    assert kind == "ResponsesAPIResponse" and int(memory) > 0

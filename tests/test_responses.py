@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import litellm
 from litellm.responses.streaming_iterator import ResponsesAPIStreamingIterator, SyncResponsesAPIStreamingIterator
@@ -179,3 +180,27 @@ def test_provider_count_sends_the_responses_body(runtime, provider, monkeypatch)
 def test_previous_response_id_is_flagged(runtime):
     snap = cw.estimate(model="openai/gpt-4o", input="And then?", previous_response_id="resp_123")
     assert WarningCode.OPAQUE_CONTEXT_NOT_ESTIMATED.value in snap.warning_codes()
+
+
+def test_no_content_of_a_responses_call_is_exported(provider, tmp_path, caplog):  # noqa: F811
+    from embedded_helpers import embedded_runtime
+
+    canary = "CANARY-responses-5d1e"
+    path = tmp_path / "t.jsonl"
+    items = [
+        cw.message("user", [cw.segment(f"memory {canary}", "memory", "notes.md"), f"question {canary}"]),
+        {"type": "function_call", "call_id": "c1", "name": "search", "arguments": json.dumps({"q": canary})},
+        {"type": "function_call_output", "call_id": "c1", "output": f"result {canary}"},
+    ]
+    tool = {**TOOL, "description": f"Search {canary}."}
+    with caplog.at_level(logging.DEBUG, logger="cw_middleware"), embedded_runtime(export=f"file:{path}", log_events=True):
+        for stream in (False, True):
+            response = cw.responses(
+                **_kwargs(provider, input=items, instructions=f"Be terse {canary}.", tools=[tool], stream=stream)
+            )
+            if stream:
+                list(response)
+    exported = path.read_bytes()
+    assert b"agent.context_window.snapshot" in exported and b"resourceLogs" in exported
+    assert canary.encode() not in exported
+    assert not any(canary in r.getMessage() for r in caplog.records if r.name.startswith("cw_middleware"))

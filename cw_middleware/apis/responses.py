@@ -46,10 +46,15 @@ _INSTRUCTIONS = {"category": "system_prompt", "source": "instructions"}
 
 @dataclass
 class ChatShape:
-    """A Responses request as chat-shaped messages and tools, for the estimator (and the count converters)."""
+    """A Responses request as chat-shaped messages and tools, for the estimator (and the count converters).
+
+    ``messages`` holds the input items themselves (the caller's list when there are no
+    instructions): the estimator reads each new item through `item_as_message`, so a
+    turn costs what is new in it, as for Chat Completions.
+    """
 
     messages: list[Any] = field(default_factory=list)
-    origins: list[int] = field(default_factory=list)  # input-item index of each message; -1: not an item
+    origins: Sequence[int] = ()  # input-item index of each message; -1: not an item
     tools: Optional[list[Any]] = None
     tool_choice: Any = None
     response_format: Any = None
@@ -60,59 +65,56 @@ def to_chat(
     input: Any, instructions: Any = None, tools: Any = None, tool_choice: Any = None, text: Any = None, text_format: Any = None
 ) -> ChatShape:
     shape = ChatShape()
+    head: list[Any] = []
     if isinstance(instructions, str) and instructions:
-        _add(shape, {"role": "system", "content": instructions, TAG_KEY: _INSTRUCTIONS}, -1)
+        head.append({"role": "system", "content": instructions, TAG_KEY: _INSTRUCTIONS})
     elif isinstance(instructions, (list, tuple)):  # instructions as input items (a stored prompt's shape)
-        _add_items(shape, instructions, origin=-1)
+        head.extend(instructions)
     if isinstance(input, str):
-        _add(shape, {"role": "user", "content": input}, -1)
+        shape.messages = [*head, {"role": "user", "content": input}]
+        shape.origins = [-1] * len(shape.messages)
     elif isinstance(input, (list, tuple)):
-        _add_items(shape, input)
-    if tools or shape.tools:
-        shape.tools = _chat_tools([*(tools or ()), *(shape.tools or ())], shape.warnings)
+        shape.messages = [*head, *input] if head or type(input) is not list else input
+        shape.origins = range(-len(head), len(input))  # negative: an instructions message, not an item
+    else:
+        shape.messages = head
+        shape.origins = [-1] * len(head)
+    if tools:
+        shape.tools = _function_tools(tools, shape.warnings)
     shape.tool_choice = _chat_tool_choice(tool_choice)
     shape.response_format = _response_format(text, text_format)
     return shape
 
 
-def _add(shape: ChatShape, message: Any, origin: int) -> None:
-    shape.messages.append(message)
-    shape.origins.append(origin)
+def item_as_message(item: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """One input item as the chat message the estimator counts; None for what it cannot see.
 
-
-def _add_items(shape: ChatShape, items: Sequence[Any], origin: Optional[int] = None) -> None:
-    for index, raw in enumerate(items):
-        item = _as_dict(raw)
-        kind = item.get("type")
-        where = index if origin is None else origin
-        if kind in _MESSAGE_TYPES and "role" in item:
-            if item.get("role") in _TOOL_ROLES and "tool_call_id" in item:
-                _add(shape, item, where)  # a cw.message("tool", ...): already a chat tool message
-            else:
-                _add(shape, item if item is raw else {k: item[k] for k in ("role", "content", TAG_KEY) if k in item}, where)
-        elif kind in _CALL_TYPES:
-            arguments = item.get(_CALL_TYPES[kind], "")
-            call = {
-                "id": item.get("call_id") or item.get("id") or "",
-                "type": "function",
-                "function": {
-                    "name": item.get("name", ""),
-                    "arguments": arguments if isinstance(arguments, str) else _json(arguments),
-                },
-            }
-            # Each call item is its own assistant turn: the Responses API does not merge consecutive calls
-            # into one parallel call as a chat message's tool_calls list is (measured: benchmarks/accuracy.py).
-            _add(shape, {"role": "assistant", "content": None, "tool_calls": [call]}, where)
-        elif kind == "additional_tools":  # tools a developer item adds mid-conversation: counted with the others
-            shape.tools = [*(shape.tools or ()), *(item.get("tools") or ())]
-        elif kind in _OUTPUT_TYPES:
-            message = {"role": "tool", "tool_call_id": item.get("call_id", ""), "content": _output(item.get("output"))}
-            if TAG_KEY in item:
-                message[TAG_KEY] = item[TAG_KEY]
-            _add(shape, message, where)
-        else:
-            # reasoning (encrypted), item_reference, provider-run tool calls: held or encrypted by the provider.
-            shape.warnings.add(WarningCode.OPAQUE_CONTEXT_NOT_ESTIMATED)
+    A message item is its own message; each ``function_call`` item is an assistant turn with
+    that one call (the Responses API does not merge consecutive calls into one parallel call
+    as a chat message's tool_calls list is: measured, benchmarks/accuracy.py); a
+    ``function_call_output`` item is a tool message. Reasoning items (encrypted), item
+    references and provider-run tool calls are held or encrypted by the provider: None.
+    """
+    kind = item.get("type")
+    if kind is None or kind == "message":
+        return item if "role" in item else None
+    if kind in _CALL_TYPES:
+        arguments = item.get(_CALL_TYPES[kind], "")
+        call = {
+            "id": item.get("call_id") or item.get("id") or "",
+            "type": "function",
+            "function": {
+                "name": item.get("name", ""),
+                "arguments": arguments if isinstance(arguments, str) else _json(arguments),
+            },
+        }
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+    if kind in _OUTPUT_TYPES:
+        message = {"role": "tool", "tool_call_id": item.get("call_id", ""), "content": _output(item.get("output"))}
+        if TAG_KEY in item:
+            message[TAG_KEY] = item[TAG_KEY]
+        return message
+    return None
 
 
 def _output(output: Any) -> Any:
@@ -121,20 +123,33 @@ def _output(output: Any) -> Any:
     return _json(output)
 
 
-def _chat_tools(tools: Sequence[Any], warnings: set[WarningCode]) -> list[Any]:
+def _function_tools(tools: Sequence[Any], warnings: set[WarningCode]) -> Any:
+    """The function tools the estimator counts: flat ones (``{"type": "function", "name": ...}``) as they are.
+
+    The counting rules read a flat definition as they read a chat tool's ``function``, so
+    the caller's list is passed on untouched (the tools cache compares it by value); only
+    provider-run tools (web search, file search, remote MCP, ...) are left out, with a warning.
+    """
+    if all(type(tool) is dict and tool.get("type") == "function" for tool in tools):
+        return tools
+    warnings.add(WarningCode.PROVIDER_TOOL_NOT_ESTIMATED)
+    return [tool for tool in tools if _as_dict(tool).get("type") == "function"]
+
+
+def _chat_tools(tools: Sequence[Any]) -> list[Any]:
+    """Flat function tools as chat tools (for the Anthropic and Gemini count converters)."""
     out = []
     for raw in tools:
         tool = _as_dict(raw)
-        if tool.get("type") == "function" and "function" not in tool:
-            fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
-            chat: dict[str, Any] = {"type": "function", "function": fn}
-            if TAG_KEY in tool:
-                chat[TAG_KEY] = tool[TAG_KEY]
-            out.append(chat)
-        elif tool.get("type") == "function":
-            out.append(tool)  # already chat-shaped
+        if "function" in tool:
+            out.append(tool)
         else:
-            warnings.add(WarningCode.PROVIDER_TOOL_NOT_ESTIMATED)  # web search, file search, remote MCP, ...
+            out.append(
+                {
+                    "type": "function",
+                    "function": {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool},
+                }
+            )
     return out
 
 
@@ -184,6 +199,7 @@ class Responses:
             "tool_choice": shape.tool_choice,
             "response_format": shape.response_format,
             "custom_llm_provider": kwargs.get("custom_llm_provider"),
+            "read_message": item_as_message,
         }
         return Parsed(str(model or ""), shape.messages, options, "responses", shape.origins, frozenset(shape.warnings))
 
@@ -212,8 +228,9 @@ class Responses:
             if kwargs.get(key) is not None:
                 body[key] = kwargs[key]
         shape = to_chat(body["input"], body.get("instructions"), body.get("tools"), body.get("tool_choice"), body.get("text"))
+        messages = [m for m in (item_as_message(_as_dict(item)) for item in shape.messages) if m is not None]
         # The chat shape serves the Anthropic and Gemini count converters; OpenAI counts the body as it is.
-        request: dict[str, Any] = {"model": model, "messages": shape.messages, "responses": body}
+        request: dict[str, Any] = {"model": model, "messages": messages, "responses": body}
         for key, value in (
             ("tools", shape.tools),
             ("tool_choice", shape.tool_choice),
@@ -225,7 +242,8 @@ class Responses:
 
     def read(self, obj: Any) -> Reading:
         """A ResponsesAPIResponse, or a stream event: only the terminal event carries the final usage."""
-        kind = getattr(obj, "type", None)
+        fields = getattr(obj, "__dict__", None)  # a pydantic object's fields: no slow __getattr__ for a missing one
+        kind = fields.get("type") if isinstance(fields, dict) else getattr(obj, "type", None)
         if isinstance(kind, str):
             if getattr(kind, "value", kind) not in TERMINAL_EVENTS:  # LiteLLM's event types are a str Enum
                 return NOTHING
