@@ -343,8 +343,13 @@ def _datetime(seconds: Optional[float]) -> Optional[datetime]:
 
 
 def _span(first: Optional[float], last: Optional[float]) -> tuple[Optional[datetime], Optional[datetime]]:
-    """(first seen, last seen): a first sample is known to the end of its step window, so never after the last one."""
+    """(first seen, last seen): a first sample is known to the end of its step window, so never after the last one.
+
+    A series so new that no subquery window holds it yet (VictoriaMetrics answers subqueries
+    a little behind its newest sample) is first seen, as far as anyone can tell, when last seen.
+    """
     last = last or first
+    first = first or last
     if first and last:
         first = min(first, last)
     return _datetime(first), _datetime(last)
