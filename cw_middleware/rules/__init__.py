@@ -83,5 +83,6 @@ def rules_for(model: str, custom_llm_provider: Optional[str] = None, api: str = 
     if family == "anthropic":
         return anthropic.rules(bare)
     if family == "gemini":
-        return gemini.rules(bare)
+        route = (custom_llm_provider or (model.split("/", 1)[0] if "/" in model else "")).lower()
+        return gemini.rules(bare, vertex=route.startswith("vertex_ai"))
     return openai.approximate_rules(family)

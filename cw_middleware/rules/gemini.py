@@ -23,11 +23,14 @@ JSON, with ``additionalProperties`` and ``title`` annotations dropped and local
 
 ``responseSchema`` is not counted in ``promptTokenCount``.
 
-Not visible in a LiteLLM request (and so not counted): a Gemini 3 model's
-``thoughtSignature`` on a replayed function call is billed on the Gemini API
-(~0.2 token per base64 character), and replayed ``thought`` parts are billed as
-text. LiteLLM keeps signatures in ``provider_specific_fields``; when a message
-carries one there, it is counted (see `tool_calls`).
+A ``thoughtSignature`` on a replayed function call is billed by Gemini 3 on the
+Gemini API (~0.2 token per base64 character) and not at all on Vertex AI: the same
+requests recorded against both endpoints (one test matrix, 29 Vertex records) show
+reported counts without the signature on Vertex, and ~0.2 token a character on the
+Gemini API. Gemini 2.5 bills little of it (0.01 token a character for 2.5 Pro,
+0.02-0.2 for 2.5 Flash): counted as nothing. LiteLLM keeps signatures in ``provider_specific_fields``; when a
+message carries one there, it is counted for the Gemini API (see `tool_calls`).
+Replayed ``thought`` parts are billed as text.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ _DROPPED_SCHEMA_KEYS = frozenset({"additionalProperties", "title", "$defs", "def
 _MAX_REF_DEPTH = 6
 # Base64 characters of a thought signature per billed token (Gemini API, Gemini 3: ~0.2 token/char).
 SIGNATURE_CHARS_PER_TOKEN = 5
+# Families whose replayed thought signatures cost (next to) nothing on the Gemini API too.
+_UNBILLED_SIGNATURE_FAMILIES = ("gemini-1.", "gemini-2.", "gemma")
 # Families that bill declarations as their text values only (Google's SDK accumulator).
 _TEXT_VALUE_FAMILIES = ("gemini-1.", "gemini-2.0", "gemini-pro", "gemma")
 
@@ -141,6 +146,7 @@ def _parse(value: Any) -> Any:
 @dataclass(frozen=True)
 class GeminiRules:
     json_declarations: bool = True
+    bills_signatures: bool = True  # the Gemini API does; Vertex AI does not
     name: str = "gemini:o200k_x1.06r"
     provider: str = "gemini"
     exact: bool = False
@@ -163,7 +169,8 @@ class GeminiRules:
             texts = [str(fn.get("name", ""))]
             _value_texts(_parse(fn.get("arguments", "")), texts)
             total += self._pieces(texts)
-            total += _signature_tokens(call)
+            if self.bills_signatures:
+                total += _signature_tokens(call)
         return total
 
     def tool_definition(self, tool: Mapping[str, Any]) -> int:
@@ -200,10 +207,15 @@ def _signature_tokens(call: Mapping[str, Any]) -> int:
     return len(sig) // SIGNATURE_CHARS_PER_TOKEN if isinstance(sig, str) else 0
 
 
-def rules(model: str) -> GeminiRules:
+def rules(model: str, vertex: bool = False) -> GeminiRules:
+    """Rules for a Gemini model on the Gemini API, or on Vertex AI (``vertex``)."""
     name = model.lower().rsplit("/", 1)[-1]
     json_declarations = not name.startswith(_TEXT_VALUE_FAMILIES)
-    # The name keys the estimator's text and tool-count caches: the two declaration styles must not share.
+    # The name keys the estimator's text and tool-count caches: rules that count differently must not share.
+    style = "json" if json_declarations else "values"
+    bills_signatures = not vertex and not name.startswith(_UNBILLED_SIGNATURE_FAMILIES)
     return GeminiRules(
-        json_declarations=json_declarations, name=f"gemini:o200k_x{TEXT_SCALE}:{'json' if json_declarations else 'values'}"
+        json_declarations=json_declarations,
+        bills_signatures=bills_signatures,
+        name=f"gemini:o200k_x{TEXT_SCALE}:{style}{':signatures' if bills_signatures else ''}",
     )

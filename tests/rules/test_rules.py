@@ -1,5 +1,6 @@
 """Unit checks of the counting rules (no data set needed)."""
 
+import cw_middleware as cw
 from cw_middleware.rules import rules_for, split_provider
 from cw_middleware.rules._tiktoken import counter
 from cw_middleware.rules.openai import render_tool
@@ -96,3 +97,31 @@ def test_openai_structured_output_hides_numeric_bounds():
     bounded = {"type": "object", "properties": {"x": {"type": "number", "minimum": 0, "maximum": 1}}}
     fmt = lambda s: {"type": "json_schema", "json_schema": {"name": "r", "schema": s}}  # noqa: E731
     assert rules.response_format(fmt(bounded)) == rules.response_format(fmt(schema))
+
+
+def test_a_replayed_thought_signature_is_billed_on_the_gemini_api_not_on_vertex():
+    signature = "Q2lJQk" * 400  # 2,400 base64 characters
+    messages = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    "provider_specific_fields": {"thought_signature": signature},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
+    gemini_api = cw.estimate(model="gemini/gemini-3-flash-preview", messages=messages).input_tokens
+    vertex = cw.estimate(model="vertex_ai/gemini-3-flash-preview", messages=messages).input_tokens
+    also_vertex = cw.estimate(model="gemini-3-flash-preview", messages=messages, custom_llm_provider="vertex_ai").input_tokens
+    # ~0.2 token a base64 character on the Gemini API; nothing on Vertex AI.
+    assert 400 <= gemini_api - vertex <= 560
+    assert also_vertex == vertex
+    older = [cw.estimate(model=f"{route}/gemini-2.5-flash", messages=messages).input_tokens for route in ("gemini", "vertex_ai")]
+    assert older[0] == older[1]  # Gemini 2.5 bills (next to) nothing for it
