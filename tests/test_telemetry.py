@@ -6,7 +6,6 @@ import pytest
 from providers import CHAT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware import schema as t
 from cw_middleware.config import resolve
 from cw_middleware.runtime import Runtime, set_runtime
 
@@ -32,33 +31,36 @@ def test_stage_and_call_spans(runtime, telemetry):
     stage = spans["agent.stage agent"]
     call = spans["chat gpt-4o"]
     assert call.parent.span_id == stage.context.span_id
-    assert call.attributes[t.GEN_AI_OPERATION] == "chat" and call.attributes[t.GEN_AI_PROVIDER] == "openai"
-    assert call.attributes[t.GEN_AI_REQUEST_MODEL] == "gpt-4o" and call.attributes[t.ATTR_STAGE_KIND] == "agent"
+    assert call.attributes["gen_ai.operation.name"] == "chat" and call.attributes["gen_ai.provider.name"] == "openai"
+    assert call.attributes["gen_ai.request.model"] == "gpt-4o" and call.attributes["agent.stage.kind"] == "agent"
     assert dict(stage.attributes) | {} == {
-        t.ATTR_RUN_ID: "run-1",
-        t.ATTR_STAGE_ID: "agent@1",
-        t.ATTR_STAGE_KIND: "agent",
-        t.ATTR_SCHEMA: 1,
-        t.ATTR_STAGE_STATE: "ended",
+        "agent.run.id": "run-1",
+        "agent.stage.id": "agent@1",
+        "agent.stage.kind": "agent",
+        "agent.context_window.schema": 1,
+        "agent.stage.state": "ended",
     }
-    markers = [s for s in telemetry.spans.get_finished_spans() if s.name == t.STAGE_START_SPAN]
+    markers = [s for s in telemetry.spans.get_finished_spans() if s.name == "agent.stage.start"]
     assert [
-        (m.attributes[t.ATTR_STAGE_ID], m.attributes[t.ATTR_STAGE_KIND], m.attributes[t.ATTR_STAGE_STATE]) for m in markers
+        (m.attributes["agent.stage.id"], m.attributes["agent.stage.kind"], m.attributes["agent.stage.state"]) for m in markers
     ] == [("agent@1", "agent", "started"), ("lint@1", "tool", "started")]
     assert markers[0].parent.span_id == stage.context.span_id
-    events = [e for e in call.events if e.name == t.SNAPSHOT_EVENT]
+    events = [e for e in call.events if e.name == "agent.context_window.snapshot"]
     assert len(events) == 2
     attrs = events[-1].attributes
-    assert attrs[t.ATTR_RUN_ID] == "run-1" and attrs[t.ATTR_STAGE_ID] == "agent@1" and attrs[t.ATTR_SCHEMA] == 1
-    assert sum(attrs[t.TOKENS_PREFIX + c.value] for c in cw.Category) == attrs[t.ATTR_INPUT_TOKENS]
-    assert 0 < attrs[t.ATTR_UTILIZATION] < 1 and not any(k.startswith("gen_ai.") for k in attrs)
+    assert attrs["agent.run.id"] == "run-1" and attrs["agent.stage.id"] == "agent@1" and attrs["agent.context_window.schema"] == 1
+    assert sum(attrs["agent.context_window.tokens." + c.value] for c in cw.Category) == attrs["agent.context_window.input_tokens"]
+    assert 0 < attrs["agent.context_window.utilization"] < 1 and not any(k.startswith("gen_ai.") for k in attrs)
     # The latest totals are mirrored on the span for backends that search span attributes only.
-    assert call.attributes[t.ATTR_EVENT_SEQ] == attrs[t.ATTR_EVENT_SEQ] and call.attributes[t.ATTR_SCHEMA] == 1
+    assert (
+        call.attributes["agent.context_window.event_seq"] == attrs["agent.context_window.event_seq"]
+        and call.attributes["agent.context_window.schema"] == 1
+    )
 
 
 def test_marker_is_exported_while_the_stage_runs(runtime, telemetry):
     with cw.stage("run-1", "agent@1"):
-        assert [s.name for s in telemetry.spans.get_finished_spans()] == [t.STAGE_START_SPAN]
+        assert [s.name for s in telemetry.spans.get_finished_spans()] == ["agent.stage.start"]
 
 
 def test_stage_error_records_type_only(runtime, telemetry):
@@ -66,8 +68,8 @@ def test_stage_error_records_type_only(runtime, telemetry):
         with cw.stage("run-1", "agent@1"):
             raise ValueError("secret prompt text")
     stage = next(s for s in telemetry.spans.get_finished_spans() if s.name == "agent.stage agent")
-    assert stage.attributes[t.ERROR_TYPE] == "ValueError" and not stage.events
-    assert "secret" not in str(stage.status.description) and stage.attributes[t.ATTR_STAGE_STATE] == "ended"
+    assert stage.attributes["error.type"] == "ValueError" and not stage.events
+    assert "secret" not in str(stage.status.description) and stage.attributes["agent.stage.state"] == "ended"
 
 
 def test_metrics_names_and_attributes(runtime, telemetry):
@@ -82,11 +84,14 @@ def test_metrics_names_and_attributes(runtime, telemetry):
     } <= set(metrics)
     tokens = metrics["agent.context_window.tokens"]
     assert tokens.unit == "{token}"
-    cats = {p.attributes[t.ATTR_CATEGORY] for p in tokens.data.data_points}
+    cats = {p.attributes["agent.context_window.category"] for p in tokens.data.data_points}
     assert cats == {c.value for c in cw.Category}
     for p in tokens.data.data_points:
-        assert t.ATTR_RUN_ID not in p.attributes and p.attributes[t.GEN_AI_PROVIDER] == "openai"
-    counted = {p.attributes[t.ATTR_COUNT_METHOD]: p.value for p in metrics["agent.context_window.snapshots"].data.data_points}
+        assert "agent.run.id" not in p.attributes and p.attributes["gen_ai.provider.name"] == "openai"
+    counted = {
+        p.attributes["agent.context_window.count_method"]: p.value
+        for p in metrics["agent.context_window.snapshots"].data.data_points
+    }
     assert counted == {"local_estimate": 2}
     # OTel -> Prometheus: dots become underscores, {annotations} add no unit suffix, counters get _total.
     assert _prometheus_name(tokens) == "agent_context_window_tokens"
@@ -102,7 +107,7 @@ def test_run_labels_only_when_opted_in(telemetry):
     finally:
         set_runtime(previous)
     points = _metrics(telemetry)["agent.context_window.tokens"].data.data_points
-    assert all(p.attributes[t.ATTR_RUN_ID] == "run-1" and p.attributes[t.ATTR_STAGE_ID] == "agent@1" for p in points)
+    assert all(p.attributes["agent.run.id"] == "run-1" and p.attributes["agent.stage.id"] == "agent@1" for p in points)
 
 
 def _prometheus_name(metric, counter=False):
@@ -118,6 +123,9 @@ def test_gauges_hold_the_calls_last_snapshot(runtime, telemetry, provider):  # n
     cw.completion(model="openai/gpt-4o", messages=MESSAGES, api_base=f"{provider.url}/v1", api_key="sk-test")
     last = cw.snapshots()[-1]
     assert last.input_tokens == 777 and cw.snapshots()[-2].input_tokens != 777
-    points = {p.attributes[t.ATTR_CATEGORY]: p.value for p in _metrics(telemetry)["agent.context_window.tokens"].data.data_points}
+    points = {
+        p.attributes["agent.context_window.category"]: p.value
+        for p in _metrics(telemetry)["agent.context_window.tokens"].data.data_points
+    }
     assert points == {item.category.value: item.tokens for item in last.breakdown}
     assert sum(points.values()) == 777

@@ -16,7 +16,6 @@ from providers import MESSAGES as MESSAGES_API
 
 import cw_middleware as cw
 from cw_middleware.contract import CountMethod, WarningCode
-from cw_middleware.schema import GEN_AI_CACHE_READ, GEN_AI_INPUT_TOKENS, SNAPSHOT_EVENT
 
 MESSAGES = [
     {"role": "system", "content": "You are a terse assistant."},
@@ -72,10 +71,10 @@ def test_cached_tokens_reach_the_call_span(runtime, provider, telemetry):  # noq
     provider[CHAT].tokens, provider[CHAT].cached_tokens = 5000, 4096
     cw.completion(**_kwargs(provider))
 
-    (span,) = [s for s in telemetry.spans.get_finished_spans() if s.attributes.get(GEN_AI_INPUT_TOKENS) is not None]
-    assert span.attributes[GEN_AI_INPUT_TOKENS] == 5000  # cache reads are inside OpenAI's prompt_tokens
-    assert span.attributes[GEN_AI_CACHE_READ] == 4096
-    events = [e for e in span.events if e.name == SNAPSHOT_EVENT]
+    (span,) = [s for s in telemetry.spans.get_finished_spans() if s.attributes.get("gen_ai.usage.input_tokens") is not None]
+    assert span.attributes["gen_ai.usage.input_tokens"] == 5000  # cache reads are inside OpenAI's prompt_tokens
+    assert span.attributes["gen_ai.usage.cache_read.input_tokens"] == 4096
+    events = [e for e in span.events if e.name == "agent.context_window.snapshot"]
     assert events[-1].attributes["agent.context_window.input_tokens"] == 5000
 
 
