@@ -15,8 +15,10 @@ found where LiteLLM defines it (`own`), so the call works instead of recursing.
 
 from __future__ import annotations
 
+import contextvars
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 # The entry points the wrapper forwards to, by their name on the litellm module.
@@ -34,6 +36,27 @@ _MARK = "__cw_observed__"
 SAVED_ATTR = "_cw_saved"
 
 _originals: dict[str, Callable[..., Any]] = {}
+
+# Set while an observed call is inside LiteLLM: a LiteLLM entry point reached meanwhile (the
+# Responses API bridged to completion(), the Router's fallbacks, a user's patch under ours that
+# looks the module up at call time) belongs to the outer call and is forwarded unobserved.
+_forwarding: contextvars.ContextVar[bool] = contextvars.ContextVar("cw_forwarding", default=False)
+
+
+def forwarding() -> bool:
+    """True inside an observed call's forward to LiteLLM (the re-entrancy guard)."""
+    return _forwarding.get()
+
+
+@contextmanager
+def forwarding_scope() -> Iterator[None]:
+    """Marks the code inside as an observed call's forward to LiteLLM (sync and async alike)."""
+    token = _forwarding.set(True)
+    try:
+        yield
+    finally:
+        _forwarding.reset(token)
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -32,12 +32,7 @@ _installed: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}
 
 def _shells() -> dict[str, Callable[..., Any]]:
     """The observed entry points, by their litellm attribute name (the wrapper's drop-ins)."""
-    shells: dict[str, Callable[..., Any]] = {"completion": wrapper.completion, "acompletion": wrapper.acompletion}
-    for name in ("responses", "aresponses"):
-        shell = getattr(wrapper, name, None)
-        if shell is not None:
-            shells[name] = shell
-    return shells
+    return {name: getattr(wrapper, name) for name in _litellm.ENTRY_POINTS}
 
 
 def instrument() -> None:
@@ -112,11 +107,11 @@ def _observed(name: str, shell: Callable[..., Any], saved: Callable[..., Any]) -
 
 
 def _inside_a_call() -> bool:
-    """True while one of our calls is inside its original (the wrapper's re-entrancy guard).
+    """True while one of our calls is inside its original (`_litellm.forwarding`).
 
     Such an inner call (a patch under ours that looks ``litellm.completion`` up at call
     time, LiteLLM calling its own entry points, a callback) belongs to the outer one: it
     goes straight to LiteLLM's own function, not through the patch again, so a patch that
     always looks the module up cannot recurse.
     """
-    return wrapper._forwarding.get()
+    return _litellm.forwarding()

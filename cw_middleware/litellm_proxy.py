@@ -41,7 +41,7 @@ from .errors import ConfigError
 from .instrument import instrument
 from .runtime import get_runtime
 from .schema import AGENT_STAGE_KIND
-from .stages import _current_stage, default_stage
+from .stages import default_stage, set_for_this_task
 from .telemetry import StageInfo
 
 HEADER_RUN_ID = "x-cw-run-id"
@@ -150,7 +150,7 @@ class ProxyHandler(CustomLogger):  # type: ignore[misc]  # LiteLLM's base class 
         # The hook runs in the request's own task, and the Router's call to litellm.acompletion runs
         # in it (or in a task it starts, which copies the context): the stage reaches the call. Set,
         # not reset: the task ends with the request. None too, so no stage can outlive its request.
-        _current_stage.set(stage)
+        set_for_this_task(stage)
         return None  # the request goes on unchanged
 
 

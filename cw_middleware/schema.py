@@ -106,6 +106,24 @@ def prometheus_name(name: str, counter: bool = False) -> str:
     return out + "_total" if counter else out
 
 
+# The contract's metric and label names as a Prometheus backend stores them: the reader and
+# the dashboards both query these.
+PROM_TOKENS = prometheus_name(METRIC_TOKENS)
+PROM_LIMIT = prometheus_name(METRIC_LIMIT)
+PROM_UTILIZATION = prometheus_name(METRIC_UTILIZATION)
+PROM_SNAPSHOTS = prometheus_name(METRIC_SNAPSHOTS, counter=True)
+PROM_COUNT_FAILURES = prometheus_name(METRIC_COUNT_FAILURES, counter=True)
+PROM_TOKEN_USAGE = prometheus_name(METRIC_TOKEN_USAGE)
+PROM_CATEGORY = prometheus_name(ATTR_CATEGORY)
+PROM_COUNT_METHOD = prometheus_name(ATTR_COUNT_METHOD)
+PROM_PROVIDER = prometheus_name(GEN_AI_PROVIDER)
+PROM_MODEL = prometheus_name(GEN_AI_REQUEST_MODEL)
+PROM_SERVICE = prometheus_name(SERVICE_NAME)
+PROM_RUN = prometheus_name(ATTR_RUN_ID)
+PROM_STAGE = prometheus_name(ATTR_STAGE_ID)
+PROM_TOKEN_TYPE = prometheus_name(GEN_AI_TOKEN_TYPE)
+
+
 # ---------------------------------------------------------------- encode
 
 

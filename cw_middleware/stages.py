@@ -68,3 +68,12 @@ def stage(run_id: str, stage_id: str, kind: str = "agent") -> Iterator[StageInfo
 def current_stage() -> Optional[StageInfo]:
     """The stage open here (None outside any; calls then go to `default_stage`)."""
     return _current_stage.get()
+
+
+def set_for_this_task(stage: Optional[StageInfo]) -> None:
+    """Attribute the rest of the current task's calls to ``stage`` (None: the default run).
+
+    For a host that owns the task's lifetime, as the LiteLLM Proxy owns a request's: the
+    value ends with the task, so no reset is needed, and none can leak into another request.
+    """
+    _current_stage.set(stage)

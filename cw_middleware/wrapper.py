@@ -12,14 +12,13 @@ proceeds as LiteLLM would run it.
 
 from __future__ import annotations
 
-import contextvars
 import threading
 import weakref
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, Optional
 
-from ._litellm import mark_observed, original
+from ._litellm import forwarding, forwarding_scope, mark_observed, original
 from .apis import API_OF, Api, Forward, Parsed, Usage, for_estimate
 from .config import ProviderCountPolicy, parse_policy
 from .contract import CountMethod, Snapshot, WarningCode
@@ -35,12 +34,6 @@ from .telemetry import CallTelemetry, StageInfo
 OPTION_CONTEXT_WINDOW = "cw_context_window"
 OPTION_PROVIDER_COUNT = "cw_provider_count"
 _OPTIONS = (OPTION_CONTEXT_WINDOW, OPTION_PROVIDER_COUNT)
-
-# Set while a call of ours is inside LiteLLM: a LiteLLM entry point that LiteLLM itself calls
-# meanwhile (the Responses API bridged to completion(), the Router's fallbacks) reaches us again
-# through an instrumented module; that inner call is part of the outer one, forwarded unobserved.
-_forwarding: contextvars.ContextVar[bool] = contextvars.ContextVar("cw_forwarding", default=False)
-
 
 # ---------------------------------------------------------------- entry points
 
@@ -70,32 +63,28 @@ async def aresponses(*args: Any, **kwargs: Any) -> Any:
 
 
 def _forward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    if _forwarding.get():
+    if forwarding():
         return original(name)(*args, **_without_options(kwargs))
     call = _Call.start(API_OF[name], args, kwargs)
-    token = _forwarding.set(True)
     try:
-        response = original(name)(*call.args, **call.kwargs)
+        with forwarding_scope():
+            response = original(name)(*call.args, **call.kwargs)
     except BaseException as exc:
         call.fail(exc)
         raise
-    finally:
-        _forwarding.reset(token)
     return call.observe(response)
 
 
 async def _aforward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    if _forwarding.get():
+    if forwarding():
         return await original(name)(*args, **_without_options(kwargs))
     call = _Call.start(API_OF[name], args, kwargs)
-    token = _forwarding.set(True)
     try:
-        response = await original(name)(*call.args, **call.kwargs)
+        with forwarding_scope():
+            response = await original(name)(*call.args, **call.kwargs)
     except BaseException as exc:
         call.fail(exc)
         raise
-    finally:
-        _forwarding.reset(token)
     return call.observe(response)
 
 
@@ -150,8 +139,7 @@ class _Call:
         self.parsed: Optional[Parsed] = None
         self.estimate: Optional[Estimate] = None
         self.forward: Optional[Forward] = None
-        st = self.stage
-        self.meta = RequestMeta(st.run_id if st else None, st.stage_id if st else None, None, None, None)
+        self.meta = RequestMeta(self.stage.run_id, self.stage.stage_id, None, None, None)
         self.warnings: set[WarningCode] = set()
         self.telemetry: Optional[CallTelemetry] = None
         self.mock = kwargs.get("mock_response") is not None

@@ -35,20 +35,12 @@ from cw_middleware import schema as keys
 OUT = Path(__file__).with_name("cw-context-window.json")
 UID = "cw-context-window"
 
-TOKENS = keys.prometheus_name(keys.METRIC_TOKENS)
-LIMIT = keys.prometheus_name(keys.METRIC_LIMIT)
-UTILIZATION = keys.prometheus_name(keys.METRIC_UTILIZATION)
-SNAPSHOTS = keys.prometheus_name(keys.METRIC_SNAPSHOTS, counter=True)
-FAILURES = keys.prometheus_name(keys.METRIC_COUNT_FAILURES, counter=True)
-TOKEN_USAGE_BUCKET = keys.prometheus_name(keys.METRIC_TOKEN_USAGE) + "_bucket"
-CATEGORY = keys.prometheus_name(keys.ATTR_CATEGORY)
-METHOD = keys.prometheus_name(keys.ATTR_COUNT_METHOD)
-PROVIDER = keys.prometheus_name(keys.GEN_AI_PROVIDER)
-MODEL = keys.prometheus_name(keys.GEN_AI_REQUEST_MODEL)
-SERVICE = keys.prometheus_name(keys.SERVICE_NAME)
-RUN = keys.prometheus_name(keys.ATTR_RUN_ID)
-STAGE = keys.prometheus_name(keys.ATTR_STAGE_ID)
-TOKEN_TYPE = keys.prometheus_name(keys.GEN_AI_TOKEN_TYPE)
+TOKENS, LIMIT, UTILIZATION = keys.PROM_TOKENS, keys.PROM_LIMIT, keys.PROM_UTILIZATION
+SNAPSHOTS, FAILURES = keys.PROM_SNAPSHOTS, keys.PROM_COUNT_FAILURES
+TOKEN_USAGE_BUCKET = keys.PROM_TOKEN_USAGE + "_bucket"
+CATEGORY, METHOD, TOKEN_TYPE = keys.PROM_CATEGORY, keys.PROM_COUNT_METHOD, keys.PROM_TOKEN_TYPE
+PROVIDER, MODEL, SERVICE = keys.PROM_PROVIDER, keys.PROM_MODEL, keys.PROM_SERVICE
+RUN, STAGE = keys.PROM_RUN, keys.PROM_STAGE
 
 # Every panel's selector: the dashboard's variables. "All" is ".*", which also matches
 # series without run/stage labels (metric_run_labels off).

@@ -64,15 +64,9 @@ if TYPE_CHECKING:
     from . import BackendURL, ReaderOptions
 
 # Metric and label names as a Prometheus backend stores the contract's instruments and attributes.
-SNAPSHOTS = keys.prometheus_name(keys.METRIC_SNAPSHOTS, counter=True)
-TOKENS = keys.prometheus_name(keys.METRIC_TOKENS)
-LIMIT = keys.prometheus_name(keys.METRIC_LIMIT)
-RUN = keys.prometheus_name(keys.ATTR_RUN_ID)
-STAGE = keys.prometheus_name(keys.ATTR_STAGE_ID)
-CATEGORY = keys.prometheus_name(keys.ATTR_CATEGORY)
-METHOD = keys.prometheus_name(keys.ATTR_COUNT_METHOD)
-PROVIDER = keys.prometheus_name(keys.GEN_AI_PROVIDER)
-MODEL = keys.prometheus_name(keys.GEN_AI_REQUEST_MODEL)
+SNAPSHOTS, TOKENS, LIMIT = keys.PROM_SNAPSHOTS, keys.PROM_TOKENS, keys.PROM_LIMIT
+RUN, STAGE, CATEGORY, METHOD = keys.PROM_RUN, keys.PROM_STAGE, keys.PROM_CATEGORY, keys.PROM_COUNT_METHOD
+PROVIDER, MODEL = keys.PROM_PROVIDER, keys.PROM_MODEL
 OVERFLOW = "otel_metric_overflow"  # the SDK's otel.metric.overflow=true series, past the cardinality limit
 
 COARSE_STEPS = 1000  # subquery resolution: lookback / COARSE_STEPS
