@@ -40,6 +40,9 @@ from .errors import ConfigError
 
 DEFAULT_TELEMETRY_FILE = "cw-telemetry.jsonl"
 DEFAULT_METRICS_HOST = "127.0.0.1"
+# The largest context window accepted (2**31 - 1): three orders of magnitude above any model's, and an
+# int every backend stores exactly (the OTLP SDK logs a traceback per export for an int above int64).
+MAX_CONTEXT_WINDOW = 2**31 - 1
 
 
 class ProviderCountPolicy(StrEnum):
@@ -156,8 +159,8 @@ def resolve(
             raise ConfigError(f"{name} must be a positive integer, got {value!r}")
     windows = dict(context_windows or {})
     for model, size in windows.items():
-        if not isinstance(size, int) or size <= 0:
-            raise ConfigError(f"context window for {model!r} must be a positive integer, got {size!r}")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_CONTEXT_WINDOW:
+            raise ConfigError(f"context window for {model!r} must be an integer from 1 to {MAX_CONTEXT_WINDOW}, got {size!r}")
     defaults = Config()
     queue = _positive_int("export_queue_size", export_queue_size, env.get("OTEL_BSP_MAX_QUEUE_SIZE"), defaults.export_queue_size)
     delay = _positive_int(

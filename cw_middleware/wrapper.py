@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from ._litellm import forwarding, forwarding_scope, mark_observed, original
 from .apis import API_OF, Api, Forward, Parsed, Usage, for_estimate
-from .config import ProviderCountPolicy, parse_policy
+from .config import MAX_CONTEXT_WINDOW, ProviderCountPolicy, parse_policy
 from .contract import CountMethod, Snapshot, WarningCode
 from .errors import ConfigError, TagError
 from .estimator import Estimate
@@ -98,16 +98,30 @@ def estimate(*args: Any, **kwargs: Any) -> Snapshot:
     """The local snapshot of a request, without calling anything.
 
     Takes `completion`'s arguments, or `responses`' (``input=`` without ``messages=``).
+    Raises only `TagError`, for a malformed tag: any other failure is a snapshot with the warning
+    ``estimate_failed`` (and a log line), as a call would publish it.
     """
     runtime = get_runtime()
-    parsed, est = _local_estimate(runtime, for_estimate(args, kwargs), args, kwargs)
+    try:
+        parsed, est = _local_estimate(runtime, for_estimate(args, kwargs), args, kwargs)
+        by_source, model, codes = est.by_source, parsed.model, set(est.warnings) | parsed.warnings
+    except TagError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
+        by_source, codes = {}, {WarningCode.ESTIMATE_FAILED}
+        model = kwargs.get("model", args[0] if args else "")
+        model = model if isinstance(model, str) else ""
     meta, window_codes = _meta(
-        runtime, parsed.model, kwargs.get("custom_llm_provider"), kwargs.get(OPTION_CONTEXT_WINDOW), current_stage()
+        runtime, model, kwargs.get("custom_llm_provider"), kwargs.get(OPTION_CONTEXT_WINDOW), current_stage()
     )
-    codes = set(est.warnings) | parsed.warnings | window_codes
-    config = runtime.config
     return build_snapshot(
-        est.by_source, meta, CountMethod.LOCAL_ESTIMATE, codes, max_details=config.max_details, parts=runtime.parts
+        by_source,
+        meta,
+        CountMethod.LOCAL_ESTIMATE,
+        codes | window_codes,
+        max_details=runtime.config.max_details,
+        parts=runtime.parts,
     )
 
 
@@ -363,7 +377,9 @@ def _meta(
     else:
         if window_override is not None:  # given, but not a window: the caller hears why, the call goes on
             codes.add(WarningCode.INVALID_CONTEXT_WINDOW)
-            message = f"cw_middleware: ignoring {OPTION_CONTEXT_WINDOW}: use a positive whole number of tokens"
+            message = (
+                f"cw_middleware: ignoring {OPTION_CONTEXT_WINDOW}: use a whole number of tokens from 1 to {MAX_CONTEXT_WINDOW}"
+            )
             runtime.log.warning("window", message)
         if configured is not None:
             window = configured
@@ -373,12 +389,13 @@ def _meta(
 
 
 def _window_override(value: Any) -> Optional[int]:
-    """``cw_context_window``: an int > 0 or a string of digits ("2000"); anything else is not a window."""
+    """``cw_context_window``: an int or a string of digits ("2000"), 1 to MAX_CONTEXT_WINDOW; anything else is not a window."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    return value if isinstance(value, int) and value > 0 else None
+    if isinstance(value, str):
+        text = value.strip()
+        value = int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else None  # "²" is a digit to isdigit
+    return value if isinstance(value, int) and 0 < value <= MAX_CONTEXT_WINDOW else None
 
 
 def _configured_window(configured: Mapping[str, int], model: str, name: str, provider: Optional[str]) -> Optional[int]:
