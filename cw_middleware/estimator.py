@@ -161,7 +161,7 @@ class Estimator:
                 placement = getattr(rules, "tools_placement", None)
                 if placement is not None:
                     key = (Category.TOOLS, "tool_framing")
-                    by_source[key] = by_source.get(key, 0) + placement(_system_first(messages, as_dict))
+                    by_source[key] = by_source.get(key, 0) + placement(_system_first(messages, as_dict), response_format)
         if response_format is not None:
             try:
                 sent = response_format_as_sent(response_format, rules.provider)
