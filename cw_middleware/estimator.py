@@ -49,6 +49,7 @@ MAX_DUMPS = 4096
 SourceKey = tuple[Category, str]
 _RESPONSE_FORMAT: SourceKey = (Category.OTHER, "response_format")
 _FRAMING: SourceKey = (Category.OTHER, "framing")
+_THINKING: SourceKey = (Category.OTHER, "thinking")
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ class Estimator:
         custom_llm_provider: Optional[str] = None,
         api: str = "chat",
         read_message: Optional[ReadMessage] = None,
+        thinking: Any = None,
     ) -> Estimate:
         """``api`` names the framing the provider applies: "chat" (Chat Completions) or "responses".
 
@@ -162,6 +164,10 @@ class Estimator:
             sent = response_format_as_sent(response_format, rules.provider)
             by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(sent)
         by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
+        # A hidden instruction some providers add for extended thinking (Anthropic): protocol, so `other`.
+        thinking_overhead = getattr(rules, "thinking_overhead", None)
+        if thinking is not None and thinking_overhead is not None:
+            by_source[_THINKING] = by_source.get(_THINKING, 0) + thinking_overhead(thinking)
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
         unestimated = {k: n for k, n in conv.unseen.items() if n > 0}

@@ -54,6 +54,9 @@ SLICE = {
     "anthropic-messages-14e085f74899": 7,  # sonnet 4 tools with history
     "anthropic-messages-17e0aaf57ab2": 4,  # tools + structured output
     "anthropic-messages-f00b9eabecc6": 4,  # tools + schema + history
+    "anthropic-messages-a5f355f05b45": 3,  # extended thinking (hidden instruction)
+    "anthropic-messages-c1bfbec9f0db": 3,  # sonnet 4.5, tool_choice any (larger tool prompt)
+    "anthropic-count_tokens-4f6db21c7292": 3,  # opus 4.6, adaptive thinking + tool_choice any
     # Gemini
     "gemini-generate_content-5adfad6d3b15": 7,  # 2.5 plain text
     "gemini-generate_content-643c4a3bc151": 5,  # 2.5 long text
@@ -82,7 +85,7 @@ def records():
 
 
 def test_slice_size():
-    assert 20 <= len(SLICE) <= 40
+    assert 20 <= len(SLICE) <= 50
 
 
 @pytest.mark.parametrize("record_id", sorted(SLICE))
