@@ -52,6 +52,7 @@ _RESPONSE_FORMAT: SourceKey = (Category.OTHER, "response_format")
 _FRAMING: SourceKey = (Category.OTHER, "framing")
 _UNREADABLE: SourceKey = (Category.CONVERSATION, UNKNOWN_ROLE_LABEL)
 _UNREADABLE_PART: SourceKey = (Category.OTHER, "")  # never exported: a marker inside _count_message
+_THINKING: SourceKey = (Category.OTHER, "thinking")
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ class Estimator:
         custom_llm_provider: Optional[str] = None,
         api: str = "chat",
         read_message: Optional[ReadMessage] = None,
+        thinking: Any = None,
     ) -> Estimate:
         """``api`` names the framing the provider applies: "chat" (Chat Completions) or "responses".
 
@@ -169,6 +171,10 @@ class Estimator:
             except Exception:  # noqa: BLE001 - a schema we cannot read costs its own count, not the estimate
                 warnings.add(WarningCode.UNREADABLE_MESSAGE)
         by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
+        # A hidden instruction some providers add for extended thinking (Anthropic): protocol, so `other`.
+        thinking_overhead = getattr(rules, "thinking_overhead", None)
+        if thinking is not None and thinking_overhead is not None:
+            by_source[_THINKING] = by_source.get(_THINKING, 0) + thinking_overhead(thinking)
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
         unestimated = {k: n for k, n in conv.unseen.items() if n > 0}
