@@ -34,8 +34,9 @@ from typing import Any, NamedTuple, Optional
 from pydantic import BaseModel
 
 from .contract import Category, WarningCode
+from .errors import TagError
 from .rules import CountingRules, rules_for
-from .tags import TAG_KEY, Tag, read_tag, strip_tool
+from .tags import MESSAGE_ROLES, TAG_KEY, UNKNOWN_ROLE_LABEL, Tag, has_tag, mcp_server_label, read_tag, role_label, strip_tool
 
 # Content part types that carry text the model reads as text.
 _TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
@@ -49,6 +50,8 @@ MAX_DUMPS = 4096
 SourceKey = tuple[Category, str]
 _RESPONSE_FORMAT: SourceKey = (Category.OTHER, "response_format")
 _FRAMING: SourceKey = (Category.OTHER, "framing")
+_UNREADABLE: SourceKey = (Category.CONVERSATION, UNKNOWN_ROLE_LABEL)
+_UNREADABLE_PART: SourceKey = (Category.OTHER, "")  # never exported: a marker inside _count_message
 _THINKING: SourceKey = (Category.OTHER, "thinking")
 
 
@@ -87,6 +90,7 @@ class _MessageCount(NamedTuple):
 
 _NO_WARNINGS: frozenset[WarningCode] = frozenset()
 _OPAQUE = _MessageCount((), frozenset({WarningCode.OPAQUE_CONTEXT_NOT_ESTIMATED}), False)
+_UNREADABLE_WARNING = frozenset({WarningCode.UNREADABLE_MESSAGE})
 ReadMessage = Callable[[dict[str, Any]], Optional[dict[str, Any]]]
 
 
@@ -167,10 +171,13 @@ class Estimator:
                 placement = getattr(rules, "tools_placement", None)
                 if placement is not None:
                     key = (Category.TOOLS, "tool_framing")
-                    by_source[key] = by_source.get(key, 0) + placement(_system_first(messages, as_dict))
+                    by_source[key] = by_source.get(key, 0) + placement(_system_first(messages, as_dict), response_format)
         if response_format is not None:
-            sent = response_format_as_sent(response_format, rules.provider)
-            by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(sent)
+            try:
+                sent = response_format_as_sent(response_format, rules.provider)
+                by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(sent)
+            except Exception:  # noqa: BLE001 - a schema we cannot read costs its own count, not the estimate
+                warnings.add(WarningCode.UNREADABLE_MESSAGE)
         by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
         # A hidden instruction some providers add for extended thinking (Anthropic): protocol, so `other`.
         thinking_overhead = getattr(rules, "thinking_overhead", None)
@@ -225,7 +232,7 @@ class Estimator:
                 conv.breakpoint_idx = [i for i in best.breakpoint_idx if i < best_k]
             self._remember(head, conv)
         for msg in messages[best_k:]:
-            count = self._count_message(rules, msg, read_message)
+            count = self._count_message_or_fallback(rules, msg, read_message)
             if count.tagged:
                 conv.tagged_idx.append(len(conv.counts))
             _note_position(conv, as_dict(msg), len(conv.counts))
@@ -246,32 +253,65 @@ class Estimator:
                 del self._conversations[bucket_key]
             self._n_conversations -= 1
 
-    def _count_message(self, rules: CountingRules, msg: Any, read_message: Optional[ReadMessage] = None) -> _MessageCount:
-        msg = self._dumps.as_dict(msg)
+    def _count_message_or_fallback(self, rules: CountingRules, msg: Any, read_message: Optional[ReadMessage]) -> _MessageCount:
+        """One message's count; a shape the rules cannot read costs that message's accuracy, never the estimate.
+
+        LiteLLM passes odd shapes on (a role that is a list, ``tool_calls=[{"function": "x"}]``):
+        such a message counts its framing and plain-string content where it can, under its tag or
+        ``conversation``/``unknown_role``, with the warning ``unreadable_message``. A bad tag is
+        still the caller's mistake and raises.
+        """
+        try:
+            return self._count_message(rules, msg, read_message)
+        except TagError:
+            raise
+        except Exception:  # noqa: BLE001
+            return self._unreadable(rules, msg)
+
+    def _unreadable(self, rules: CountingRules, msg: Any) -> _MessageCount:
+        msg = msg if isinstance(msg, dict) else {}
+        tag = read_tag(msg) if TAG_KEY in msg else None  # a bad tag still raises: the caller's mistake
+        key = (tag.category, tag.source or UNKNOWN_ROLE_LABEL) if tag is not None else _UNREADABLE
+        try:
+            content = msg.get("content")
+            tokens = rules.message_framing({"role": "user"}) + (self._text(rules, content) if type(content) is str else 0)
+        except Exception:  # noqa: BLE001
+            tokens = 0
+        return _MessageCount(((key, tokens),), _UNREADABLE_WARNING, has_tag(msg))
+
+    def _count_message(self, rules: CountingRules, raw: Any, read_message: Optional[ReadMessage] = None) -> _MessageCount:
+        msg = self._dumps.as_dict(raw)
         if read_message is not None:
             read = read_message(msg)
             if read is None:  # held or encrypted by the provider: nothing to count, and a warning
                 return _OPAQUE
             msg = read
+        warnings: set[WarningCode] = set()
+        if not msg and type(raw) is not dict:  # a string, None, a number in the message list
+            warnings.add(WarningCode.UNREADABLE_MESSAGE)
         role = msg.get("role") or "user"
         if type(role) is not str:  # a str Enum (smolagents' MessageRole.SYSTEM) counts as its value, as it is sent
             role = plain_text(role)
+            if not isinstance(role, str):  # a list, a dict, a number: LiteLLM sends it on, we cannot read it
+                warnings.add(WarningCode.UNREADABLE_MESSAGE)
+                role = "user"
+                label = UNKNOWN_ROLE_LABEL
             msg = {**msg, "role": role}
         tag = read_tag(msg) if TAG_KEY in msg else None
         if tag is not None:
-            own: SourceKey = (tag.category, tag.source or role)
+            own: SourceKey = (tag.category, tag.source or role_label(role))
         elif role in _DEFAULT_SOURCE:
             own = (Category.SYSTEM_PROMPT, _DEFAULT_SOURCE[role])
         else:
-            own = (Category.CONVERSATION, role)
+            label = role if role in MESSAGE_ROLES else (UNKNOWN_ROLE_LABEL if warnings else role_label(role))
+            own = (Category.CONVERSATION, label)
         # Most messages are one untagged string: they take the straight path, one entry, no dict.
         tokens = rules.message_framing(msg)
         name = msg.get("name")
         if name:
-            tokens += self._text(rules, str(name))
+            tokens += self._text(rules, plain_text(name) if isinstance(name, str) else str(name))
         content = msg.get("content")
         parts: dict[SourceKey, int] = {}
-        warnings: set[WarningCode] = set()
         unseen: dict[SourceKey, int] = {}
         tagged = tag is not None
         if isinstance(content, str):
@@ -282,11 +322,20 @@ class Estimator:
             tokens += parts.pop(own, 0)
             if unseen:
                 warnings.add(WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED)
+            if parts.pop(_UNREADABLE_PART, None) is not None:
+                warnings.add(WarningCode.UNREADABLE_MESSAGE)
+        elif content is not None:
+            warnings.add(WarningCode.UNREADABLE_MESSAGE)
         calls = msg.get("tool_calls")
         if calls:
-            tokens += rules.tool_calls([self._dumps.as_dict(c) for c in calls])
-        if msg.get("function_call"):
-            tokens += rules.tool_calls([{"function": self._dumps.as_dict(msg["function_call"])}])
+            readable = self._readable_calls(calls if isinstance(calls, (list, tuple)) else None, warnings)
+            if readable:
+                tokens += rules.tool_calls(readable)
+        function_call = msg.get("function_call")
+        if function_call:
+            readable = self._readable_calls([{"function": function_call}], warnings)
+            if readable:
+                tokens += rules.tool_calls(readable)
         entries = ((own, tokens), *parts.items()) if parts else ((own, tokens),)
         return _MessageCount(entries, frozenset(warnings) if warnings else _NO_WARNINGS, tagged, tuple(unseen.items()))
 
@@ -296,17 +345,45 @@ class Estimator:
         if isinstance(part, str):
             entries[own] = entries.get(own, 0) + self._text(rules, part)
             return False
-        part = self._dumps.as_dict(part)
+        raw, part = part, self._dumps.as_dict(part)
+        if not part and type(raw) is not dict:
+            entries[_UNREADABLE_PART] = 0  # a marker, popped by the caller: the part is not a part
+            return False
         tag: Optional[Tag] = read_tag(part)
         key = (tag.category, tag.source or own[1]) if tag is not None else own
         text = part.get("text")
         if part.get("type", "text") in _TEXT_PART_TYPES:  # a part without a type is text
-            entries[key] = entries.get(key, 0) + self._text(rules, text if isinstance(text, str) else "")
+            if isinstance(text, str):
+                entries[key] = entries.get(key, 0) + self._text(rules, text)
+            else:
+                entries[_UNREADABLE_PART] = 0
         else:
             # Images, audio, files: never guessed from their bytes. The key that carries the part is
             # remembered: an authoritative total's surplus over the local count belongs to it.
             unseen[key] = unseen.get(key, 0) + 1
         return tag is not None
+
+    def _readable_calls(self, calls: Optional[Sequence[Any]], warnings: set[WarningCode]) -> list[dict[str, Any]]:
+        """Tool calls as the rules read them (dicts whose ``function`` is a dict); the rest is unreadable."""
+        if calls is None:
+            warnings.add(WarningCode.UNREADABLE_MESSAGE)
+            return []
+        as_dict = self._dumps.as_dict
+        out = []
+        for raw in calls:
+            call = as_dict(raw)
+            function = call.get("function")
+            if function is not None and not isinstance(function, Mapping):
+                function = as_dict(function) if hasattr(function, "model_dump") else None
+                if function is None:
+                    warnings.add(WarningCode.UNREADABLE_MESSAGE)
+                    continue
+                call = {**call, "function": function}
+            if not call:
+                warnings.add(WarningCode.UNREADABLE_MESSAGE)
+                continue
+            out.append(call)
+        return out
 
     # ------------------------------------------------------------ tools
 
@@ -322,17 +399,24 @@ class Estimator:
         plain = []
         for raw in tools:
             definition = self._dumps.as_dict(raw)
-            tag = read_tag(definition)
+            tag = read_tag(definition)  # a bad tag raises: the caller's mistake
             definition = strip_tool(definition)
-            plain.append(definition)
             if tag is not None:
                 key: SourceKey = (tag.category, tag.source or "native")
             else:
                 key = _untagged_tool_key(definition)
                 if key[0] is not Category.TOOLS:
                     warnings.add(WarningCode.TOOL_SOURCE_INFERRED)
-            entries[key] += rules.tool_definition(definition)
-        entries[(Category.TOOLS, "tool_framing")] += rules.tools_overhead(plain, tool_choice)
+            try:
+                entries[key] += rules.tool_definition(definition)
+            except Exception:  # noqa: BLE001 - a definition we cannot read costs its own count only
+                warnings.add(WarningCode.UNREADABLE_MESSAGE)
+                continue
+            plain.append(definition)
+        try:
+            entries[(Category.TOOLS, "tool_framing")] += rules.tools_overhead(plain, tool_choice)
+        except Exception:  # noqa: BLE001
+            warnings.add(WarningCode.UNREADABLE_MESSAGE)
         counted = _ToolsCount(_freeze(tools, self._dumps.as_dict), tool_choice, tuple(entries.items()), frozenset(warnings))
         if len(self._tools) > 64:
             self._tools.clear()
@@ -443,10 +527,9 @@ def _legacy_function(function: Any) -> Any:
 def _untagged_tool_key(definition: Mapping[str, Any]) -> SourceKey:
     """Untagged tools are native; an ``mcp__server__tool`` name is MCP by convention, with a warning."""
     fn = definition.get("function", definition)
-    name = str(fn.get("name", "")) if isinstance(fn, Mapping) else ""
-    if name.startswith("mcp__"):
-        server = name[5:].split("__", 1)[0] or "unknown"
-        return (Category.MCP_TOOLS, f"mcp:{server}")
+    name = fn.get("name", "") if isinstance(fn, Mapping) else ""
+    if isinstance(name, str) and name.startswith("mcp__"):
+        return (Category.MCP_TOOLS, mcp_server_label(name[5:].split("__", 1)[0]))
     return (Category.TOOLS, "native")
 
 
@@ -483,8 +566,11 @@ def _common_prefix(frozen: list[Any], messages: list[Any], as_dict: _AsDict) -> 
 
 
 def _head_key(msg: dict[str, Any]) -> int:
-    content = msg.get("content")
-    return hash((plain_text(msg.get("role")), content if isinstance(content, str) else len(content or ())))
+    role, content = plain_text(msg.get("role")), msg.get("content")
+    try:
+        return hash((role, content if isinstance(content, str) else len(content or ())))
+    except TypeError:  # an unhashable role, content without a length: the bucket only narrows the search
+        return hash((type(role).__name__, type(content).__name__))
 
 
 _AsDict = Callable[[Any], dict[str, Any]]
@@ -516,12 +602,13 @@ class _DumpCache:
     def as_dict(self, obj: Any) -> dict[str, Any]:
         if isinstance(obj, dict):
             return obj
-        dump = getattr(obj, "model_dump", None)
-        if callable(dump):
-            return self._dumped(obj, dump)
         try:
+            dump = getattr(obj, "model_dump", None)
+            if callable(dump):
+                dumped = self._dumped(obj, dump)
+                return dumped if isinstance(dumped, dict) else {}
             return dict(obj)
-        except (TypeError, ValueError):
+        except Exception:  # noqa: BLE001 - not a mapping (a string, None, an object that refuses): nothing to read
             return {}
 
     def _dumped(self, obj: Any, dump: Any) -> dict[str, Any]:

@@ -68,7 +68,13 @@ class Api(Protocol):
     def parse(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Parsed: ...
 
     def forward(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], parsed: Parsed, estimate: Optional[Estimate], provider: Optional[str]
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        parsed: Parsed,
+        estimate: Optional[Estimate],
+        provider: Optional[str],
+        stream_usage: bool = True,  # may a stream be asked for its usage (the stream_usage policy)
     ) -> Forward: ...
 
     def count_request(self, forward: Forward, model: str) -> dict[str, Any]: ...
