@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..reconcile import usage_input_tokens
+from ..reconcile import usage_cache_prefix_tokens, usage_input_tokens
 from ..tags import strip_messages, strip_tools
 from .base import NOTHING, Forward, Parsed, Reading, Usage
 
@@ -88,7 +88,10 @@ class ChatCompletions:
         try:
             details = getattr(usage, "prompt_tokens_details", None)
             numbers = Usage(
-                usage_input_tokens(usage), getattr(usage, "completion_tokens", None), getattr(details, "cached_tokens", None)
+                usage_input_tokens(usage),
+                getattr(usage, "completion_tokens", None),
+                getattr(details, "cached_tokens", None),
+                usage_cache_prefix_tokens(usage),
             )
         except Exception:  # noqa: BLE001 - an odd usage block: the chunk is still recognised as usage-only
             return Reading(None, model, usage_only, unreadable=True)

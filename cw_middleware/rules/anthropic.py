@@ -1,8 +1,9 @@
 """Anthropic: no public tokenizer; a scaled o200k count plus the documented hidden prompts.
 
 Calibration (dev set ``gt_dev.jsonl``, clean records, see benchmarks/accuracy.py):
-Claude's tokenizer splits English prose, code and JSON into ~18% more pieces
-than o200k_base, so text (and tool-definition JSON) is ``ceil(o200k * TEXT_SCALE)``.
+Claude's tokenizer (Claude 3 to Opus 4.6) splits English prose, code and JSON into
+~18% more pieces than o200k_base, so text (and tool-definition JSON) is
+``ceil(o200k * TEXT_SCALE)``.
 Framing follows the turn layout Claude models read: the system prompt sits
 before the first turn with no header of its own (``SYSTEM_FRAMING`` 0), every
 user/assistant turn opens with a "Human:"/"Assistant:"-style
@@ -37,6 +38,13 @@ Applying it moved p90 APE 15.2% -> 10.7% (halves 16.0 -> 11.8, 15.0 -> 10.2).
 Structured outputs (``output_format``) add a fixed instruction block plus the
 schema, also measured on reported usage; ``other`` (source ``response_format``).
 
+Opus 4.7 and later (Opus 4.8, Opus 5, Sonnet 5) read text with a new tokenizer
+that Anthropic says uses 1.0-1.35x the tokens of the previous one, by content type;
+ctok's reconstruction of both vocabularies gives 1.37x (prose) and 1.37x (tool JSON)
+on the dev set's texts. Those families scale text and tool JSON by a further
+``NEW_TOKENIZER_SCALE`` (1.35): p90 APE 10.7% -> 10.2% (halves 11.8 -> 10.2,
+10.2 -> 10.2), median 2.11% -> 2.04%.
+
 Tokenizer: ctok (PyPI, MIT), an offline reconstruction of Claude's tokenizer,
 puts text-only requests within a token of the reported count where o200k x 1.18
 is off by up to ~10%; it needs Python 3.12 (this package supports 3.11) and is
@@ -55,6 +63,9 @@ from ._tiktoken import counter
 
 TEXT_SCALE = 1.18
 TOOL_SCALE = TEXT_SCALE  # one tokenizer ratio for prose and for JSON definitions
+# Opus 4.7 and later (Opus 4.8, Opus 5, Sonnet 5) read text with a new tokenizer: more tokens for the same text.
+NEW_TOKENIZER_SCALE = 1.35
+_NEW_TOKENIZER_FAMILIES = ("claude-opus-4-7", "claude-opus-4-8", "claude-opus-4-9", "claude-opus-5", "claude-sonnet-5")
 MESSAGE_FRAMING = 3
 SYSTEM_FRAMING = 0
 REQUEST_OVERHEAD = 3
@@ -82,9 +93,14 @@ _TOOL_PROMPT_BY_FAMILY: tuple[tuple[tuple[str, ...], int, int], ...] = (
 TOOL_PROMPT_DEFAULT = (496, 588)  # names newer than this table: the current generation's size
 
 
+def _bare(model: str) -> str:
+    """The model name without a route or a Bedrock region/vendor prefix."""
+    return model.lower().rsplit("/", 1)[-1].removeprefix("us.").removeprefix("eu.").removeprefix("anthropic.")
+
+
 def tool_prompt_tokens(model: str) -> tuple[int, int]:
     """(auto/none, any/tool) sizes of the hidden tool-use system prompt for a model name."""
-    name = model.lower().rsplit("/", 1)[-1].removeprefix("us.").removeprefix("eu.").removeprefix("anthropic.")
+    name = _bare(model)
     for prefixes, auto, forced in _TOOL_PROMPT_BY_FAMILY:
         if name.startswith(prefixes):
             return auto, forced
@@ -111,10 +127,12 @@ class AnthropicRules:
     name: str = "anthropic:o200k_x1.18"
     provider: str = "anthropic"
     exact: bool = False
-    text: Callable[[str], int] = field(
-        default_factory=lambda: _scaled(counter("o200k_base"), TEXT_SCALE), repr=False, compare=False
-    )
+    scale: float = TEXT_SCALE  # Claude tokens per o200k token, for prose and tool-definition JSON alike
+    text: Callable[[str], int] = field(init=False, repr=False, compare=False)
     _raw: Callable[[str], int] = field(default_factory=lambda: counter("o200k_base"), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", _scaled(self._raw, self.scale))
 
     def message_framing(self, message: Mapping[str, Any]) -> int:
         role = message.get("role")
@@ -135,7 +153,7 @@ class AnthropicRules:
 
     def tool_definition(self, tool: Mapping[str, Any]) -> int:
         fn = tool.get("function", tool)
-        return math.ceil(self._raw(json.dumps(fn, ensure_ascii=False)) * TOOL_SCALE)
+        return math.ceil(self._raw(json.dumps(fn, ensure_ascii=False)) * self.scale)
 
     def tools_overhead(self, tools: Sequence[Mapping[str, Any]], tool_choice: Any) -> int:
         if not tools:
@@ -160,6 +178,10 @@ class AnthropicRules:
 
 def rules(model: str) -> AnthropicRules:
     auto, forced = tool_prompt_tokens(model)
+    name = _bare(model)
+    scale = round(TEXT_SCALE * NEW_TOKENIZER_SCALE, 3) if name.startswith(_NEW_TOKENIZER_FAMILIES) else TEXT_SCALE
     # The name keys the estimator's text and tool-count caches: families with different hidden
-    # tool prompts must not share a tool count.
-    return AnthropicRules(tool_prompt=auto, forced_tool_prompt=forced, name=f"anthropic:o200k_x{TEXT_SCALE}:tp{auto}-{forced}")
+    # tool prompts or tokenizers must not share a count.
+    return AnthropicRules(
+        tool_prompt=auto, forced_tool_prompt=forced, scale=scale, name=f"anthropic:o200k_x{scale}:tp{auto}-{forced}"
+    )

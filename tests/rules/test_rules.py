@@ -183,3 +183,13 @@ def test_gemini_on_vertex_bills_declarations_as_text_values_and_no_content_marke
     assert rules_for("gemini/gemini-2.5-flash").message_framing(messages[0]) == 1
     # Different counting, different cache names (the estimator's caches are keyed by them).
     assert rules_for("vertex_ai/gemini-2.5-flash").name != rules_for("gemini/gemini-2.5-flash").name
+
+
+def test_anthropic_new_tokenizer_generation_counts_more_for_the_same_text():
+    # Opus 4.7 and later use a tokenizer Anthropic says costs up to 1.35x the tokens of the previous one.
+    text = "The quick brown fox jumps over the lazy dog, then checks the weather in Lyon. " * 20
+    older = rules_for("anthropic/claude-opus-4-6").text(text)
+    newer = rules_for("anthropic/claude-opus-4-8").text(text)
+    assert 1.25 <= newer / older <= 1.4
+    assert rules_for("anthropic/claude-sonnet-5").text(text) == newer
+    assert rules_for("anthropic/claude-opus-4-6").name != rules_for("anthropic/claude-opus-4-8").name
