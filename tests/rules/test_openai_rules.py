@@ -98,3 +98,33 @@ def test_additional_tools_item_counts_as_tools_and_reaches_the_provider_unchange
     parsed, estimate = _local_estimate(get_runtime(), RESPONSES, (), kwargs)
     forward = RESPONSES.forward((), dict(kwargs), parsed, estimate, "openai")
     assert forward.kwargs["input"] is items
+
+
+def test_only_gpt_5_and_later_read_harmonys_function_call_preamble():
+    tools = [CHAT_TOOL]
+    gpt5, o3 = rules_for("openai/gpt-5-mini"), rules_for("openai/o3-mini")
+    assert o3.layout == gpt5.layout == "harmony"
+    assert gpt5.tools_overhead(tools, None) - o3.tools_overhead(tools, None) > 50
+    assert gpt5.name != o3.name  # the estimator caches tool counts by rules name
+
+
+def test_a_function_without_description_bills_less_than_its_rendering():
+    rules = rules_for("openai/gpt-4o")
+    bare = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "description"}}
+    assert rules.tool_definition(bare) < rules.text(render_tool(bare))
+    assert rules.tool_definition(CHAT_TOOL) == rules.text(render_tool(CHAT_TOOL))
+    no_params = {"type": "function", "function": {"name": "ping"}}
+    assert rules.tool_definition(no_params) == rules.text(render_tool(no_params))
+
+
+def test_responses_does_not_indent_nested_objects():
+    nested = {
+        "type": "function",
+        "name": "plan",
+        "parameters": {
+            "type": "object",
+            "properties": {"step": {"type": "object", "properties": {"text": {"type": "string", "description": "What."}}}},
+        },
+    }
+    assert "\n  // What.\n  text?: string," in render_tool(nested)
+    assert "\n// What.\ntext?: string," in render_tool(nested, responses=True)
