@@ -210,7 +210,13 @@ class Responses:
         return Parsed(str(model or ""), shape.messages, options, "responses", shape.origins, frozenset(shape.warnings))
 
     def forward(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], parsed: Parsed, estimate: Optional[Estimate], provider: Optional[str]
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        parsed: Parsed,
+        estimate: Optional[Estimate],
+        provider: Optional[str],
+        stream_usage: bool = True,
     ) -> Forward:
         out = Forward(args, kwargs)
         items = kwargs.get("input", args[0] if args else None)
