@@ -1,5 +1,7 @@
 """OpenAI's counting rules: tool choice, Responses-API tool rendering, tool results, additional tools."""
 
+from pydantic import BaseModel
+
 import cw_middleware as cw
 from cw_middleware.apis.responses import RESPONSES
 from cw_middleware.rules import rules_for
@@ -128,3 +130,23 @@ def test_responses_does_not_indent_nested_objects():
     }
     assert "\n  // What.\n  text?: string," in render_tool(nested)
     assert "\n// What.\ntext?: string," in render_tool(nested, responses=True)
+
+
+def test_gpt_5_calls_cost_a_commentary_channel_header_the_o_series_do_not():
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+    gpt5, o3, gpt4o = rules_for("openai/gpt-5-mini"), rules_for("openai/o3-mini"), rules_for("openai/gpt-4o")
+    assert gpt5.tool_calls([call]) > o3.tool_calls([call]) == gpt4o.tool_calls([call])
+
+
+def test_responses_lays_the_block_out_as_chat_when_a_schema_comes_without_instructions():
+    class Answer(BaseModel):
+        city: str
+
+    schema = {"type": "json_schema", "name": "answer", "schema": Answer.model_json_schema()}
+
+    def tools(**kwargs):
+        return cw.estimate(model="openai/gpt-4o", input=ASK, tools=[FLAT_TOOL], **kwargs).tokens("tools")
+
+    assert tools(text={"format": schema}) > tools()
+    assert tools(text_format=Answer) == tools(text={"format": schema})
+    assert tools(text={"format": schema}, instructions="Be brief.") == tools(instructions="Be brief.")
