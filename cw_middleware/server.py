@@ -30,6 +30,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import select
 import socket
 import threading
 import time
@@ -151,6 +152,14 @@ class _Handler(BaseHTTPRequestHandler):
     @property
     def closing(self) -> bool:
         return self.server.closing
+
+    def client_gone(self) -> bool:
+        """True once the client closed its end (a stream notices without waiting for a write to fail)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
     # ------------------------------------------------------------ responses
 

@@ -87,6 +87,8 @@ class Exchange(Protocol):
     @property
     def closing(self) -> bool: ...
 
+    def client_gone(self) -> bool: ...
+
 
 RouteHandler = Callable[[Exchange, list[str]], None]
 

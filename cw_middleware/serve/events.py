@@ -230,6 +230,10 @@ class Watchers:
             self.streams -= 1
             if watcher.subscribers == 0:
                 watcher.idle_since = time.monotonic()
+                if not watcher.polled:  # its first poll failed (an unknown run): nothing worth lingering for
+                    watcher.stopped.set()
+                    if self._runs.get(watcher.run_id) is watcher:
+                        del self._runs[watcher.run_id]
 
     def forget(self, watcher: RunWatcher) -> None:
         with self._lock:
@@ -300,7 +304,14 @@ def _stream(ex: Exchange, watcher: RunWatcher) -> Iterator[bytes]:
             cursor = pending[-1].seq
             yield b"".join(frames)
         with watcher.cond:
-            watcher.cond.wait_for(_news(watcher, ex, cursor, errors_seen), timeout=heartbeat)
+            news = _news(watcher, ex, cursor, errors_seen)
+            quiet_until = time.monotonic() + heartbeat
+            # Wake at least every second to notice a client that left (its slot frees within a second).
+            while not watcher.cond.wait_for(news, timeout=min(1.0, heartbeat, max(0.0, quiet_until - time.monotonic()))):
+                if ex.client_gone():
+                    return
+                if time.monotonic() >= quiet_until:
+                    break
             if watcher.stopped.is_set() or ex.closing:
                 return
             frames = []
