@@ -219,7 +219,8 @@ def test_2000_requests_over_20_threads(serve):
     p50, p99 = statistics.median(times), times[int(len(times) * 0.99)]
     print(f"\n2,000 requests over 20 threads: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, max {times[-1] * 1000:.1f} ms")
     assert statuses.count(200) == 2000, {s: statuses.count(s) for s in set(statuses)}
-    assert peak[0] <= 20 and threading.active_count() - before <= 20 + server.limits.max_queries + 2
+    # A client may open its next connection before the server's thread for the last one has ended.
+    assert peak[0] <= 20 + 4 and threading.active_count() - before <= 20 + server.limits.max_queries + 2
 
 
 # ---------------------------------------------------------------- heavy queries, failing readers
