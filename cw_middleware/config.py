@@ -20,6 +20,8 @@ the default. Environment variables:
     CW_BACKEND             where the CLI and server read from (default: file:<the export file>)
     CW_SERVE_TOKEN         bearer token required by `cw-middleware serve`
     CW_LOG_EVENTS          1 to also emit each snapshot as a log-based event (OTEP 4430)
+    CW_EXIT_TIMEOUT        seconds cw may add to the process's exit to export what is left
+                                                        (default: 2; a backend slower than that loses it)
 
 The embedded file (``file:PATH``) holds OTLP JSON lines, one export batch a line:
 ``{"resourceSpans":[...]}`` and ``{"resourceMetrics":[...]}``, the OpenTelemetry
@@ -64,6 +66,7 @@ class Config:
     export_queue_size: int = 2048  # spans waiting for export; a full queue drops, never blocks
     export_interval_ms: int = 1000  # span batches leave at least this often
     metric_interval_ms: int = 60000
+    exit_timeout: float = 2.0  # the most cw's exit hook waits for the last export
 
     @property
     def export_path(self) -> Optional[str]:
@@ -138,6 +141,7 @@ def resolve(
     export_queue_size: Optional[int] = None,
     export_interval_ms: Optional[int] = None,
     metric_interval_ms: Optional[int] = None,
+    exit_timeout: Optional[float] = None,
     environ: Optional[Mapping[str, str]] = None,
 ) -> Config:
     env = os.environ if environ is None else environ
@@ -171,6 +175,10 @@ def resolve(
     )
     if metrics is None:
         metrics = env.get("CW_METRICS") or None
+    if exit_timeout is None and env.get("CW_EXIT_TIMEOUT"):
+        exit_timeout = parse_seconds(env["CW_EXIT_TIMEOUT"], "CW_EXIT_TIMEOUT")
+    elif exit_timeout is not None:
+        exit_timeout = parse_seconds(exit_timeout, "exit_timeout")
     return Config(
         service_name=service_name or env.get("OTEL_SERVICE_NAME") or defaults.service_name,
         export=parse_export(export) if export else defaults.export,
@@ -186,6 +194,7 @@ def resolve(
         export_queue_size=queue,
         export_interval_ms=delay,
         metric_interval_ms=metric_delay,
+        exit_timeout=exit_timeout or defaults.exit_timeout,
     )
 
 
