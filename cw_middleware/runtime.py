@@ -121,7 +121,8 @@ class Runtime:
     # ------------------------------------------------------------ lifecycle
 
     def flush(self, timeout: float = 10.0) -> bool:
-        ok = True
+        # Estimates deferred while a tokenizer loaded publish snapshots (and may queue counts): first.
+        ok = self.estimator.deferred.wait_idle(timeout)
         if self._counter is not None:
             ok = self._counter.wait_idle(timeout) and ok
         if self._flush is not None:
