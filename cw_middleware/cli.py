@@ -51,6 +51,11 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     ):
         print("error: the request must be a JSON object with a 'model' string and a 'messages' list", file=sys.stderr)
         return EXIT_USAGE
+    if not isinstance(request.get("tools", []), (list, type(None))):
+        # estimate() reads an odd tool list leniently (as LiteLLM's callers may send one); a file given
+        # to the CLI is checked strictly, so a typo is an error, not a silently smaller count.
+        print("error: the request has a field of the wrong shape ('tools' must be a list)", file=sys.stderr)
+        return EXIT_USAGE
     import cw_middleware as cw
 
     cw.configure(export="none")

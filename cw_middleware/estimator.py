@@ -60,6 +60,7 @@ _RESPONSE_FORMAT: SourceKey = (Category.OTHER, "response_format")
 _FRAMING: SourceKey = (Category.OTHER, "framing")
 _UNREADABLE: SourceKey = (Category.CONVERSATION, UNKNOWN_ROLE_LABEL)
 _UNREADABLE_PART: SourceKey = (Category.OTHER, "")  # never exported: a marker inside _count_message
+_THINKING: SourceKey = (Category.OTHER, "thinking")
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,10 @@ class Estimate:
     rules: CountingRules
     tagged_messages: tuple[int, ...] = ()  # indexes of messages that carry a tag (to strip)
     unestimated: Mapping[SourceKey, int] = field(default_factory=dict)
+    # The local parts of the prompt up to its last explicit cache breakpoint (``cache_control``), in
+    # the provider's order: tools, system, messages. Empty without a breakpoint. A response's cache
+    # read + write is that prefix's exact count (see `reconcile.reconcile_with_prefix`).
+    cache_prefix: Mapping[SourceKey, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -105,6 +110,8 @@ class _Conversation:
     warnings: Counter[WarningCode] = field(default_factory=Counter)
     tagged_idx: list[int] = field(default_factory=list)
     unseen: Counter[SourceKey] = field(default_factory=Counter)
+    system_idx: list[int] = field(default_factory=list)  # system/developer messages (sent ahead of the rest)
+    breakpoint_idx: list[int] = field(default_factory=list)  # messages that carry a cache_control breakpoint
 
 
 @dataclass
@@ -211,6 +218,7 @@ class Estimator:
         custom_llm_provider: Optional[str] = None,
         api: str = "chat",
         read_message: Optional[ReadMessage] = None,
+        thinking: Any = None,
     ) -> Estimate:
         """``api`` names the framing the provider applies: "chat" (Chat Completions) or "responses".
 
@@ -226,8 +234,10 @@ class Estimator:
             by_source: dict[SourceKey, int] = dict(conv.totals)
             warnings = {code for code, n in conv.warnings.items() if n}
             all_tools = list(tools or ()) + [_legacy_function(f) for f in functions or ()]
+            tool_entries: tuple[tuple[SourceKey, int], ...] = ()
             if all_tools:
                 tc = self._count_tools(rules, all_tools, tool_choice)
+                tool_entries = tc.entries
                 for key, tokens in tc.entries:
                     by_source[key] = by_source.get(key, 0) + tokens
                 warnings |= tc.warnings
@@ -236,7 +246,7 @@ class Estimator:
                 placement = getattr(rules, "tools_placement", None)
                 if placement is not None:
                     key = (Category.TOOLS, "tool_framing")
-                    by_source[key] = by_source.get(key, 0) + placement(_system_first(messages, as_dict))
+                    by_source[key] = by_source.get(key, 0) + placement(_system_first(messages, as_dict), response_format)
         if response_format is not None:
             try:
                 sent = response_format_as_sent(response_format, rules.provider)
@@ -246,11 +256,16 @@ class Estimator:
             except Exception:  # noqa: BLE001 - a schema we cannot read costs its own count, not the estimate
                 warnings.add(WarningCode.UNREADABLE_MESSAGE)
         by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
+        # A hidden instruction some providers add for extended thinking (Anthropic): protocol, so `other`.
+        thinking_overhead = getattr(rules, "thinking_overhead", None)
+        if thinking is not None and thinking_overhead is not None:
+            by_source[_THINKING] = by_source.get(_THINKING, 0) + thinking_overhead(thinking)
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
         unestimated = {k: n for k, n in conv.unseen.items() if n > 0}
+        prefix = _cache_prefix(conv, tool_entries, all_tools, as_dict) if conv.breakpoint_idx or all_tools else {}
         return Estimate(
-            {k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx), unestimated
+            {k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx), unestimated, prefix
         )
 
     def frozen(self, obj: Any) -> Any:
@@ -294,11 +309,14 @@ class Estimator:
                 conv.frozen = best.frozen[:best_k]
                 conv.counts = best.counts[:best_k]
                 conv.tagged_idx = [i for i in best.tagged_idx if i < best_k]
+                conv.system_idx = [i for i in best.system_idx if i < best_k]
+                conv.breakpoint_idx = [i for i in best.breakpoint_idx if i < best_k]
             self._remember(head, conv)
         for msg in messages[best_k:]:
             count = self._count_message_or_fallback(rules, msg, read_message)
             if count.tagged:
                 conv.tagged_idx.append(len(conv.counts))
+            _note_position(conv, as_dict(msg), len(conv.counts))
             conv.frozen.append(_freeze(msg, as_dict))
             conv.counts.append(count)
             _add(conv, count)
@@ -524,6 +542,59 @@ def _pydantic_response_format(model_class: type[BaseModel], provider: str) -> An
     except Exception:  # noqa: BLE001 - LiteLLM moved it, or refused the class: pydantic's schema is the next best
         schema = model_class.model_json_schema()
         return {"type": "json_schema", "json_schema": {"schema": schema, "name": model_class.__name__, "strict": True}}
+
+
+def _note_position(conv: _Conversation, msg: Mapping[str, Any], index: int) -> None:
+    """Remember where a message sits in the provider's prompt order and whether it marks a cache breakpoint."""
+    if plain_text(msg.get("role")) in ("system", "developer"):
+        conv.system_idx.append(index)
+    if _has_breakpoint(msg):
+        conv.breakpoint_idx.append(index)
+
+
+def _has_breakpoint(item: Mapping[str, Any]) -> bool:
+    if item.get("cache_control"):
+        return True
+    content = item.get("content")
+    if isinstance(content, (list, tuple)):
+        return any(isinstance(part, Mapping) and part.get("cache_control") for part in content)
+    return False
+
+
+def _cache_prefix(
+    conv: _Conversation, tool_entries: Sequence[tuple[SourceKey, int]], tools: Sequence[Any], as_dict: _AsDict
+) -> dict[SourceKey, int]:
+    """The local parts of the prompt up to its last ``cache_control`` breakpoint (empty without one).
+
+    Anthropic caches in the order tools, system, messages (LiteLLM sends every system message
+    ahead of the turns): a breakpoint on a turn covers the tools, every system message and the
+    turns up to it; one on a system message the tools and the system messages up to it; one on
+    a tool the tools. A breakpoint inside a message counts that whole message as prefix.
+    """
+    last = conv.breakpoint_idx[-1] if conv.breakpoint_idx else None
+    if last is None and not any(_has_breakpoint(as_dict(tool)) for tool in tools):
+        return {}
+    prefix: Counter[SourceKey] = Counter()
+    for key, tokens in tool_entries:
+        prefix[key] += tokens
+    if last is not None:
+        systems = set(conv.system_idx)
+        on_system = last in systems
+        for index in conv.system_idx if on_system else ():
+            if index <= last:
+                _add_entries(prefix, conv.counts[index])
+        if not on_system:
+            for index in systems:
+                _add_entries(prefix, conv.counts[index])
+            for index in range(last + 1):
+                if index not in systems:
+                    _add_entries(prefix, conv.counts[index])
+    return {k: v for k, v in prefix.items() if v}
+
+
+def _add_entries(into: Counter[SourceKey], count: _MessageCount) -> None:
+    for key, tokens in count.entries:
+        into[key] += tokens
 
 
 def _system_first(messages: Sequence[Any], as_dict: _AsDict) -> bool:

@@ -31,7 +31,7 @@ from .contract import (
     SnapshotWarning,
     WarningCode,
 )
-from .reconcile import reconcile
+from .reconcile import reconcile_with_prefix
 from .schema import percent as _percent
 
 _UNATTRIBUTED = (Category.OTHER, "unattributed")
@@ -109,6 +109,8 @@ def build_snapshot(
     unestimated: Optional[Mapping[tuple[Category, str], int]] = None,
     *,
     parts: Optional[SnapshotParts] = None,
+    cache_prefix: Optional[Mapping[tuple[Category, str], int]] = None,
+    cache_prefix_total: Optional[int] = None,
 ) -> Snapshot:
     """A snapshot of ``by_source``, rescaled to ``total`` when one is given.
 
@@ -117,6 +119,10 @@ def build_snapshot(
 
     ``unestimated`` (`Estimate.unestimated`) names the keys carrying content the local count
     could not see: a total above the local sum goes to them, the rest keep their counts.
+
+    ``cache_prefix`` (`Estimate.cache_prefix`) with ``cache_prefix_total`` (the response's cache
+    read + write for an explicit breakpoint) reconciles in two groups: the prefix's parts to that
+    exact count, the rest to the remainder of ``total``.
     """
     codes = set(warnings)
     parts = parts or SnapshotParts()
@@ -124,7 +130,7 @@ def build_snapshot(
         carriers = unestimated
         if not carriers and WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED in codes:
             carriers = {_UNESTIMATED: 1}  # unseen content whose carrier is unknown: other, not everything
-        by_source = reconcile(by_source, total, carriers, remainder_key=_UNATTRIBUTED)
+        by_source = reconcile_with_prefix(by_source, total, carriers, _UNATTRIBUTED, cache_prefix or {}, cache_prefix_total or 0)
     per_category = dict.fromkeys(CATEGORIES, 0)
     for (category, _), tokens in by_source.items():
         per_category[category] += tokens

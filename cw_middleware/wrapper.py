@@ -437,7 +437,8 @@ class _Call:
                 self.warnings.add(WarningCode.USAGE_MISSING)
                 self._publish(CountMethod.LOCAL_ESTIMATE)
             else:
-                self._publish(CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN, total=total)
+                prefix_total = usage.cache_prefix_tokens if usage is not None else None
+                self._publish(CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN, total=total, cache_prefix_total=prefix_total)
             if self.telemetry is not None:
                 self.telemetry.end(
                     response_model=response_model,
@@ -467,7 +468,9 @@ class _Call:
         except Exception as inner:  # noqa: BLE001
             self.runtime.log.warning("fail", f"cw_middleware: could not end the call span ({type(inner).__name__})")
 
-    def _publish(self, method: CountMethod, total: Optional[int] = None, superseded: bool = False) -> None:
+    def _publish(
+        self, method: CountMethod, total: Optional[int] = None, superseded: bool = False, cache_prefix_total: Optional[int] = None
+    ) -> None:
         if self.broken or self.estimate is None:
             return
         try:
@@ -480,6 +483,8 @@ class _Call:
                 max_details=self.runtime.config.max_details,
                 unestimated=self.estimate.unestimated,
                 parts=self.runtime.parts,
+                cache_prefix=self.estimate.cache_prefix,
+                cache_prefix_total=cache_prefix_total,
             )
             self.runtime.publish(snap, self.telemetry, self.stage, superseded=superseded)
         except Exception as exc:  # noqa: BLE001

@@ -42,6 +42,8 @@ class Usage:
     input_tokens: Optional[int]
     output_tokens: Optional[int] = None
     cache_read_tokens: Optional[int] = None
+    # Cache read + write where the provider reports writes (an explicit breakpoint's exact prefix count).
+    cache_prefix_tokens: Optional[int] = None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..reconcile import usage_input_tokens
+from ..reconcile import usage_cache_prefix_tokens, usage_input_tokens
 from ..tags import strip_messages, strip_tools
 from .base import NOTHING, Forward, Parsed, Reading, Usage
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..estimator import Estimate
 
 # completion() arguments the estimator reads besides the messages.
-ESTIMATE_KEYS = ("tools", "tool_choice", "response_format", "functions", "custom_llm_provider")
+ESTIMATE_KEYS = ("tools", "tool_choice", "response_format", "functions", "custom_llm_provider", "thinking")
 # Providers whose streams report usage when asked with stream_options.include_usage.
 STREAM_USAGE_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "openai_compatible", "hosted_vllm"})
 # Azure api-versions that accept stream_options: 2024-08-01-preview and later (the GA 2024-10-21 too).
@@ -88,7 +88,10 @@ class ChatCompletions:
         try:
             details = getattr(usage, "prompt_tokens_details", None)
             numbers = Usage(
-                usage_input_tokens(usage), getattr(usage, "completion_tokens", None), getattr(details, "cached_tokens", None)
+                usage_input_tokens(usage),
+                getattr(usage, "completion_tokens", None),
+                getattr(details, "cached_tokens", None),
+                usage_cache_prefix_tokens(usage),
             )
         except Exception:  # noqa: BLE001 - an odd usage block: the chunk is still recognised as usage-only
             return Reading(None, model, usage_only, unreadable=True)

@@ -25,14 +25,22 @@ from typing import Any
 _MAX_REF_DEPTH = 6
 
 
-def render_function(fn: Mapping[str, Any]) -> str:
-    """One function of the namespace, ending with the blank line that separates functions."""
+def render_function(fn: Mapping[str, Any], responses: bool = False) -> str:
+    """One function of the namespace, ending with the blank line that separates functions.
+
+    ``responses``: the Responses API's renderer trims the description and shows the
+    parameters schema's own ``title`` as a comment line.
+    """
     lines = []
     description = fn.get("description")
+    if isinstance(description, str) and responses:
+        description = description.strip()
     if isinstance(description, str) and description:
         lines.append(f"// {description}")  # one comment marker, even for multi-line text
     name = fn.get("name", "")
     params = fn.get("parameters")
+    if responses and isinstance(params, Mapping):
+        lines.extend(f"// {params[key]}" for key in ("title", "description") if isinstance(params.get(key), str) and params[key])
     if isinstance(params, Mapping) and params.get("properties"):
         body = _object(params, "", params, 0)
         lines.append(f"type {name} = (_: {body}) => any;")

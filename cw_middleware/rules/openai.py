@@ -35,6 +35,7 @@ REPLY_PRIMING = {"chatml": 3, "harmony": 2}
 # Measured against reported usage (see benchmarks/accuracy.py): a tool result costs a little
 # more than a message; a structured-output section sits in its own message.
 TOOL_RESULT_EXTRA = 4  # a tool result's header names the function it answers
+PARALLEL_RESULT_DISCOUNT = 3  # per call of a parallel call: its results share the header
 RESPONSE_FORMAT_MESSAGE = {"chat": 4, "responses": 0}  # the Responses API does not open a message for it
 NEW_SYSTEM_MESSAGE = 3  # <|im_start|>system<|im_sep|> ... <|im_end|>, one token merging with the block
 # Reasoning models over chat completions bill a fixed preamble (harmony's channel rules for
@@ -43,7 +44,11 @@ NEW_SYSTEM_MESSAGE = 3  # <|im_start|>system<|im_sep|> ... <|im_end|>, one token
 HARMONY_TOOLS_PREAMBLE = {"chat": 84, "responses": 2}
 
 TOOLS_HEADER = "# Tools\n\n## functions\n\nnamespace functions {\n\n"
+# The Responses API opens the block at "## functions" and never opens a system message for it.
+RESPONSES_TOOLS_HEADER = "## functions\n\nnamespace functions {\n\n"
 TOOLS_FOOTER = "} // namespace functions"
+# A forced function (tool_choice naming one) primes the reply with its recipient, plus a fixed cost.
+FORCED_FUNCTION_EXTRA = 4
 
 
 def encoding_for(model: str) -> str:
@@ -71,7 +76,17 @@ class OpenAIRules:
 
     def message_framing(self, message: Mapping[str, Any]) -> int:
         role = str(message.get("role") or "user")
-        extra = TOOL_RESULT_EXTRA if role in ("tool", "function") else 0
+        if role == "tool":
+            # The estimator adds a message's ``name``; a tool result's is not billed (its
+            # header already names the function), so it is taken back here.
+            name = message.get("name")
+            return MESSAGE_SPECIALS + self.text(role) + TOOL_RESULT_EXTRA - (self.text(str(name)) if name else 0)
+        extra = TOOL_RESULT_EXTRA if role == "function" else 0
+        tools = message.get("tools")
+        if isinstance(tools, list) and tools:  # a message of tool definitions (Responses' additional_tools item)
+            extra += self.text(TOOLS_HEADER + "".join(self._render(t) for t in tools) + TOOLS_FOOTER)
+            if self.layout == "harmony":
+                extra += HARMONY_TOOLS_PREAMBLE["chat"]
         return MESSAGE_SPECIALS + self.text(role) + extra
 
     def tool_calls(self, tool_calls: Sequence[Mapping[str, Any]]) -> int:
@@ -84,27 +99,51 @@ class OpenAIRules:
             name, args = calls[0]
             return self.text(f" to=functions.{name}") + self.text(args)
         body = ",".join(f'{{"recipient_name":"functions.{name}","parameters":{args or "{}"}}}' for name, args in calls)
-        return self.text(" to=multi_tool_use.parallel") + self.text(f'{{"tool_uses":[{body}]}}')
+        # The results of one parallel call cost less each than lone results: taken off here, where the calls are.
+        shared = PARALLEL_RESULT_DISCOUNT * len(calls)
+        return self.text(" to=multi_tool_use.parallel") + self.text(f'{{"tool_uses":[{body}]}}') - shared
 
     def tool_definition(self, tool: Mapping[str, Any]) -> int:
-        return self.text(render_tool(tool))
+        return self.text(self._render(tool))
 
     def tools_overhead(self, tools: Sequence[Mapping[str, Any]], tool_choice: Any) -> int:
         """The namespace block minus its functions: counting the block whole keeps token merges at the seams exact."""
         if not tools:
             return 0
-        rendered = [render_tool(t) for t in tools]
-        block = self.text(TOOLS_HEADER + "".join(rendered) + TOOLS_FOOTER)
+        rendered = [self._render(t) for t in tools]
+        header = RESPONSES_TOOLS_HEADER if self._responses_chatml else TOOLS_HEADER
+        block = self.text(header + "".join(rendered) + TOOLS_FOOTER)
         overhead = block - sum(self.text(r) for r in rendered)
         if self.layout == "harmony":
             overhead += HARMONY_TOOLS_PREAMBLE[self.api]
+        forced = forced_function(tool_choice)
+        if forced is not None:
+            overhead += self.text(f" to=functions.{forced}") + FORCED_FUNCTION_EXTRA
         return max(overhead, 0)
 
-    def tools_placement(self, system_first: bool) -> int:
-        """The block joins a leading system/developer message; otherwise it opens its own (framing, minus a merge)."""
+    def tools_placement(self, system_first: bool, response_format: Any = None) -> int:
+        """The block joins a leading system/developer message; otherwise it opens its own (framing, minus a merge).
+
+        The Responses API opens no message of its own for the block (and drops its
+        ``# Tools`` header, see `tools_overhead`) unless a structured-output section
+        shares it with no instructions before it: then it is laid out as in chat.
+        """
         if system_first or self.layout == "harmony":
             return 0
+        if self._responses_chatml:
+            return NEW_SYSTEM_MESSAGE + self._header_gap if _is_schema_format(response_format) else 0
         return NEW_SYSTEM_MESSAGE
+
+    @property
+    def _header_gap(self) -> int:
+        return self.text(TOOLS_HEADER) - self.text(RESPONSES_TOOLS_HEADER)
+
+    @property
+    def _responses_chatml(self) -> bool:
+        return self.api == "responses" and self.layout == "chatml"
+
+    def _render(self, tool: Mapping[str, Any]) -> str:
+        return render_tool(tool, responses=self.api == "responses")
 
     def response_format(self, response_format: Any) -> int:
         """Structured outputs: a ``# Response Formats`` section with the schema as compact JSON, titles dropped."""
@@ -152,10 +191,23 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def render_tool(tool: Mapping[str, Any]) -> str:
-    """A tool definition in the TypeScript-like form OpenAI shows the model."""
+def render_tool(tool: Mapping[str, Any], responses: bool = False) -> str:
+    """A tool definition in the TypeScript-like form OpenAI shows the model (``responses``: as that API renders it)."""
     fn = tool.get("function", tool)
-    return render_function(fn if isinstance(fn, Mapping) else {})
+    return render_function(fn if isinstance(fn, Mapping) else {}, responses=responses)
+
+
+def _is_schema_format(response_format: Any) -> bool:
+    return isinstance(response_format, Mapping) and response_format.get("type") == "json_schema"
+
+
+def forced_function(tool_choice: Any) -> Any:
+    """The function name a tool_choice forces (chat or Responses spelling), else None."""
+    if not isinstance(tool_choice, Mapping) or tool_choice.get("type") != "function":
+        return None
+    fn = tool_choice.get("function")
+    name = fn.get("name") if isinstance(fn, Mapping) else tool_choice.get("name")
+    return name if isinstance(name, str) and name else None
 
 
 def rules(model: str, api: str = "chat") -> OpenAIRules:
