@@ -24,7 +24,7 @@ from ._setup import choose_providers
 from .config import Config, ProviderCountPolicy, resolve
 from .contract import Snapshot, WarningCode
 from .estimator import Estimator
-from .snapshot import SnapshotParts
+from .snapshot import CompactSnapshot, SnapshotParts, compact, expand
 from .telemetry import CallTelemetry, StageInfo, Telemetry
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class Runtime:
         self.parts = SnapshotParts()
         self.telemetry = Telemetry(self.config, tracer_provider, meter_provider, logger_provider)
         self.log = RateLimitedLog()
-        self._history: deque[Snapshot] = deque(maxlen=self.config.snapshot_history)
+        self._history: deque[CompactSnapshot] = deque(maxlen=self.config.snapshot_history)  # untracked by gc
         self._pending: dict[tuple[str, str], set[WarningCode]] = {}
         self._newest_call: OrderedDict[tuple[str, str], int] = OrderedDict()  # bounded: MAX_TRACKED_STAGES
         self._call_seq = 0
@@ -69,8 +69,9 @@ class Runtime:
         self, snapshot: Snapshot, call: Optional[CallTelemetry], stage: Optional[StageInfo], superseded: bool = False
     ) -> None:
         """Keep a snapshot and send it out; telemetry failures are logged, never raised."""
+        row = compact(snapshot)
         with self._lock:
-            self._history.append(snapshot)
+            self._history.append(row)
         if call is None:
             return
         try:
@@ -80,7 +81,8 @@ class Runtime:
 
     def snapshots(self) -> list[Snapshot]:
         with self._lock:
-            return list(self._history)
+            rows = list(self._history)
+        return [expand(row, self.parts) for row in rows]
 
     def register_call(self, stage: Optional[StageInfo]) -> int:
         """A new call in a stage: returns its sequence number, which makes it the stage's newest."""
