@@ -79,7 +79,9 @@ def write_seed(path: str, calls: int) -> int:
                     call = tel.start_call("chat", "openai", "gpt-4o", stage)
                     call.record(build_snapshot(by_source, meta, CountMethod.LOCAL_ESTIMATE, parts=parts))
                     total = 11000 + c
-                    call.record(build_snapshot(by_source, meta, CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN, total=total, parts=parts))
+                    call.record(
+                        build_snapshot(by_source, meta, CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN, total=total, parts=parts)
+                    )
                     call.end(input_tokens=total, output_tokens=10)
                     done += 1
         run += 1

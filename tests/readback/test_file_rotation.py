@@ -1,4 +1,6 @@
-"""The file reader while the file is truncated, replaced or edited under it: no SIGBUS, ever; answers from what the file holds now.
+"""The file reader while the file is truncated, replaced or edited under it.
+
+No SIGBUS, ever; answers come from what the file holds now.
 
 `copytruncate` log rotation empties the file in place while the writer goes on appending. The
 reader used to memory-map the file: touching a page past the new end killed `show` and `serve`
@@ -77,7 +79,16 @@ def big_file(tmp_path_factory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("big")
     path = folder / "telemetry.jsonl"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "readback_1gb.py"), "generate", str(path), "--mb", "120", "--seed-calls", "650"],
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "readback_1gb.py"),
+            "generate",
+            str(path),
+            "--mb",
+            "120",
+            "--seed-calls",
+            "650",
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -313,7 +324,9 @@ def test_the_index_holds_ids_offsets_counts_and_times_only(tmp_path, file_index_
     (db,) = [p for p in Path(file_index_dir).glob("*.sqlite") if _indexed_path(p) == str(path)]
     with sqlite3.connect(db) as conn:
         stage_texts = {v for row in conn.execute("SELECT * FROM stages") for v in row if isinstance(v, str)}
-        line_texts = [v for t in ("lines", "stage_lines") for row in conn.execute(f"SELECT * FROM {t}") for v in row if isinstance(v, str)]
+        line_texts = [
+            v for t in ("lines", "stage_lines") for row in conn.execute(f"SELECT * FROM {t}") for v in row if isinstance(v, str)
+        ]
         meta = dict(conn.execute("SELECT k, v FROM meta").fetchall())
     assert stage_texts == {"run-a", "s@1", "agent", "stored"} and line_texts == []
     generation = meta.pop("generation")
