@@ -133,11 +133,25 @@ class Agent:
             cw.message("user", f"Project notes {CANARY} " + "note " * 300, category=cw.Category.MEMORY, source="AGENTS.md"),
         ]
 
+    TOOLS = [
+        cw.tool({"type": "function", "function": {"name": "read_file", "description": f"Read a file. {CANARY} " + "text " * 80}}),
+        cw.tool(
+            {"type": "function", "function": {"name": "create_issue", "description": f"Open an issue. {CANARY} " + "x " * 300}},
+            cw.ToolSource.mcp("github"),
+        ),
+    ]
+
     def call(self, stage: str = "review@1") -> None:
         self.turn += 1
         self.history.append({"role": "user", "content": f"step {self.turn} {CANARY} " + "word " * 150})
         with cw.stage(RUN, stage):
-            reply = cw.completion(model="gpt-4o", messages=list(self.history), mock_response=f"done {self.turn}")
+            reply = cw.completion(
+                model="gpt-4o",
+                messages=list(self.history),
+                tools=self.TOOLS,
+                mock_response=f"done {self.turn}",
+                cw_context_window=8000,  # a small window, so the bar to scale shows it filling
+            )
         self.history.append({"role": "assistant", "content": reply.choices[0].message.content})
         self.runtime.flush(5.0)
 
