@@ -91,6 +91,15 @@ class _MessageCount(NamedTuple):
 _NO_WARNINGS: frozenset[WarningCode] = frozenset()
 _OPAQUE = _MessageCount((), frozenset({WarningCode.OPAQUE_CONTEXT_NOT_ESTIMATED}), False)
 _UNREADABLE_WARNING = frozenset({WarningCode.UNREADABLE_MESSAGE})
+
+
+class TokenizerFailed(Exception):
+    """The rules' tokenizer failed on a plain string: no estimate stands, whatever the message's shape.
+
+    Raised instead of the tokenizer's own error, whose message may quote the text.
+    """
+
+
 ReadMessage = Callable[[dict[str, Any]], Optional[dict[str, Any]]]
 
 
@@ -199,7 +208,10 @@ class Estimator:
         if tokens is None:
             tokens = self._old.get(key)
             if tokens is None:
-                tokens = rules.text(text)
+                try:
+                    tokens = rules.text(text)
+                except Exception as exc:  # noqa: BLE001
+                    raise TokenizerFailed(type(exc).__name__) from None
             if len(self._young) >= self._max_text:
                 self._old, self._young = self._young, {}
             self._young[key] = tokens
@@ -263,7 +275,7 @@ class Estimator:
         """
         try:
             return self._count_message(rules, msg, read_message)
-        except TagError:
+        except (TagError, TokenizerFailed):
             raise
         except Exception:  # noqa: BLE001
             return self._unreadable(rules, msg)
@@ -275,6 +287,8 @@ class Estimator:
         try:
             content = msg.get("content")
             tokens = rules.message_framing({"role": "user"}) + (self._text(rules, content) if type(content) is str else 0)
+        except TokenizerFailed:
+            raise
         except Exception:  # noqa: BLE001
             tokens = 0
         return _MessageCount(((key, tokens),), _UNREADABLE_WARNING, has_tag(msg))
