@@ -360,3 +360,17 @@ def test_the_page_ships_in_the_wheel_and_nothing_loads_from_elsewhere(tmp_path):
         text = path.read_text(encoding="utf-8")
         assert not re.search(r"(?:src|href)=\"(?:https?:)?//|url\((?:https?:)?//|@import", text), path.name
         assert not re.search(r"fetch\(\s*['\"]https?:", text), path.name
+
+
+def test_without_streaming_the_page_polls_and_still_updates(served, browser):
+    agent, start = served
+    server, _ = start()
+    # A browser without fetch streaming (TextDecoderStream missing): the page must fall back to polling.
+    browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": "delete window.TextDecoderStream;"})
+    browser.get(f"{server.url}/runs/{RUN}#stage=review%401")
+    _wait(browser, lambda d: (_shown(d) or {}).get("stage") == "Stage review@1")
+    assert "polling" in browser.find_element("id", "conn").text
+    agent.call()
+    expected = server.api(f"/api/v1/runs/{RUN}/stages/review@1/context-window")
+    _wait(browser, lambda d: _shown(d)["total"] == expected["input_tokens"], timeout=10, what="the polled snapshot")
+    _assert_matches_api(_shown(browser), expected)

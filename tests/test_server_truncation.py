@@ -13,17 +13,11 @@ import time
 import urllib.error
 import urllib.request
 
-import pytest
 from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
 
 
-@pytest.mark.xfail(
-    reason="the memory-mapped file reader dies with SIGBUS when the file shrinks mid-scan; "
-    "the file reader's rewrite (no mmap) fixes it: remove this mark when it lands",
-    strict=False,
-)
 def test_serve_survives_a_file_truncated_during_scans(tmp_path):
     path = tmp_path / "t.jsonl"
     with embedded_runtime(export=f"file:{path}") as runtime:
