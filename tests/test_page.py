@@ -133,11 +133,25 @@ class Agent:
             cw.message("user", f"Project notes {CANARY} " + "note " * 300, category=cw.Category.MEMORY, source="AGENTS.md"),
         ]
 
+    TOOLS = [
+        cw.tool({"type": "function", "function": {"name": "read_file", "description": f"Read a file. {CANARY} " + "text " * 80}}),
+        cw.tool(
+            {"type": "function", "function": {"name": "create_issue", "description": f"Open an issue. {CANARY} " + "x " * 300}},
+            cw.ToolSource.mcp("github"),
+        ),
+    ]
+
     def call(self, stage: str = "review@1") -> None:
         self.turn += 1
         self.history.append({"role": "user", "content": f"step {self.turn} {CANARY} " + "word " * 150})
         with cw.stage(RUN, stage):
-            reply = cw.completion(model="gpt-4o", messages=list(self.history), mock_response=f"done {self.turn}")
+            reply = cw.completion(
+                model="gpt-4o",
+                messages=list(self.history),
+                tools=self.TOOLS,
+                mock_response=f"done {self.turn}",
+                cw_context_window=8000,  # a small window, so the bar to scale shows it filling
+            )
         self.history.append({"role": "assistant", "content": reply.choices[0].message.content})
         self.runtime.flush(5.0)
 
@@ -346,3 +360,17 @@ def test_the_page_ships_in_the_wheel_and_nothing_loads_from_elsewhere(tmp_path):
         text = path.read_text(encoding="utf-8")
         assert not re.search(r"(?:src|href)=\"(?:https?:)?//|url\((?:https?:)?//|@import", text), path.name
         assert not re.search(r"fetch\(\s*['\"]https?:", text), path.name
+
+
+def test_without_streaming_the_page_polls_and_still_updates(served, browser):
+    agent, start = served
+    server, _ = start()
+    # A browser without fetch streaming (TextDecoderStream missing): the page must fall back to polling.
+    browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": "delete window.TextDecoderStream;"})
+    browser.get(f"{server.url}/runs/{RUN}#stage=review%401")
+    _wait(browser, lambda d: (_shown(d) or {}).get("stage") == "Stage review@1")
+    assert "polling" in browser.find_element("id", "conn").text
+    agent.call()
+    expected = server.api(f"/api/v1/runs/{RUN}/stages/review@1/context-window")
+    _wait(browser, lambda d: _shown(d)["total"] == expected["input_tokens"], timeout=10, what="the polled snapshot")
+    _assert_matches_api(_shown(browser), expected)
