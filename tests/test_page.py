@@ -8,7 +8,7 @@ against render.py's), update without a reload, ask for the token instead of show
 usable from the keyboard with text alternatives for its charts.
 
 Needs chromium and chromedriver (.ci/steps/50-chromium): skipped without them, failed under
-CW_CI=1. ~15 s. With CW_SCREENSHOT=PATH the first test saves the page there (README's picture).
+CW_CI=1. ~40 s. With CW_SCREENSHOT=PATH the first test saves the page there (README's picture).
 """
 
 from __future__ import annotations

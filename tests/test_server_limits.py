@@ -1,6 +1,6 @@
 """The HTTP core under hostile or unlucky clients: idle and slow sockets, load, odd methods and ids,
 non-ASCII tokens, heavy queries, a reader failing mid-scan. Each answer is our JSON error, the
-server stays up and its threads stay bounded. (~15 s)"""
+server stays up and its threads stay bounded. (~25 s on a loaded 2-core machine)"""
 
 from __future__ import annotations
 
