@@ -51,6 +51,11 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     ):
         print("error: the request must be a JSON object with a 'model' string and a 'messages' list", file=sys.stderr)
         return EXIT_USAGE
+    if not isinstance(request.get("tools", []), (list, type(None))):
+        # estimate() reads an odd tool list leniently (as LiteLLM's callers may send one); a file given
+        # to the CLI is checked strictly, so a typo is an error, not a silently smaller count.
+        print("error: the request has a field of the wrong shape ('tools' must be a list)", file=sys.stderr)
+        return EXIT_USAGE
     import cw_middleware as cw
 
     cw.configure(export="none")
@@ -279,7 +284,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: cannot listen on {args.host}:{args.port} ({exc.strerror})", file=sys.stderr)
         return EXIT_USAGE
     print(
-        f"serving {reader.url} on {server.url}  (GET /api/v1/runs, /api/v1/runs/RUN/stages/STAGE/context-window, /openapi.json)",
+        f"serving {reader.url} on {server.url}  (the live page at /; GET /api/v1/runs, "
+        "/api/v1/runs/RUN/stages/STAGE/context-window, /api/v1/runs/RUN/events, /openapi.json)",
         file=sys.stderr,
         flush=True,
     )

@@ -1,4 +1,6 @@
-"""The file reader while the file is truncated, replaced or edited under it: never SIGBUS; answers from what it holds now.
+"""The file reader while the file is truncated, replaced or edited under it.
+
+No SIGBUS, ever; answers come from what the file holds now.
 
 `copytruncate` log rotation empties the file in place while the writer goes on appending. The
 reader used to memory-map the file: touching a page past the new end killed `show` and `serve`
