@@ -72,7 +72,11 @@ print(json.dumps({{
 def run_child(mode: str, calls: int, export: str) -> dict[str, float]:
     env = {**os.environ, "CW_EXPORT": export}
     proc = subprocess.run(
-        [sys.executable, "-c", _CHILD.format(root=str(ROOT)), mode, str(calls)], capture_output=True, text=True, env=env, timeout=1800
+        [sys.executable, "-c", _CHILD.format(root=str(ROOT)), mode, str(calls)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"{mode} child failed:\n{proc.stderr[-2000:]}")
@@ -92,7 +96,9 @@ def main() -> None:
             for mode in ("bare", "cw"):
                 results[mode].append(run_child(mode, args.calls, export))
     print(f"{args.calls} mocked calls per run, {args.rounds} runs per side, export={args.export}")
-    print(f"{'side':<6} {'full GCs':>9} {'longest GC ms':>14} {'median ms':>10} {'p99.9 ms':>9} {'max ms':>8} {'tracked objs':>13}")
+    print(
+        f"{'side':<6} {'full GCs':>9} {'longest GC ms':>14} {'median ms':>10} {'p99.9 ms':>9} {'max ms':>8} {'tracked objs':>13}"
+    )
     for mode, runs in results.items():
         print(
             f"{mode:<6} {'/'.join(str(r['full_collections']) for r in runs):>9}"
