@@ -102,6 +102,15 @@ class _MessageCount(NamedTuple):
 _NO_WARNINGS: frozenset[WarningCode] = frozenset()
 _OPAQUE = _MessageCount((), frozenset({WarningCode.OPAQUE_CONTEXT_NOT_ESTIMATED}), False)
 _UNREADABLE_WARNING = frozenset({WarningCode.UNREADABLE_MESSAGE})
+
+
+class TokenizerFailed(Exception):
+    """The rules' tokenizer failed on a plain string: no estimate stands, whatever the message's shape.
+
+    Raised instead of the tokenizer's own error, whose message may quote the text.
+    """
+
+
 ReadMessage = Callable[[dict[str, Any]], Optional[dict[str, Any]]]
 
 
@@ -283,7 +292,12 @@ class Estimator:
         if tokens is None:
             tokens = self._old.get(key)
             if tokens is None:
-                tokens = rules.text(text)
+                try:
+                    tokens = rules.text(text)
+                except NotReady:  # still loading: the wrapper defers the estimate
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    raise TokenizerFailed(type(exc).__name__) from None
             if len(self._young) >= self._max_text:
                 self._old, self._young = self._young, {}
             self._young[key] = tokens
@@ -347,7 +361,8 @@ class Estimator:
         """
         try:
             return self._count_message(rules, msg, read_message)
-        except (TagError, NotReady):  # the caller's mistake; a tokenizer still loading (the wrapper waits)
+        # The caller's mistake; a tokenizer that fails or is still loading (the wrapper defers the estimate).
+        except (TagError, TokenizerFailed, NotReady):
             raise
         except Exception:  # noqa: BLE001
             return self._unreadable(rules, msg)

@@ -44,6 +44,18 @@ class Telemetry:
         self.meter_provider = MeterProvider(metric_readers=[self.metrics])
 
 
+@pytest.fixture(scope="session", autouse=True)
+def file_index_dir(tmp_path_factory):
+    """The file reader's indexes (and those of the CLI and servers the tests start) in a temporary directory."""
+    previous = os.environ.get("CW_INDEX_DIR")
+    os.environ["CW_INDEX_DIR"] = str(tmp_path_factory.mktemp("cw-file-index"))
+    yield os.environ["CW_INDEX_DIR"]
+    if previous is None:
+        os.environ.pop("CW_INDEX_DIR", None)
+    else:
+        os.environ["CW_INDEX_DIR"] = previous
+
+
 @pytest.fixture
 def telemetry():
     return Telemetry()

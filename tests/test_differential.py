@@ -8,8 +8,8 @@ content parts without text, tools without names, streams), with ``mock_response`
 * every snapshot it publishes has non-negative categories that sum to ``input_tokens``;
 * `cw.estimate` never raises (a bad tag is the only caller mistake, and none is generated here).
 
-Cost: ``CW_FUZZ_EXAMPLES`` examples (default 120, ~10 s), each within a 5 s deadline; no example
-database is written.
+Cost: ``CW_FUZZ_EXAMPLES`` examples (default 120, ~10 s), with no per-example deadline (a loaded
+machine made the first one flaky); no example database is written.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def _outcome(fn: Any, req: dict[str, Any]) -> tuple[str, Any]:
 
 @settings(
     max_examples=EXAMPLES,
-    deadline=5000,
+    deadline=None,  # a hang is caught by the suite timeout; a busy CI machine must not make an example "flaky"
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
 )

@@ -37,6 +37,9 @@ Applying it moved p90 APE 15.2% -> 10.7% (halves 16.0 -> 11.8, 15.0 -> 10.2).
 
 Structured outputs (``output_format``) add a fixed instruction block plus the
 schema, also measured on reported usage; ``other`` (source ``response_format``).
+Models before the 4.5 generation have no native structured output in LiteLLM's
+model map: LiteLLM sends a ``response_format`` to them as a forced ``json_tool_call``
+tool, so it costs the any/tool prompt plus that tool's definition (still ``other``).
 
 Opus 4.7 and later (Opus 4.8, Opus 5, Sonnet 5) read text with a new tokenizer
 that Anthropic says uses 1.0-1.35x the tokens of the previous one, by content type;
@@ -46,8 +49,8 @@ on the dev set's texts. Those families scale text and tool JSON by a further
 10.2 -> 10.2), median 2.11% -> 2.04%.
 
 Tokenizer: ctok (PyPI, MIT), an offline reconstruction of Claude's tokenizer,
-puts text-only requests within a token of the reported count where o200k x 1.18
-is off by up to ~10%; it needs Python 3.12 (this package supports 3.11) and is
+puts 95 of 98 text-only dev requests within a token of the reported count where
+o200k x 1.18 is off by up to ~10%; it needs Python 3.12 (this package supports 3.11) and is
 pure Python (~150 KB of text a second), so it is not used: see README, Accuracy.
 """
 
@@ -91,6 +94,19 @@ _TOOL_PROMPT_BY_FAMILY: tuple[tuple[tuple[str, ...], int, int], ...] = (
     (("claude-3-haiku",), 264, 340),
 )
 TOOL_PROMPT_DEFAULT = (496, 588)  # names newer than this table: the current generation's size
+# Families LiteLLM sends a response_format to as a forced ``json_tool_call`` tool (no native structured
+# output in its model map): the request then carries the any/tool prompt and that tool's definition.
+_TOOL_STRUCTURED_OUTPUT_FAMILIES = (
+    "claude-opus-4-0",
+    "claude-opus-4-1",
+    "claude-opus-4-2",
+    "claude-sonnet-4-0",
+    "claude-sonnet-4-2",
+    "claude-4",
+    "claude-3",
+    "claude-2",
+    "claude-instant",
+)
 
 
 def _bare(model: str) -> str:
@@ -124,6 +140,7 @@ def _scaled(count: Callable[[str], int], scale: float) -> Callable[[str], int]:
 class AnthropicRules:
     tool_prompt: int = TOOL_PROMPT_DEFAULT[0]  # tool_choice auto / none (or absent)
     forced_tool_prompt: int = TOOL_PROMPT_DEFAULT[1]  # tool_choice any / a named tool
+    structured_output_as_tool: bool = False  # LiteLLM sends response_format as a forced json_tool_call tool
     name: str = "anthropic:o200k_x1.18"
     provider: str = "anthropic"
     exact: bool = False
@@ -170,6 +187,9 @@ class AnthropicRules:
         schema = (response_format.get("json_schema") or {}).get("schema")
         if schema is None:
             return 0
+        if self.structured_output_as_tool:  # the forced tool's prompt (as if no other tools) and its definition
+            tool = {"name": "json_tool_call", "input_schema": {"type": "object", **schema}}
+            return self.forced_tool_prompt + self.tool_definition(tool)
         return STRUCTURED_OUTPUT_PROMPT + self.text(json.dumps(schema, ensure_ascii=False))
 
     def request_overhead(self, n_messages: int) -> int:
@@ -182,6 +202,6 @@ def rules(model: str) -> AnthropicRules:
     scale = round(TEXT_SCALE * NEW_TOKENIZER_SCALE, 3) if name.startswith(_NEW_TOKENIZER_FAMILIES) else TEXT_SCALE
     # The name keys the estimator's text and tool-count caches: families with different hidden
     # tool prompts or tokenizers must not share a count.
-    return AnthropicRules(
-        tool_prompt=auto, forced_tool_prompt=forced, scale=scale, name=f"anthropic:o200k_x{scale}:tp{auto}-{forced}"
-    )
+    as_tool = name.startswith(_TOOL_STRUCTURED_OUTPUT_FAMILIES)
+    label = f"anthropic:o200k_x{scale}:tp{auto}-{forced}{':so-tool' * as_tool}"
+    return AnthropicRules(tool_prompt=auto, forced_tool_prompt=forced, scale=scale, name=label, structured_output_as_tool=as_tool)

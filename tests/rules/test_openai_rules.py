@@ -1,5 +1,7 @@
 """OpenAI's counting rules: tool choice, Responses-API tool rendering, tool results, additional tools."""
 
+from pydantic import BaseModel
+
 import cw_middleware as cw
 from cw_middleware.apis.responses import RESPONSES
 from cw_middleware.rules import rules_for
@@ -98,3 +100,70 @@ def test_additional_tools_item_counts_as_tools_and_reaches_the_provider_unchange
     parsed, estimate = _local_estimate(get_runtime(), RESPONSES, (), kwargs)
     forward = RESPONSES.forward((), dict(kwargs), parsed, estimate, "openai")
     assert forward.kwargs["input"] is items
+
+
+def test_only_gpt_5_and_later_read_harmonys_function_call_preamble():
+    tools = [CHAT_TOOL]
+    gpt5, o3 = rules_for("openai/gpt-5-mini"), rules_for("openai/o3-mini")
+    assert o3.layout == gpt5.layout == "harmony"
+    assert gpt5.tools_overhead(tools, None) - o3.tools_overhead(tools, None) > 50
+    assert gpt5.name != o3.name  # the estimator caches tool counts by rules name
+
+
+def test_a_function_without_description_bills_less_than_its_rendering():
+    rules = rules_for("openai/gpt-4o")
+    bare = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "description"}}
+    assert rules.tool_definition(bare) < rules.text(render_tool(bare))
+    assert rules.tool_definition(CHAT_TOOL) == rules.text(render_tool(CHAT_TOOL))
+    no_params = {"type": "function", "function": {"name": "ping"}}
+    assert rules.tool_definition(no_params) == rules.text(render_tool(no_params))
+
+
+def test_responses_does_not_indent_nested_objects():
+    nested = {
+        "type": "function",
+        "name": "plan",
+        "parameters": {
+            "type": "object",
+            "properties": {"step": {"type": "object", "properties": {"text": {"type": "string", "description": "What."}}}},
+        },
+    }
+    assert "\n  // What.\n  text?: string," in render_tool(nested)
+    assert "\n// What.\ntext?: string," in render_tool(nested, responses=True)
+
+
+def test_gpt_5_calls_cost_a_commentary_channel_header_the_o_series_do_not():
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+    gpt5, o3, gpt4o = rules_for("openai/gpt-5-mini"), rules_for("openai/o3-mini"), rules_for("openai/gpt-4o")
+    assert gpt5.tool_calls([call]) > o3.tool_calls([call]) == gpt4o.tool_calls([call])
+
+
+def test_responses_lays_the_block_out_as_chat_when_a_schema_comes_without_instructions():
+    class Answer(BaseModel):
+        city: str
+
+    schema = {"type": "json_schema", "name": "answer", "schema": Answer.model_json_schema()}
+
+    def tools(**kwargs):
+        return cw.estimate(model="openai/gpt-4o", input=ASK, tools=[FLAT_TOOL], **kwargs).tokens("tools")
+
+    assert tools(text={"format": schema}) > tools()
+    assert tools(text_format=Answer) == tools(text={"format": schema})
+    assert tools(text={"format": schema}, instructions="Be brief.") == tools(instructions="Be brief.")
+
+
+def test_a_responses_function_call_item_costs_more_than_a_chat_call_on_chat_layout_models():
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+    chat = [*ASK, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    items = [*ASK, {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Paris"}'}]
+
+    def conversation(model):
+        return (
+            cw.estimate(model=model, messages=chat).tokens("conversation"),
+            cw.estimate(model=model, input=items).tokens("conversation"),
+        )
+
+    as_chat, as_items = conversation("openai/gpt-4o")
+    assert as_items > as_chat
+    as_chat, as_items = conversation("openai/gpt-5")
+    assert as_items == as_chat
