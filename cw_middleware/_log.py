@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 
 logger = logging.getLogger("cw_middleware")
+_every: weakref.WeakSet[RateLimitedLog] = weakref.WeakSet()
 
 
 class RateLimitedLog:
@@ -21,6 +23,7 @@ class RateLimitedLog:
         self._last: dict[str, float] = {}
         self._interval = interval
         self._lock = threading.Lock()
+        _every.add(self)
 
     def warning(self, key: str, message: str) -> None:
         now = time.monotonic()
@@ -29,3 +32,9 @@ class RateLimitedLog:
                 return
             self._last[key] = now
         logger.warning(message)
+
+
+def after_fork_in_child() -> None:
+    """A fork copies a lock some other thread held: every log gets a fresh one (`runtime` calls this)."""
+    for log in list(_every):
+        log._lock = threading.Lock()

@@ -43,7 +43,8 @@ class Providers:
     meter_provider: Optional[metrics.MeterProvider]
     logger_provider: Any = None
     flush: Optional[Callable[[float], bool]] = None  # the embedded pipeline's, when we installed one
-    shutdown: Optional[Callable[[], None]] = None
+    shutdown: Optional[Callable[..., None]] = None  # shutdown(timeout=None), bounded
+    for_child: Optional[Callable[[], Providers]] = None  # after os.fork(): the child's own embedded pipeline
 
 
 def _app_has_providers() -> bool:
@@ -89,13 +90,17 @@ def choose_providers(
         return Providers(None, None, logger_provider)
     from .embedded import install
 
-    pipeline = install(cfg)
+    return _embedded(install(cfg), logger_provider)
+
+
+def _embedded(pipeline: Any, logger_provider: Any) -> Providers:
     return Providers(
         pipeline.tracer_provider,
         pipeline.meter_provider,
         logger_provider or pipeline.logger_provider,
         pipeline.flush,
         pipeline.shutdown,
+        lambda: _embedded(pipeline.for_child(), logger_provider),
     )
 
 

@@ -284,7 +284,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: cannot listen on {args.host}:{args.port} ({exc.strerror})", file=sys.stderr)
         return EXIT_USAGE
     print(
-        f"serving {reader.url} on {server.url}  (GET /api/v1/runs, /api/v1/runs/RUN/stages/STAGE/context-window, /openapi.json)",
+        f"serving {reader.url} on {server.url}  (the live page at /; GET /api/v1/runs, "
+        "/api/v1/runs/RUN/stages/STAGE/context-window, /api/v1/runs/RUN/events, /openapi.json)",
         file=sys.stderr,
         flush=True,
     )

@@ -22,6 +22,8 @@ the default. Environment variables:
     CW_LOG_EVENTS          1 to also emit each snapshot as a log-based event (OTEP 4430)
     CW_STREAM_USAGE        auto | never                (default: auto: ask OpenAI-family streams for their
                                                          usage where the endpoint accepts stream_options)
+    CW_EXIT_TIMEOUT        seconds cw may add to the process's exit to export what is left
+                                                        (default: 2; a backend slower than that loses it)
 
 The embedded file (``file:PATH``) holds OTLP JSON lines, one export batch a line:
 ``{"resourceSpans":[...]}`` and ``{"resourceMetrics":[...]}``, the OpenTelemetry
@@ -84,6 +86,7 @@ class Config:
     export_interval_ms: int = 1000  # span batches leave at least this often
     metric_interval_ms: int = 60000
     stream_usage: StreamUsagePolicy = StreamUsagePolicy.AUTO
+    exit_timeout: float = 2.0  # the most cw's exit hook waits for the last export
 
     @property
     def export_path(self) -> Optional[str]:
@@ -159,6 +162,7 @@ def resolve(
     export_interval_ms: Optional[int] = None,
     metric_interval_ms: Optional[int] = None,
     stream_usage: Optional[str] = None,
+    exit_timeout: Optional[float] = None,
     environ: Optional[Mapping[str, str]] = None,
 ) -> Config:
     env = os.environ if environ is None else environ
@@ -192,6 +196,10 @@ def resolve(
     )
     if metrics is None:
         metrics = env.get("CW_METRICS") or None
+    if exit_timeout is None and env.get("CW_EXIT_TIMEOUT"):
+        exit_timeout = parse_seconds(env["CW_EXIT_TIMEOUT"], "CW_EXIT_TIMEOUT")
+    elif exit_timeout is not None:
+        exit_timeout = parse_seconds(exit_timeout, "exit_timeout")
     return Config(
         service_name=service_name or env.get("OTEL_SERVICE_NAME") or defaults.service_name,
         export=parse_export(export) if export else defaults.export,
@@ -208,6 +216,7 @@ def resolve(
         export_interval_ms=delay,
         metric_interval_ms=metric_delay,
         stream_usage=parse_stream_usage(stream_usage or env.get("CW_STREAM_USAGE") or "auto"),
+        exit_timeout=exit_timeout or defaults.exit_timeout,
     )
 
 

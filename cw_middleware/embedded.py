@@ -19,18 +19,36 @@ so an application's own Prometheus metrics are neither mixed in nor disturbed. S
 Export never reaches the call path: spans go through a bounded
 ``BatchSpanProcessor`` (full queue: dropped, the SDK warns) and metrics through a
 ``PeriodicExportingMetricReader``; the file is written on their worker threads.
-A failing write or a dead collector logs one warning per minute and reports
-FAILURE to the SDK; nothing raises into the application.
+
+Faults are bounded and said once. A destination that fails (a dead or erroring
+collector, a full disk, a path that cannot be written, a FIFO nobody reads) or does
+not answer (a hung collector, a write that blocks) gets one warning from cw when it
+starts failing and an info line when it works again (`_Health`); the OTLP exporters'
+own retry and failure lines, logged while cw's exporters run, go to the
+``cw_middleware.export`` logger at DEBUG instead (`_ExporterLogs`). Flush and
+shutdown run on a daemon thread the caller waits for at most its timeout
+(`_OffThread`): the SDK's ``BatchSpanProcessor.force_flush`` ignores its timeout and
+exports on the calling thread behind a stuck export, and a metric flush waits on
+the same file. Nothing raises into the application.
+
+After ``os.fork()`` the child builds a pipeline of its own (`Pipeline.for_child`,
+called by the Runtime): the parent's exporters, file lock, HTTP sessions, gRPC
+channels and metric state stay the parent's, and what the child's copies of them
+would still send is dropped.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import dataclasses
 import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -66,6 +84,150 @@ _ID_KEYS = ("traceId", "spanId", "parentSpanId")
 
 _log = RateLimitedLog()  # a dead collector must not flood the application's log
 _warn = _log.warning
+_debug = logging.getLogger("cw_middleware.export")
+
+
+# ---------------------------------------------------------------- faults: said once, never waited on
+
+
+class _Health:
+    """Whether one destination (the file, the OTLP endpoint) takes exports.
+
+    It warns when the destination starts failing (at most once a minute, for one that
+    flaps) and logs an info line when it works again: one warning per fault, however
+    many batches fail meanwhile. Spans, metrics and log events share their destination's.
+    """
+
+    def __init__(self, where: str, problem: str) -> None:
+        self.where = where
+        self._problem = problem  # "cannot write telemetry to PATH", "cannot export telemetry to OTLP ..."
+        self._lock = threading.Lock()
+        self._failing = False
+        self._failures = 0
+
+    @property
+    def failing(self) -> bool:
+        return self._failing
+
+    def failed(self, why: str) -> None:
+        with self._lock:
+            first = not self._failing
+            self._failing = True
+            self._failures += 1
+        if first:
+            _warn(
+                self.where,
+                f"cw_middleware: {self._problem} ({why}); snapshots are not exported until it works again "
+                "(said once), the LLM calls proceed",
+            )
+
+    def succeeded(self) -> None:
+        with self._lock:
+            was, failures = self._failing, self._failures
+            self._failing, self._failures = False, 0
+        if was:
+            logger.info("cw_middleware: telemetry export to %s works again (%d exports failed)", self.where, failures)
+
+
+_exporting = threading.local()  # .active: this thread is inside one of cw's own exporters
+
+
+@contextlib.contextmanager
+def _inside_export() -> Iterator[None]:
+    outer = getattr(_exporting, "active", False)
+    _exporting.active = True
+    try:
+        yield
+    finally:
+        _exporting.active = outer
+
+
+class _ExporterLogs(logging.Filter):
+    """Holds back the OTLP exporters' log lines made inside cw's exporters (cw's `_Health` says the fault once).
+
+    A dead collector makes them log every retry and every failed batch, ~48 lines a minute.
+    Only records made on a thread inside one of cw's exporters are held back, so an
+    application's own exporters on the same loggers log as before; held-back lines go to
+    the ``cw_middleware.export`` logger at DEBUG. The filter sits on the exporters' loggers
+    only while a pipeline of cw's uses them (`_hold_exporter_logs`).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(_exporting, "active", False):
+            return True
+        if _debug.isEnabledFor(logging.DEBUG):
+            _debug.debug("%s %s: %s", record.levelname, record.name, record.getMessage())
+        return False
+
+
+_EXPORTER_LOGS = _ExporterLogs()
+_held: Tally[str] = Tally()  # exporter logger name -> pipelines of cw's using it
+_held_lock = threading.Lock()
+_ALWAYS_HELD = ("opentelemetry.exporter.otlp.common.http",)  # the HTTP exporters' shared client
+
+
+def _hold_exporter_logs(exporters: Iterable[Any]) -> Callable[[], None]:
+    """Put the filter on the loggers of these exporters' modules; returns the release."""
+    modules = {cls.__module__ for e in exporters for cls in type(e).__mro__}
+    names = sorted({m for m in modules if m.startswith("opentelemetry.exporter.")} | (set(_ALWAYS_HELD) if modules else set()))
+    with _held_lock:
+        for name in names:
+            if _held[name] == 0:
+                logging.getLogger(name).addFilter(_EXPORTER_LOGS)
+            _held[name] += 1
+    released = threading.Event()
+
+    def release() -> None:
+        with _held_lock:
+            if released.is_set():
+                return
+            released.set()
+            for name in names:
+                _held[name] -= 1
+                if _held[name] <= 0:
+                    del _held[name]
+                    logging.getLogger(name).removeFilter(_EXPORTER_LOGS)
+
+    return release
+
+
+class _OffThread:
+    """Runs telemetry work (a flush, a shutdown) on a daemon thread; the caller waits at most its timeout.
+
+    A job still running when its caller gave up keeps going; the next job waits behind
+    it rather than start a second thread beside a stuck one, so a backend that never
+    answers costs one thread, not one per flush.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._busy: Optional[threading.Thread] = None
+
+    def run(self, job: Callable[[], bool], timeout: float) -> Optional[bool]:
+        """The job's answer, or None when it did not finish in time."""
+        deadline = time.monotonic() + timeout
+        outcome: list[bool] = []
+        while True:
+            with self._lock:
+                busy = self._busy
+                if busy is None or not busy.is_alive():
+                    thread = threading.Thread(target=self._work, args=(job, outcome), name=self._name, daemon=True)
+                    self._busy = thread
+                    thread.start()
+                    break
+            busy.join(max(0.0, deadline - time.monotonic()))
+            if busy.is_alive():
+                return None
+        thread.join(max(0.0, deadline - time.monotonic()))
+        return None if thread.is_alive() else bool(outcome and outcome[0])
+
+    def _work(self, job: Callable[[], bool], outcome: list[bool]) -> None:
+        try:
+            outcome.append(job())
+        except Exception as exc:  # noqa: BLE001 - an SDK failure in a flush is the telemetry's, never the app's
+            _warn(self._name, f"cw_middleware: {self._name} failed ({type(exc).__name__})")
+            outcome.append(False)
 
 
 # ---------------------------------------------------------------- OTLP JSON encoding
@@ -117,29 +279,44 @@ class _JsonLinesFile:
     """Appends whole lines to one file; shared by the span and the metric exporter.
 
     The file is opened per write (append mode, one ``write`` per line) so rotation
-    and deletion by other tools are harmless and no descriptor leaks at exit.
+    and deletion by other tools are harmless and no descriptor leaks at exit. It is
+    opened non-blocking, so a FIFO nobody reads fails at once (ENXIO) instead of
+    blocking its exporter forever; writes then block as usual (a FIFO whose reader
+    stalls, a hung network mount: flush and exit are bounded by `_OffThread`).
+    A forked child's copy writes nothing: it has a file of its own (`Pipeline.for_child`).
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.health = _Health(path, f"cannot write telemetry to {path}")
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def append(self, line: bytes) -> bool:
+        if os.getpid() != self._pid:
+            return True  # the parent's pipeline, copied by fork: its batches are the parent's to write
         try:
             with self._lock:
                 folder = os.path.dirname(self.path)
                 if folder:
                     os.makedirs(folder, exist_ok=True)
-                with open(self.path, "ab") as f:
-                    f.write(line)
-            return True
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NONBLOCK, 0o644)
+                try:
+                    if _NONBLOCK:
+                        os.set_blocking(fd, True)
+                    view = memoryview(line)
+                    while view:  # a pipe may take part of a line at a time
+                        view = view[os.write(fd, view) :]
+                finally:
+                    os.close(fd)
         except OSError as exc:
-            _warn(
-                "file",
-                f"cw_middleware: cannot write telemetry to {self.path} ({type(exc).__name__}: {exc.strerror}); "
-                "snapshots are not exported, the LLM calls proceed",
-            )
+            self.health.failed(f"{type(exc).__name__}: {exc.strerror or exc}")
             return False
+        self.health.succeeded()
+        return True
+
+
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
 class OtlpJsonFileSpanExporter(SpanExporter):
@@ -211,64 +388,105 @@ def _otlp_log_exporter() -> Any:
     return OTLPLogExporter()
 
 
-class _GuardedSpanExporter(SpanExporter):
-    """Wraps a network exporter: exceptions become FAILURE and one warning a minute."""
+class _Guard:
+    """What cw's OTLP exporter wrappers share: a destination's health, its logs held back, the owning process."""
 
-    def __init__(self, inner: SpanExporter, what: str) -> None:
-        self._inner, self._what = inner, what
+    def __init__(self, health: _Health) -> None:
+        self.health = health
+        self._pid = os.getpid()
+
+    @property
+    def forked_copy(self) -> bool:
+        return os.getpid() != self._pid  # the parent's exporter, copied by fork: never used in the child
+
+    def export(self, signal: str, send: Callable[[], Any], success: Any) -> bool:
+        """Run one export of ``signal`` ("span", "metric", "log"); failures are the destination's (said once), never raised."""
+        try:
+            with _inside_export():
+                ok = send() == success
+            why = f"{signal} export failed; the exporter's own lines: logger cw_middleware.export at DEBUG"
+        except Exception as exc:  # noqa: BLE001
+            ok, why = False, f"{signal} export: {type(exc).__name__}"
+        if ok:
+            self.health.succeeded()
+        else:
+            self.health.failed(why)
+        return ok
+
+    def quietly(self, call: Callable[[], Any], default: Any = None) -> Any:
+        try:
+            with _inside_export():
+                return call()
+        except Exception:  # noqa: BLE001
+            return default
+
+
+class _GuardedSpanExporter(SpanExporter):
+    """Wraps a network exporter: exceptions become FAILURE, failures one warning per fault."""
+
+    def __init__(self, inner: SpanExporter, health: _Health) -> None:
+        self._inner, self._guard = inner, _Guard(health)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        try:
-            result = self._inner.export(spans)
-        except Exception as exc:  # noqa: BLE001
-            result = SpanExportResult.FAILURE
-            _warn("otlp-spans", f"cw_middleware: span export to {self._what} failed ({type(exc).__name__})")
-        if result is not SpanExportResult.SUCCESS:
-            _warn("otlp-spans", f"cw_middleware: span export to {self._what} failed; the LLM calls proceed")
-        return result
+        if self._guard.forked_copy:
+            return SpanExportResult.SUCCESS
+        ok = self._guard.export("span", lambda: self._inner.export(spans), SpanExportResult.SUCCESS)
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
     def shutdown(self) -> None:
-        try:
-            self._inner.shutdown()
-        except Exception:  # noqa: BLE001
-            pass
+        if not self._guard.forked_copy:
+            self._guard.quietly(self._inner.shutdown)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        try:
-            return self._inner.force_flush(timeout_millis)
-        except Exception:  # noqa: BLE001
-            return False
+        return bool(self._guard.quietly(lambda: self._inner.force_flush(timeout_millis), False))
 
 
 class _GuardedMetricExporter(MetricExporter):
-    def __init__(self, inner: MetricExporter, what: str) -> None:
+    def __init__(self, inner: MetricExporter, health: _Health) -> None:
         super().__init__(
             preferred_temporality=getattr(inner, "_preferred_temporality", None),
             preferred_aggregation=getattr(inner, "_preferred_aggregation", None),
         )
-        self._inner, self._what = inner, what
+        self._inner, self._guard = inner, _Guard(health)
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-        try:
-            result = self._inner.export(metrics_data, timeout_millis=timeout_millis)
-        except Exception as exc:  # noqa: BLE001
-            result = MetricExportResult.FAILURE
-            _warn("otlp-metrics", f"cw_middleware: metric export to {self._what} failed ({type(exc).__name__})")
-        if result is not MetricExportResult.SUCCESS:
-            _warn("otlp-metrics", f"cw_middleware: metric export to {self._what} failed; the LLM calls proceed")
-        return result
+        if self._guard.forked_copy:
+            return MetricExportResult.SUCCESS
+        ok = self._guard.export(
+            "metric", lambda: self._inner.export(metrics_data, timeout_millis=timeout_millis), MetricExportResult.SUCCESS
+        )
+        return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        try:
-            return self._inner.force_flush(timeout_millis)
-        except Exception:  # noqa: BLE001
-            return False
+        return bool(self._guard.quietly(lambda: self._inner.force_flush(timeout_millis), False))
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        try:
-            self._inner.shutdown(timeout_millis=timeout_millis)
-        except Exception:  # noqa: BLE001
-            pass
+        if not self._guard.forked_copy:
+            self._guard.quietly(lambda: self._inner.shutdown(timeout_millis=timeout_millis))
+
+
+def _guarded_log_exporter(inner: Any, health: _Health) -> Any:
+    """The same guard for an OTLP LogRecordExporter (logs SDK imported only when asked)."""
+    from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
+
+    class _GuardedLogExporter(LogRecordExporter):
+        def __init__(self) -> None:
+            self._guard = _Guard(health)
+
+        def export(self, batch: Sequence[Any]) -> LogRecordExportResult:
+            if self._guard.forked_copy:
+                return LogRecordExportResult.SUCCESS
+            ok = self._guard.export("log", lambda: inner.export(batch), LogRecordExportResult.SUCCESS)
+            return LogRecordExportResult.SUCCESS if ok else LogRecordExportResult.FAILURE
+
+        def shutdown(self) -> None:
+            if not self._guard.forked_copy:
+                self._guard.quietly(inner.shutdown)
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return bool(self._guard.quietly(lambda: inner.force_flush(timeout_millis), False))
+
+    return _GuardedLogExporter()
 
 
 # ---------------------------------------------------------------- OTLP over the network
@@ -322,6 +540,10 @@ class ScrapeEndpoint:
         self._httpd.server_close()
         self._thread.join(5.0)
 
+    def close_inherited(self) -> None:
+        """A forked child's copy: its serving thread stayed in the parent, so only the socket is closed."""
+        self._httpd.server_close()
+
 
 def _series_limits(limit: int) -> dict[type, int]:
     """The same cardinality limit for every instrument class (the SDK's default is 2000 each)."""
@@ -365,11 +587,17 @@ def _scrape_endpoint(config: Config) -> Optional[ScrapeEndpoint]:
 class Pipeline:
     tracer_provider: trace.TracerProvider  # the API's no-op one with export="none"
     meter_provider: MeterProvider
-    flush: Callable[[float], bool]
-    shutdown: Callable[[], None]
+    flush: Callable[[float], bool]  # bounded by its timeout, whatever the exporter does
+    shutdown: Callable[..., None]  # shutdown(timeout=config.exit_timeout), bounded likewise
     span_processor: Optional[BatchSpanProcessor]
     logger_provider: Any = None  # only with config.log_events
     metrics_endpoint: Optional[ScrapeEndpoint] = None  # only with metrics="prometheus:..."
+    for_child: Callable[[], Pipeline] = lambda: _no_pipeline()  # in a forked child: a pipeline of its own
+    health: Optional[_Health] = None  # the destination's, for tests and the Runtime
+
+
+def _no_pipeline() -> Pipeline:
+    raise RuntimeError("this pipeline cannot be rebuilt")
 
 
 def install(
@@ -378,14 +606,17 @@ def install(
     metric_exporter: Optional[MetricExporter] = None,
 ) -> Pipeline:
     """Providers with exporters for ``config.export`` and ``config.metrics``; the global providers are left alone."""
+    given_spans, given_metrics = span_exporter, metric_exporter
     resource = Resource.create({"service.name": config.service_name})
     sink = _JsonLinesFile(config.export_path) if config.export_path is not None else None
-    where = ""
+    health: Optional[_Health] = sink.health if sink is not None else None
     otlp_spans: Optional[SpanExporter] = None
     otlp_metrics: Optional[MetricExporter] = None
     wants_export_metrics = config.metrics == "export" and metric_exporter is None
-    if config.export == "otlp" and (span_exporter is None or wants_export_metrics):
+    if config.export == "otlp" and (span_exporter is None or wants_export_metrics or config.log_events):
         otlp_spans, otlp_metrics, where = _otlp_exporters()
+        health = _Health(where, f"cannot export telemetry to {where}")
+    release_logs = _hold_exporter_logs(e for e in (otlp_spans, otlp_metrics) if e is not None)
 
     processor: Optional[BatchSpanProcessor] = None
     sdk_tracer: Optional[TracerProvider] = None
@@ -394,15 +625,15 @@ def install(
             if sink is not None:
                 span_exporter = OtlpJsonFileSpanExporter(sink.path, sink)
             else:
-                assert otlp_spans is not None
-                span_exporter = _GuardedSpanExporter(otlp_spans, where)
+                assert otlp_spans is not None and health is not None
+                span_exporter = _GuardedSpanExporter(otlp_spans, health)
         processor = BatchSpanProcessor(
             span_exporter,
             max_queue_size=config.export_queue_size,
             max_export_batch_size=min(512, config.export_queue_size),
             schedule_delay_millis=config.export_interval_ms,
         )
-        sdk_tracer = TracerProvider(resource=resource, shutdown_on_exit=False)  # _setup flushes at exit
+        sdk_tracer = TracerProvider(resource=resource, shutdown_on_exit=False)  # the Runtime closes it at exit
         sdk_tracer.add_span_processor(processor)
     tracer_provider: trace.TracerProvider = sdk_tracer if sdk_tracer is not None else trace.NoOpTracerProvider()
 
@@ -413,8 +644,8 @@ def install(
             if sink is not None:
                 metric_exporter = OtlpJsonFileMetricExporter(sink.path, sink)
             else:
-                assert otlp_metrics is not None
-                metric_exporter = _GuardedMetricExporter(otlp_metrics, where)
+                assert otlp_metrics is not None and health is not None
+                metric_exporter = _GuardedMetricExporter(otlp_metrics, health)
         readers.append(
             PeriodicExportingMetricReader(
                 metric_exporter,
@@ -428,15 +659,20 @@ def install(
             readers.append(endpoint.reader)
     meter_provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
 
-    logger_provider = _logger_provider(config, resource) if config.log_events and config.export != "none" else None
+    logger_provider = None
+    if config.log_events and config.export != "none":
+        logger_provider, release_log_exporter = _logger_provider(config, resource, sink, health)
+    else:
+        release_log_exporter = None
 
     # Only push readers are flushed: a flush of the scrape endpoint's (pull) reader would queue a
     # collection that its next scrape prints as well, every series twice (the OpenTelemetry
     # Prometheus collector emits whatever collections are queued), so MeterProvider.force_flush
     # is not used.
     push_readers = [r for r in readers if endpoint is None or r is not endpoint.reader]
+    flusher, stopper = _OffThread("cw-flush"), _OffThread("cw-shutdown")
 
-    def flush(timeout: float) -> bool:
+    def flush_now(timeout: float) -> bool:
         millis = int(timeout * 1000)
         ok = sdk_tracer is None or bool(sdk_tracer.force_flush(millis))
         if logger_provider is not None:
@@ -445,7 +681,14 @@ def install(
             ok = bool(reader.force_flush(millis)) and ok
         return ok
 
-    def shutdown() -> None:
+    def flush(timeout: float) -> bool:
+        """True when everything recorded went out; False (and one warning per fault) otherwise, within ``timeout``."""
+        answer = flusher.run(lambda: flush_now(timeout), timeout)
+        if answer is None and health is not None:
+            health.failed(f"no answer within {timeout:g}s: a backend that does not respond, or a write that blocks")
+        return bool(answer) and not (health is not None and health.failing)
+
+    def shutdown_now() -> bool:
         if sdk_tracer is not None:
             sdk_tracer.shutdown()
         meter_provider.shutdown()
@@ -453,26 +696,56 @@ def install(
             endpoint.close()
         if logger_provider is not None:
             logger_provider.shutdown()
+        return True
 
-    return Pipeline(tracer_provider, meter_provider, flush, shutdown, processor, logger_provider, endpoint)
+    def shutdown(timeout: Optional[float] = None) -> None:
+        stopper.run(shutdown_now, config.exit_timeout if timeout is None else timeout)
+        release_logs()
+        if release_log_exporter is not None:
+            release_log_exporter()
+
+    def for_child() -> Pipeline:
+        """In a forked child: leave this pipeline to the parent and build one of the child's own.
+
+        The child's copies of the exporters write and send nothing (they check the process);
+        the scrape endpoint's listening socket is the parent's, so the child closes its copy
+        and serves no metrics (one port, one process).
+        """
+        global _held_lock
+        _held_lock = threading.Lock()  # another thread of the parent may have held it at the fork
+        release_logs()
+        if release_log_exporter is not None:
+            release_log_exporter()
+        if endpoint is not None:
+            endpoint.close_inherited()
+        child_config = dataclasses.replace(config, metrics="none") if endpoint is not None else config
+        return install(child_config, given_spans, given_metrics)
+
+    return Pipeline(tracer_provider, meter_provider, flush, shutdown, processor, logger_provider, endpoint, for_child, health)
 
 
-def _logger_provider(config: Config, resource: Resource) -> Any:
-    """Snapshots as log-based events (OTEP 4430 moves span events toward the Logs API)."""
+def _logger_provider(
+    config: Config, resource: Resource, sink: Optional[_JsonLinesFile], health: Optional[_Health]
+) -> tuple[Any, Optional[Callable[[], None]]]:
+    """Snapshots as log-based events (OTEP 4430 moves span events toward the Logs API); with the release of its logs."""
     from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 
-    if config.export_path is not None:
-        exporter = _file_log_exporter(_JsonLinesFile(config.export_path))
+    release: Optional[Callable[[], None]] = None
+    if sink is not None:
+        exporter = _file_log_exporter(sink)
     else:
-        exporter = _otlp_log_exporter()
+        assert health is not None
+        inner = _otlp_log_exporter()
+        release = _hold_exporter_logs([inner])
+        exporter = _guarded_log_exporter(inner, health)
     provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
     provider.add_log_record_processor(
         BatchLogRecordProcessor(
             exporter, max_queue_size=config.export_queue_size, schedule_delay_millis=config.export_interval_ms
         )
     )
-    return provider
+    return provider, release
 
 
 __all__ = [

@@ -17,14 +17,21 @@ rules name, and the ``model_dump()`` of up to `MAX_DUMPS` response message
 objects (a previous reply appended to the history), kept by identity.
 
 Everything here is synchronous and pure apart from the caches; the wrapper calls
-it on the request path, so it must stay cheap.
+it on the request path, so it must stay cheap. Until a tokenizer is loaded (see
+``rules/_tiktoken.py``), the wrapper hands a call's estimate to `Deferred`, one daemon
+worker per Estimator that runs such estimates in order once the encoding is there.
+After ``os.fork()`` every Estimator gets fresh locks in the child, and its deferred
+queue (the parent's calls) is dropped.
 """
 
 from __future__ import annotations
 
+import logging
 import operator
+import os
 import threading
-from collections import Counter
+import weakref
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -36,13 +43,17 @@ from pydantic import BaseModel
 from .contract import Category, WarningCode
 from .errors import TagError
 from .rules import CountingRules, rules_for
+from .rules._tiktoken import NotReady
 from .tags import MESSAGE_ROLES, TAG_KEY, UNKNOWN_ROLE_LABEL, Tag, has_tag, mcp_server_label, read_tag, role_label, strip_tool
 
 # Content part types that carry text the model reads as text.
 _TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 _DEFAULT_SOURCE = {"system": "system", "developer": "developer"}
 
-MAX_TEXT_CACHE = 65_536  # per generation; two generations are kept
+# The cache budget (README, Performance): about 12 MB for the text cache at its cap (two
+# generations of 32,768 keyed counts, no text), plus the frozen copies of MAX_CONVERSATIONS
+# conversations (their strings are the caller's), MAX_TOOL_SETS tool sets and MAX_DUMPS dumps.
+MAX_TEXT_CACHE = 32_768  # per generation; two generations are kept
 MAX_CONVERSATIONS = 32
 MAX_TOOL_SETS = 4  # per rules name
 MAX_DUMPS = 4096
@@ -123,6 +134,71 @@ class _ToolsCount:
     warnings: frozenset[WarningCode]
 
 
+logger = logging.getLogger("cw_middleware")
+MAX_DEFERRED = 1024  # estimates waiting for a tokenizer; beyond it a call publishes no local estimate
+
+
+class Deferred:
+    """Jobs (a call's estimate and what follows it) that wait for a tokenizer, run in order on one daemon thread."""
+
+    def __init__(self, max_jobs: int = MAX_DEFERRED) -> None:
+        self._max = max_jobs
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition()
+        self._jobs: deque[Callable[[], None]] = deque()
+        self._busy = False
+        self._thread: Optional[threading.Thread] = None
+
+    def submit(self, job: Callable[[], None]) -> bool:
+        """Queue a job; False (and nothing queued) when the queue is full. Never blocks."""
+        with self._cond:
+            if len(self._jobs) >= self._max:
+                return False
+            self._jobs.append(job)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="cw-deferred-estimate", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+        return True
+
+    def wait_idle(self, timeout: float) -> bool:
+        """True once every queued job has run (flush waits here, within its timeout)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._jobs and not self._busy, timeout=max(timeout, 0.0))
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+                if not self._cond.wait_for(lambda: self._jobs, timeout=30.0):
+                    self._thread = None  # idle: the next submit starts a fresh worker
+                    return
+                job = self._jobs.popleft()
+                self._busy = True
+            try:
+                job()
+            except Exception as exc:  # noqa: BLE001 - a job's failure is the middleware's, never the caller's
+                logger.warning("cw_middleware: a deferred estimate failed (%s)", type(exc).__name__)
+
+
+_estimators: weakref.WeakSet[Estimator] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    # A lock held by another thread at fork time stays held forever in the child; the parent's
+    # queued estimates are the parent's to publish.
+    for estimator in list(_estimators):
+        estimator._lock = threading.Lock()
+        estimator.deferred._reset()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
+
+
 class Estimator:
     """Counts requests with bounded, content-addressed caches. Thread-safe."""
 
@@ -138,6 +214,8 @@ class Estimator:
         self._conversations: dict[tuple[str, int], list[_Conversation]] = {}
         self._n_conversations = 0
         self._tools: dict[str, list[_ToolsCount]] = {}
+        self.deferred = Deferred()
+        _estimators.add(self)
 
     # ------------------------------------------------------------ public
 
@@ -186,6 +264,8 @@ class Estimator:
             try:
                 sent = response_format_as_sent(response_format, rules.provider)
                 by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(sent)
+            except NotReady:
+                raise
             except Exception:  # noqa: BLE001 - a schema we cannot read costs its own count, not the estimate
                 warnings.add(WarningCode.UNREADABLE_MESSAGE)
         by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
@@ -204,6 +284,10 @@ class Estimator:
             {k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx), unestimated, prefix
         )
 
+    def frozen(self, obj: Any) -> Any:
+        """A value copy of messages or tools as the estimate reads them (response objects dumped)."""
+        return _freeze(obj, self._dumps.as_dict)
+
     # ------------------------------------------------------------ text cache
 
     def _text(self, rules: CountingRules, text: str) -> int:
@@ -214,6 +298,8 @@ class Estimator:
             if tokens is None:
                 try:
                     tokens = rules.text(text)
+                except NotReady:  # still loading: the wrapper defers the estimate
+                    raise
                 except Exception as exc:  # noqa: BLE001
                     raise TokenizerFailed(type(exc).__name__) from None
             if len(self._young) >= self._max_text:
@@ -279,7 +365,8 @@ class Estimator:
         """
         try:
             return self._count_message(rules, msg, read_message)
-        except (TagError, TokenizerFailed):
+        # The caller's mistake; a tokenizer that fails or is still loading (the wrapper defers the estimate).
+        except (TagError, TokenizerFailed, NotReady):
             raise
         except Exception:  # noqa: BLE001
             return self._unreadable(rules, msg)
@@ -288,13 +375,10 @@ class Estimator:
         msg = msg if isinstance(msg, dict) else {}
         tag = read_tag(msg) if TAG_KEY in msg else None  # a bad tag still raises: the caller's mistake
         key = (tag.category, tag.source or UNKNOWN_ROLE_LABEL) if tag is not None else _UNREADABLE
-        try:
-            content = msg.get("content")
-            tokens = rules.message_framing({"role": "user"}) + (self._text(rules, content) if type(content) is str else 0)
-        except TokenizerFailed:
-            raise
-        except Exception:  # noqa: BLE001
-            tokens = 0
+        # A plain message's framing must count: if it fails too, the rules are broken, not the message,
+        # and the whole estimate fails (a breakdown of zeros would be a wrong number, not a degraded one).
+        content = msg.get("content")
+        tokens = rules.message_framing({"role": "user"}) + (self._text(rules, content) if type(content) is str else 0)
         return _MessageCount(((key, tokens),), _UNREADABLE_WARNING, has_tag(msg))
 
     def _count_message(self, rules: CountingRules, raw: Any, read_message: Optional[ReadMessage] = None) -> _MessageCount:
@@ -427,12 +511,16 @@ class Estimator:
                     warnings.add(WarningCode.TOOL_SOURCE_INFERRED)
             try:
                 entries[key] += rules.tool_definition(definition)
+            except NotReady:
+                raise
             except Exception:  # noqa: BLE001 - a definition we cannot read costs its own count only
                 warnings.add(WarningCode.UNREADABLE_MESSAGE)
                 continue
             plain.append(definition)
         try:
             entries[(Category.TOOLS, "tool_framing")] += rules.tools_overhead(plain, tool_choice)
+        except NotReady:
+            raise
         except Exception:  # noqa: BLE001
             warnings.add(WarningCode.UNREADABLE_MESSAGE)
         counted = _ToolsCount(_freeze(tools, self._dumps.as_dict), tool_choice, tuple(entries.items()), frozenset(warnings))

@@ -6,25 +6,42 @@ use. A Runtime owns every cache of the call path (the estimator's, the snapshot
 parts and event-seq counter, the recent snapshots) and the provider counter, so
 tests build their own Runtime, pass providers explicitly and can inject the
 counter (``counter_factory``).
+
+The Runtime is also the one owner of what must change when the process does:
+
+* exit: `close` exports what is left within ``config.exit_timeout`` (CW_EXIT_TIMEOUT,
+  2 s by default) and stops the pipeline; the exit hook and `configure()` (for the
+  runtime it replaces) call it, and a backend that does not answer costs no more.
+* ``os.fork()``: in the child, every lock, cache, queue and worker thread the parent's
+  threads may have been using is made anew (`_after_fork_in_child`): the estimator, the
+  provider counter, the logs' locks, and the embedded telemetry pipeline, which gets a
+  pipeline of the child's own. A fork while other threads are inside cw (gunicorn,
+  Celery prefork, multiprocessing) leaves the child's next call free to run.
+  multiprocessing's children end with ``os._exit`` after its own finalizers, not
+  atexit: one of those closes the child's runtime too.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import os
+import sys
 import threading
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Optional
 
 from opentelemetry import metrics, trace
 
+from . import _log
 from ._log import RateLimitedLog
-from ._setup import choose_providers
+from ._setup import Providers, choose_providers
 from .config import Config, ProviderCountPolicy, resolve
 from .contract import Snapshot, WarningCode
 from .estimator import Estimator
-from .snapshot import SnapshotParts
+from .snapshot import CompactSnapshot, SnapshotParts, compact, expand
 from .telemetry import CallTelemetry, StageInfo, Telemetry
 
 if TYPE_CHECKING:
@@ -33,7 +50,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cw_middleware")
 
 
-# Stages whose newest call is remembered (for superseded late counts); old stages fall out.
+# Stages whose newest call is remembered (for superseded late counts), and stages holding a
+# warning for their next snapshot (a provider count that failed after its call ended): the
+# oldest stages fall out of each.
 MAX_TRACKED_STAGES = 10_000
 
 
@@ -43,18 +62,19 @@ class Runtime:
         config: Optional[Config] = None,
         tracer_provider: Optional[trace.TracerProvider] = None,
         meter_provider: Optional[metrics.MeterProvider] = None,
-        shutdown: Optional[Callable[[], None]] = None,
+        shutdown: Optional[Callable[..., None]] = None,  # shutdown(timeout): bounded
         flush: Optional[Callable[[float], bool]] = None,
         logger_provider: Any = None,
         counter_factory: Optional[Callable[[Config], ProviderCounter]] = None,
+        for_child: Optional[Callable[[], Providers]] = None,
     ) -> None:
         self.config = config or resolve()
         self.estimator = Estimator()
         self.parts = SnapshotParts()
-        self.telemetry = Telemetry(self.config, tracer_provider, meter_provider, logger_provider)
+        self._telemetry = Telemetry(self.config, tracer_provider, meter_provider, logger_provider)
         self.log = RateLimitedLog()
-        self._history: deque[Snapshot] = deque(maxlen=self.config.snapshot_history)
-        self._pending: dict[tuple[str, str], set[WarningCode]] = {}
+        self._history: deque[CompactSnapshot] = deque(maxlen=self.config.snapshot_history)  # untracked by gc
+        self._pending: OrderedDict[tuple[str, str], set[WarningCode]] = OrderedDict()  # bounded: MAX_TRACKED_STAGES
         self._newest_call: OrderedDict[tuple[str, str], int] = OrderedDict()  # bounded: MAX_TRACKED_STAGES
         self._call_seq = 0
         self._lock = threading.Lock()
@@ -62,6 +82,15 @@ class Runtime:
         self._flush = flush
         self._counter_factory = counter_factory or _default_counter
         self._counter: Optional[ProviderCounter] = None
+        self._for_child = for_child
+        self._closed = False
+        self._forked = False  # set in a forked child: its telemetry pipeline is rebuilt on first use
+
+    @property
+    def telemetry(self) -> Telemetry:
+        if self._forked:
+            self._own_pipeline()
+        return self._telemetry
 
     # ------------------------------------------------------------ snapshots
 
@@ -69,8 +98,9 @@ class Runtime:
         self, snapshot: Snapshot, call: Optional[CallTelemetry], stage: Optional[StageInfo], superseded: bool = False
     ) -> None:
         """Keep a snapshot and send it out; telemetry failures are logged, never raised."""
+        row = compact(snapshot)
         with self._lock:
-            self._history.append(snapshot)
+            self._history.append(row)
         if call is None:
             return
         try:
@@ -80,7 +110,8 @@ class Runtime:
 
     def snapshots(self) -> list[Snapshot]:
         with self._lock:
-            return list(self._history)
+            rows = list(self._history)
+        return [expand(row, self.parts) for row in rows]
 
     def register_call(self, stage: Optional[StageInfo]) -> int:
         """A new call in a stage: returns its sequence number, which makes it the stage's newest."""
@@ -103,6 +134,9 @@ class Runtime:
         key = (stage.run_id, stage.stage_id) if stage else ("", "")
         with self._lock:
             self._pending.setdefault(key, set()).add(code)
+            self._pending.move_to_end(key)
+            if len(self._pending) > MAX_TRACKED_STAGES:
+                self._pending.popitem(last=False)  # a stage not called for this long: its warning is dropped
 
     def take_deferred(self, stage: Optional[StageInfo]) -> set[WarningCode]:
         key = (stage.run_id, stage.stage_id) if stage else ("", "")
@@ -121,25 +155,78 @@ class Runtime:
     # ------------------------------------------------------------ lifecycle
 
     def flush(self, timeout: float = 10.0) -> bool:
-        ok = True
+        """Wait for deferred estimates and queued provider counts, then export; returns within about
+        ``timeout`` whatever the backend does."""
+        deadline = time.monotonic() + timeout
+        if self._forked:
+            self._own_pipeline()
+        # Estimates deferred while a tokenizer loaded publish snapshots (and may queue counts): first.
+        ok = self.estimator.deferred.wait_idle(timeout)
         if self._counter is not None:
-            ok = self._counter.wait_idle(timeout) and ok
+            ok = self._counter.wait_idle(max(0.0, deadline - time.monotonic())) and ok
         if self._flush is not None:
             try:
-                ok = self._flush(timeout) and ok
+                ok = self._flush(max(0.0, deadline - time.monotonic())) and ok
             except Exception as exc:  # noqa: BLE001
                 self.log.warning("flush", f"cw_middleware: flush failed ({type(exc).__name__})")
                 ok = False
         return ok
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout: Optional[float] = None) -> None:
+        """Stop the provider counter and the telemetry pipeline, waiting at most ``timeout`` (exit_timeout)."""
+        if self._forked:
+            self._own_pipeline()
         if self._counter is not None:
             self._counter.close()
         if self._shutdown is not None:
             try:
-                self._shutdown()
+                self._shutdown(self.config.exit_timeout if timeout is None else timeout)
             except Exception as exc:  # noqa: BLE001
                 self.log.warning("shutdown", f"cw_middleware: shutdown failed ({type(exc).__name__})")
+
+    def close(self, timeout: Optional[float] = None) -> bool:
+        """Flush and shut down within ``timeout`` (``config.exit_timeout``) in all; once. True when all went out."""
+        with self._lock:
+            if self._closed:
+                return True
+            self._closed = True
+        budget = self.config.exit_timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        flushed = self.flush(budget * 0.8)  # the rest stops the pipeline: it interrupts exporters' retries
+        self.shutdown(max(0.05, deadline - time.monotonic()))
+        return flushed
+
+    # ------------------------------------------------------------ fork
+
+    def _after_fork_in_child(self) -> None:
+        """The child's copy of the process state, made whole again (see the module docstring).
+
+        Runs inside ``os.fork()``: only fresh locks and caches here. Other modules' at-fork
+        hooks may not have run yet (concurrent.futures' lock, which building a telemetry
+        pipeline takes), so the pipeline is rebuilt on its first use (`_own_pipeline`).
+        """
+        self._lock = threading.Lock()
+        self.log = RateLimitedLog()
+        self.estimator = Estimator()  # its lock and caches may have been mid-update in another thread
+        self._counter = None  # its worker stayed in the parent, its HTTP connections are the parent's
+        self._forked = self._for_child is not None and not self._closed
+
+    def _own_pipeline(self) -> None:
+        """In a forked child: the embedded telemetry pipeline of its own, in place of the parent's copy."""
+        with self._lock:
+            if not self._forked:
+                return
+            self._forked = False
+            try:
+                assert self._for_child is not None
+                chosen = self._for_child()
+            except Exception as exc:  # noqa: BLE001 - a child without telemetry still runs its calls
+                logger.warning("cw_middleware: no telemetry in this forked process (%s)", type(exc).__name__)
+                self._telemetry = Telemetry(self.config, trace.NoOpTracerProvider(), metrics.NoOpMeterProvider())
+                self._flush = self._shutdown = self._for_child = None
+                return
+            self._telemetry = Telemetry(self.config, chosen.tracer_provider, chosen.meter_provider, chosen.logger_provider)
+            self._flush, self._shutdown, self._for_child = chosen.flush, chosen.shutdown, chosen.for_child
 
 
 def _default_counter(config: Config) -> ProviderCounter:
@@ -174,11 +261,11 @@ def configure(
         shutdown=chosen.shutdown,
         flush=chosen.flush,
         logger_provider=chosen.logger_provider,
+        for_child=chosen.for_child,
     )
     previous = set_runtime(runtime)
     if previous is not None:
-        previous.flush()
-        previous.shutdown()
+        previous.close()
     return runtime
 
 
@@ -188,14 +275,38 @@ def flush(timeout: float = 10.0) -> bool:
     return True if current is None else current.flush(timeout)
 
 
-def _flush_at_exit() -> None:
+def _close_at_exit() -> None:
+    """Export what is left, within CW_EXIT_TIMEOUT: a dead or hung backend never holds the process."""
     current = _runtime
     if current is not None:
-        current.flush(5.0)
-        current.shutdown()
+        current.close()
 
 
-atexit.register(_flush_at_exit)
+atexit.register(_close_at_exit)
+
+
+def _after_fork_in_child() -> None:
+    global _runtime_lock
+    _runtime_lock = threading.Lock()
+    _log.after_fork_in_child()
+    current = _runtime
+    if current is not None:
+        current._after_fork_in_child()
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:
+        # A multiprocessing child runs its finalizers, then os._exit (no atexit). Its registry is
+        # cleared after this hook, but its after-fork callbacks run next: one adds the finalizer.
+        mp_util.register_after_fork(_close_at_exit, _add_mp_finalizer)
+
+
+def _add_mp_finalizer(_: object) -> None:
+    import multiprocessing.util
+
+    multiprocessing.util.Finalize(None, _close_at_exit, exitpriority=0)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def set_runtime(runtime: Optional[Runtime]) -> Optional[Runtime]:

@@ -237,6 +237,27 @@ def strip_tools(tools: Any) -> Any:
     return tools
 
 
+def check_tags(messages: Any, tools: Sequence[Any] = ()) -> None:
+    """Validate every tag of a request now (raises TagError), without counting it.
+
+    The call path uses it when the estimate itself runs later (a tokenizer still loading):
+    a bad tag is the caller's mistake, and raises on the caller's call, as it would have.
+    """
+    for msg in messages if isinstance(messages, (list, tuple)) else ():
+        if not isinstance(msg, Mapping):
+            continue
+        if TAG_KEY in msg:
+            read_tag(msg)
+        content = msg.get("content")
+        if isinstance(content, (list, tuple)):
+            for part in content:
+                if isinstance(part, Mapping) and TAG_KEY in part:
+                    read_tag(part)
+    for definition in tools:
+        if isinstance(definition, Mapping) and TAG_KEY in definition:
+            read_tag(definition)
+
+
 def has_tag(msg: Any) -> bool:
     """A message (or input item) that carries a tag, on itself or on one of its content parts."""
     if not isinstance(msg, dict):

@@ -13,6 +13,7 @@ proceeds as LiteLLM would run it.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Mapping
 from functools import lru_cache
@@ -25,10 +26,11 @@ from .config import MAX_CONTEXT_WINDOW, ProviderCountPolicy, StreamUsagePolicy, 
 from .contract import CountMethod, Snapshot, WarningCode
 from .errors import ConfigError, TagError
 from .estimator import Estimate
-from .rules import split_provider
+from .rules import _tiktoken, split_provider
 from .runtime import Runtime, get_runtime
 from .snapshot import RequestMeta, build_snapshot
 from .stages import current_stage, default_stage
+from .tags import check_tags
 from .telemetry import CallTelemetry, StageInfo
 
 # Per-call options of ours; removed before LiteLLM sees the request.
@@ -36,6 +38,33 @@ OPTION_CONTEXT_WINDOW = "cw_context_window"
 OPTION_PROVIDER_COUNT = "cw_provider_count"
 OPTION_STREAM_USAGE = "cw_stream_usage"
 _OPTIONS = (OPTION_CONTEXT_WINDOW, OPTION_PROVIDER_COUNT, OPTION_STREAM_USAGE)
+
+# Calls between their start and LiteLLM's return: the tokenizer loader holds back while any runs
+# (its last step holds the GIL throughout, see rules/_tiktoken.py).
+_in_flight = 0
+_in_flight_lock = threading.Lock()
+
+
+def _calls_in_flight() -> bool:
+    return _in_flight > 0
+
+
+_tiktoken.set_in_flight_probe(_calls_in_flight)
+
+
+class _InFlight:
+    def __enter__(self) -> None:
+        global _in_flight
+        with _in_flight_lock:
+            _in_flight += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        global _in_flight
+        with _in_flight_lock:
+            _in_flight -= 1
+
+
+_IN_FLIGHT = _InFlight()
 
 # ---------------------------------------------------------------- entry points
 
@@ -67,34 +96,36 @@ async def aresponses(*args: Any, **kwargs: Any) -> Any:
 def _forward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if forwarding():
         return original(name)(*args, **_without_options(kwargs))
-    call = _Call.start(API_OF[name], args, kwargs)
-    while True:
-        try:
-            with forwarding_scope():
-                response = original(name)(*call.args, **call.kwargs)
-            break
-        except BaseException as exc:
-            if call.drop_stream_usage(exc):
-                continue  # the endpoint refused the stream_options we added: once more, as the caller wrote it
-            call.fail(exc)
-            raise
+    with _IN_FLIGHT:
+        call = _Call.start(API_OF[name], args, kwargs)
+        while True:
+            try:
+                with forwarding_scope():
+                    response = original(name)(*call.args, **call.kwargs)
+                break
+            except BaseException as exc:
+                if call.drop_stream_usage(exc):
+                    continue  # the endpoint refused the stream_options we added: once more, as the caller wrote it
+                call.fail(exc)
+                raise
     return call.observe(response)
 
 
 async def _aforward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if forwarding():
         return await original(name)(*args, **_without_options(kwargs))
-    call = _Call.start(API_OF[name], args, kwargs)
-    while True:
-        try:
-            with forwarding_scope():
-                response = await original(name)(*call.args, **call.kwargs)
-            break
-        except BaseException as exc:
-            if call.drop_stream_usage(exc):
-                continue
-            call.fail(exc)
-            raise
+    with _IN_FLIGHT:
+        call = _Call.start(API_OF[name], args, kwargs)
+        while True:
+            try:
+                with forwarding_scope():
+                    response = await original(name)(*call.args, **call.kwargs)
+                break
+            except BaseException as exc:
+                if call.drop_stream_usage(exc):
+                    continue
+                call.fail(exc)
+                raise
     return call.observe(response)
 
 
@@ -175,6 +206,11 @@ class _Call:
         self._response_model: Optional[str] = None
         self._lock = threading.Lock()
         self.stream_usage = runtime.config.stream_usage is StreamUsagePolicy.AUTO
+        # A tokenizer still loading: the request (value copies) whose estimate runs on the runtime's
+        # deferred worker, and what the call did meanwhile (its end), replayed after the estimate.
+        self._later: Optional[tuple[Any, dict[str, Any]]] = None
+        self._after_estimate: Optional[Any] = None
+        self._options: dict[str, Any] = {}
 
     @property
     def hide_usage_chunk(self) -> bool:
@@ -199,13 +235,47 @@ class _Call:
 
     def _estimate(self) -> None:
         try:
-            self.parsed, self.estimate = _local_estimate(self.runtime, self.api, self.args, self.kwargs)
-            self.warnings |= self.estimate.warnings | self.parsed.warnings
+            self.parsed = parsed = self.api.parse(self.args, self.kwargs)
+            with _tiktoken.without_waiting():  # the first calls of a process never wait for a tokenizer to load
+                self.estimate = self.runtime.estimator.estimate(parsed.model, parsed.messages, api=parsed.api, **parsed.options)
+            self.warnings |= self.estimate.warnings | parsed.warnings
+        except _tiktoken.NotReady:
+            self._estimate_later()
         except TagError:
             raise
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
             self.broken = True
+
+    def _estimate_later(self) -> None:
+        """Keep value copies of what the estimate reads: the caller may change its lists once the call returns."""
+        parsed = self.parsed
+        assert parsed is not None
+        options = dict(parsed.options)
+        check_tags(parsed.messages, [*(options.get("tools") or ()), *(options.get("functions") or ())])
+        for key in ("tools", "functions"):
+            if options.get(key):
+                options[key] = self.runtime.estimator.frozen(options[key])
+        self._later = (self.runtime.estimator.frozen(parsed.messages or []), options)
+
+    def _run_later(self) -> None:
+        """On the deferred worker: the estimate (waiting for the tokenizer), its snapshot, then the call's end."""
+        assert self._later is not None and self.parsed is not None
+        messages, options = self._later
+        try:
+            self.estimate = self.runtime.estimator.estimate(self.parsed.model, messages, api=self.parsed.api, **options)
+            self.warnings |= self.estimate.warnings | self.parsed.warnings
+        except Exception as exc:  # noqa: BLE001
+            self.runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
+            self.broken = True
+        if not self.broken:
+            self._start_provider_count(self._options.get(OPTION_PROVIDER_COUNT))
+            self._publish(CountMethod.LOCAL_ESTIMATE)
+        with self._lock:
+            self._later = None
+            after, self._after_estimate = self._after_estimate, None
+        if after is not None:
+            after()
 
     def _rewrite(self, provider: Optional[str]) -> None:
         """The request as LiteLLM must get it; never fails (an unreadable one goes out as given)."""
@@ -238,6 +308,13 @@ class _Call:
         self.warnings |= window_codes
         self.telemetry = runtime.telemetry.start_call(self.api.operation, self.meta.provider, self.meta.model, self.stage)
         self.warnings |= runtime.take_deferred(self.stage)
+        if self._later is not None:
+            self._options = options
+            if not runtime.estimator.deferred.submit(self._run_later):
+                runtime.log.warning("deferred", "cw_middleware: too many calls wait for a tokenizer; this one is not estimated")
+                self._later = None
+                self.broken = True
+            return
         self._start_provider_count(options.get(OPTION_PROVIDER_COUNT))
         self._publish(CountMethod.LOCAL_ESTIMATE)
 
@@ -344,6 +421,13 @@ class _Call:
             if self.finished:
                 return
             self.finished = True
+            if self._later is not None:  # the estimate is still coming: end the call after it, at this time
+                end_time = time.time_ns()
+                self._after_estimate = lambda: self._finish(usage, response_model, end_time)
+                return
+        self._finish(usage, response_model)
+
+    def _finish(self, usage: Optional[Usage], response_model: Optional[str], end_time: Optional[int] = None) -> None:
         try:
             total = None if self.mock or usage is None else usage.input_tokens
             if self.mock:
@@ -361,6 +445,7 @@ class _Call:
                     input_tokens=total,
                     output_tokens=None if self.mock or usage is None else usage.output_tokens,
                     cache_read_tokens=None if usage is None else usage.cache_read_tokens,
+                    end_time=end_time,
                 )
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("finish", f"cw_middleware: could not reconcile usage ({type(exc).__name__})")
@@ -370,9 +455,16 @@ class _Call:
             if self.finished:
                 return
             self.finished = True
+            if self._later is not None:
+                end_time = time.time_ns()
+                self._after_estimate = lambda: self._fail(exc, end_time)
+                return
+        self._fail(exc)
+
+    def _fail(self, exc: BaseException, end_time: Optional[int] = None) -> None:
         try:
             if self.telemetry is not None:
-                self.telemetry.end(error=exc)
+                self.telemetry.end(error=exc, end_time=end_time)
         except Exception as inner:  # noqa: BLE001
             self.runtime.log.warning("fail", f"cw_middleware: could not end the call span ({type(inner).__name__})")
 

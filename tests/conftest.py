@@ -26,7 +26,13 @@ from servers.prometheus import prometheus_server, victoria_metrics_server  # noq
 
 import cw_middleware  # noqa: F401
 from cw_middleware.config import resolve
+from cw_middleware.rules import _tiktoken
 from cw_middleware.runtime import Runtime, set_runtime
+
+# The first calls of a process estimate in the background while a tokenizer loads (tests/test_cold_start.py
+# proves it in fresh processes); every other test sees the steady state, whatever runs first.
+for _name in ("o200k_base", "cl100k_base"):
+    _tiktoken.encoding(_name)
 
 
 class Telemetry:

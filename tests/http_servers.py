@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -105,3 +106,108 @@ def running(server_cls: type) -> Iterator[Any]:
         yield server
     finally:
         server.close()
+
+
+class _StatusHandler(BaseHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802
+        owner: OtlpStatusServer = self.server.owner  # type: ignore[attr-defined]
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        with owner.lock:
+            owner.hits += 1
+        body = b'{"code": 13, "message": "collector failure"}'
+        self.send_response(owner.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class OtlpStatusServer(_Server):
+    """An OTLP/HTTP collector that answers every export with ``status`` (500: broken, 503: overloaded)."""
+
+    def __init__(self, status: int = 500) -> None:
+        self.status = status
+        self.hits = 0
+        self.lock = threading.Lock()
+        super().__init__(_StatusHandler)
+
+
+class HangingServer:
+    """Accepts TCP connections and never answers: a wedged collector (HTTP or gRPC alike)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.connections: list[socket.socket] = []
+        self._closed = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections.append(conn)  # held open, never read, never answered
+
+    def close(self) -> None:
+        self._closed.set()
+        self.sock.close()
+        for conn in self.connections:
+            conn.close()
+
+
+class GrpcStatusServer:
+    """A real gRPC OTLP collector whose trace, metric and log services all answer ``code`` (an error)."""
+
+    def __init__(self, code: str = "INTERNAL") -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        import grpc
+        from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
+        from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+        status = getattr(grpc.StatusCode, code)
+        self.hits = 0
+        self.lock = threading.Lock()
+
+        def fail(request: Any, context: Any) -> Any:
+            with self.lock:
+                self.hits += 1
+            context.abort(status, "collector failure")
+
+        self.server = grpc.server(ThreadPoolExecutor(max_workers=4))
+        for module, name in (
+            (trace_service_pb2_grpc, "TraceService"),
+            (metrics_service_pb2_grpc, "MetricsService"),
+            (logs_service_pb2_grpc, "LogsService"),
+        ):
+            servicer = type(f"Failing{name}", (getattr(module, f"{name}Servicer"),), {"Export": staticmethod(fail)})()
+            getattr(module, f"add_{name}Servicer_to_server")(servicer, self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.server.stop(grace=None)
+
+
+def closed_port() -> int:
+    """A port nothing listens on (connection refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 import cw_middleware as cw
 
 EXAMPLES = int(os.environ.get("CW_FUZZ_EXAMPLES", "120"))
-MODELS = ["gpt-4o", "gpt-4", "openai/gpt-4o-mini", "claude-3-5-sonnet-20241022", "gemini/gemini-1.5-pro", "o3-mini"]
+MODELS = ["gpt-4o", "gpt-4", "openai/gpt-4o-mini", "claude-sonnet-4-5", "gemini/gemini-1.5-pro", "o3-mini"]
 
 text = st.text(min_size=0, max_size=40)
 odd_value = st.one_of(st.none(), st.integers(-5, 5), st.lists(text, max_size=2), st.dictionaries(text, text, max_size=2))

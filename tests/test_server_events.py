@@ -1,6 +1,6 @@
 """``GET /api/v1/runs/{run_id}/events``: Server-Sent Events of new snapshots and stage changes, on the
 file backend and on the Jaeger reader (its api_v3 stand-in); resumption with Last-Event-ID loses
-nothing and repeats nothing; heartbeats, the stream cap, errors, the token, no content. (~15 s)"""
+nothing and repeats nothing; heartbeats, the stream cap, errors, the token, no content. (~25 s)"""
 
 from __future__ import annotations
 
@@ -314,3 +314,14 @@ def test_the_stream_works_on_a_trace_backend_by_polling(live, tmp_path):
         assert got == {"run_id": RUN, **_window(server)} and got["input_tokens"] > first["input_tokens"]
         assert CANARY.encode() not in stream.raw
         stream.close()
+
+
+def test_the_openapi_document_names_the_stream_and_the_page(live):
+    _, serve, _ = live
+    doc = _api(serve(), "/openapi.json")
+    events = doc["paths"]["/api/v1/runs/{run_id}/events"]["get"]
+    assert events["operationId"] == "streamRunEvents" and "text/event-stream" in events["responses"]["200"]["content"]
+    assert "Last-Event-ID" in [p["name"] for p in events["parameters"]]
+    assert {"/", "/runs/{run_id}", "/healthz"} <= set(doc["paths"])
+    context_window = doc["paths"]["/api/v1/runs/{run_id}/stages/{stage_id}/context-window"]["get"]
+    assert {"503", "504"} <= set(context_window["responses"])

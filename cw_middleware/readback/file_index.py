@@ -206,14 +206,26 @@ class FileIndex:
             if upto >= size:
                 return False
             start = upto
+            head = os.pread(f.fileno(), WINDOW, 0)
             upto, fold, pairs, line_refs = self._scan(f, upto, min(size, upto + CHUNK_BYTES), size)
             self._store(db, fold, pairs, line_refs)
+            # Truncated and written again while we read (copytruncate, then the writer's next lines)?
+            # Then the head changed, or the file is now shorter than what we read.
+            st = os.fstat(f.fileno())
+            head_now = os.pread(f.fileno(), WINDOW, 0)
+            same = min(len(head), len(head_now))
+            if st.st_size < upto or head[:same] != head_now[:same]:
+                raise FileChanged
             db.executemany(
                 "INSERT OR REPLACE INTO meta (k, v) VALUES (?, ?)",
-                [("upto", upto), ("head_crc", self._crc_at(f, 0, min(upto, WINDOW))), *self._tail(f, upto)],
+                [
+                    ("upto", upto),
+                    ("size", st.st_size),
+                    ("mtime_ns", st.st_mtime_ns),
+                    ("head_crc", self._crc_at(f, 0, min(upto, WINDOW))),
+                    *self._tail(f, upto),
+                ],
             )
-            if not self._matches(self._meta(), f):
-                raise FileChanged  # rewritten while read (copytruncate, then new lines past our offset)
             return start < upto < size  # more to do, unless only an unfinished last line is left
 
     def _matches(self, meta: dict[str, Any], f: IO[bytes]) -> bool:
@@ -228,6 +240,8 @@ class FileIndex:
         upto = int(meta["upto"])
         if st.st_size < upto:
             return False
+        if st.st_size == meta.get("size") and st.st_mtime_ns != meta.get("mtime_ns"):
+            return False  # written to without growing: rewritten in place, not appended to
         head = min(upto, WINDOW)
         tail_start = max(0, upto - WINDOW)
         return self._crc_at(f, 0, head) == meta.get("head_crc") and self._crc_at(f, tail_start, upto - tail_start) == meta.get(

@@ -40,6 +40,9 @@ OpenAI requests whose error crosses the 2% line):
 * gpt-5 and later put a call on harmony's commentary channel
   (``<|channel|>commentary to=functions.x <|constrain|>json``): 5 tokens more per call
   message than the chat layout (the o-series do not). 6 records, 2 repositories.
+* A Responses ``function_call`` item costs 2 more than the same call in a chat
+  message (chat-layout models; harmony ones match without). 10 records cross into
+  2% and 4 the other way, 47 closer and 6 further, in both halves.
 * A Responses ``additional_tools`` input item (tools made available mid-conversation)
   is a developer message holding a ``# Tools`` block, with harmony's preamble for
   the generations that read it. 6 records (one repository; 12 closer, none further).
@@ -79,6 +82,7 @@ NEW_SYSTEM_MESSAGE = 3  # <|im_start|>system<|im_sep|> ... <|im_end|>, one token
 HARMONY_TOOLS_PREAMBLE = {"chat": 84, "responses": 2}
 # A call message on harmony's commentary channel: <|channel|>commentary ... <|constrain|>json (5 tokens).
 HARMONY_CALL_HEADER = 5
+RESPONSES_CALL_EXTRA = 2  # a function_call item, over a chat tool call (chat-layout models; see the docstring)
 
 TOOLS_HEADER = "# Tools\n\n## functions\n\nnamespace functions {\n\n"
 # The Responses API opens the block at "## functions" and never opens a system message for it.
@@ -135,7 +139,7 @@ class OpenAIRules:
             (str((c.get("function") or {}).get("name", "")), _as_text((c.get("function") or {}).get("arguments", "")))
             for c in tool_calls
         ]
-        header = HARMONY_CALL_HEADER if self.harmony_channels else 0
+        header = HARMONY_CALL_HEADER if self.harmony_channels else RESPONSES_CALL_EXTRA if self._responses_chatml else 0
         if len(calls) == 1:
             name, args = calls[0]
             return self.text(f" to=functions.{name}") + self.text(args) + header

@@ -42,7 +42,11 @@ def openapi_document() -> dict[str, Any]:
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
         },
         "503": {
-            "description": "the backend could not be reached",
+            "description": "the backend could not be reached, or every query slot is taken (busy; Retry-After)",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        },
+        "504": {
+            "description": "the backend query outlived the request's time box (query_timeout; Retry-After)",
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
         },
     }
@@ -69,7 +73,7 @@ def openapi_document() -> dict[str, Any]:
             "last_seen_at": {"type": ["string", "null"], "format": "date-time"},
         },
     }
-    backend_errors = {k: v for k, v in errors.items() if k in ("401", "502", "503")}
+    backend_errors = {k: v for k, v in errors.items() if k in ("401", "502", "503", "504")}
     return {
         "openapi": "3.1.0",
         "info": {

@@ -150,3 +150,20 @@ def test_responses_lays_the_block_out_as_chat_when_a_schema_comes_without_instru
     assert tools(text={"format": schema}) > tools()
     assert tools(text_format=Answer) == tools(text={"format": schema})
     assert tools(text={"format": schema}, instructions="Be brief.") == tools(instructions="Be brief.")
+
+
+def test_a_responses_function_call_item_costs_more_than_a_chat_call_on_chat_layout_models():
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+    chat = [*ASK, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    items = [*ASK, {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Paris"}'}]
+
+    def conversation(model):
+        return (
+            cw.estimate(model=model, messages=chat).tokens("conversation"),
+            cw.estimate(model=model, input=items).tokens("conversation"),
+        )
+
+    as_chat, as_items = conversation("openai/gpt-4o")
+    assert as_items > as_chat
+    as_chat, as_items = conversation("openai/gpt-5")
+    assert as_items == as_chat
