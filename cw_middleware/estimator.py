@@ -231,6 +231,7 @@ class Estimator:
         api: str = "chat",
         read_message: Optional[ReadMessage] = None,
         thinking: Any = None,
+        reasoning_effort: Any = None,
     ) -> Estimate:
         """``api`` names the framing the provider applies: "chat" (Chat Completions) or "responses".
 
@@ -270,6 +271,9 @@ class Estimator:
         by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
         # A hidden instruction some providers add for extended thinking (Anthropic): protocol, so `other`.
         thinking_overhead = getattr(rules, "thinking_overhead", None)
+        for_effort = getattr(rules, "thinking_for_effort", None)
+        if thinking is None and reasoning_effort is not None and for_effort is not None:
+            thinking = for_effort(reasoning_effort, model)  # LiteLLM sends the effort as `thinking`
         if thinking is not None and thinking_overhead is not None:
             by_source[_THINKING] = by_source.get(_THINKING, 0) + thinking_overhead(thinking)
         if not rules.exact:

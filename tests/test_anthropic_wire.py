@@ -68,3 +68,30 @@ def test_thinking_reaches_the_provider_as_given(runtime, provider, monkeypatch):
     assert body["thinking"] == thinking
     snap = next(s for s in cw.snapshots())
     assert {(d.category.value, d.source) for d in snap.details} >= {("other", "thinking")}
+
+
+def _thinking_detail(snap=None) -> int | None:
+    snap = snap or cw.snapshots()[-1]
+    return {(d.category.value, d.source): d.tokens for d in snap.details}.get(("other", "thinking"))
+
+
+def test_reasoning_effort_goes_as_enabled_thinking_and_is_counted_as_thinking(runtime, provider, monkeypatch):  # noqa: F811
+    body = _send(provider, "anthropic/claude-sonnet-4-5", monkeypatch, reasoning_effort="low")
+    assert body["thinking"]["type"] == "enabled"
+    assert _thinking_detail() is not None  # the call's snapshot (reconciled to the stub's usage) has it
+    # Locally: the hidden extended-thinking instruction (measured 28-29 tokens on reported usage), in `other`,
+    # the same as for the thinking LiteLLM sent.
+    local = cw.estimate(model="anthropic/claude-sonnet-4-5", messages=MESSAGES, reasoning_effort="low")
+    tokens = _thinking_detail(local)
+    assert tokens is not None and 20 <= tokens <= 40
+    as_sent = cw.estimate(model="anthropic/claude-sonnet-4-5", messages=MESSAGES, thinking=body["thinking"])
+    assert local.input_tokens == as_sent.input_tokens
+
+
+def test_reasoning_effort_on_an_adaptive_model_or_none_adds_no_thinking_instruction(runtime, provider, monkeypatch):  # noqa: F811
+    body = _send(provider, "anthropic/claude-opus-4-6", monkeypatch, reasoning_effort="high")
+    assert body["thinking"]["type"] == "adaptive"
+    assert _thinking_detail() is None
+    body = _send(provider, "anthropic/claude-sonnet-4-5", monkeypatch, reasoning_effort="none")
+    assert "thinking" not in body
+    assert _thinking_detail() is None

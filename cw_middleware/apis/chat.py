@@ -32,7 +32,15 @@ if TYPE_CHECKING:
     from ..estimator import Estimate
 
 # completion() arguments the estimator reads besides the messages.
-ESTIMATE_KEYS = ("tools", "tool_choice", "response_format", "functions", "custom_llm_provider", "thinking")
+ESTIMATE_KEYS = (
+    "tools",
+    "tool_choice",
+    "response_format",
+    "functions",
+    "custom_llm_provider",
+    "thinking",
+    "reasoning_effort",
+)
 # Providers whose streams report usage when asked with stream_options.include_usage.
 STREAM_USAGE_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "openai_compatible", "hosted_vllm"})
 # Azure api-versions that accept stream_options: 2024-08-01-preview and later (the GA 2024-10-21 too).

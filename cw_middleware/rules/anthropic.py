@@ -34,6 +34,10 @@ instruction of ``THINKING_PROMPT`` tokens (28-29 over the same request without i
 on Sonnet 3.7, 4, 4.5 and Haiku 4.5, whatever the budget); ``disabled`` and
 ``adaptive`` add none (measured 0-1). It counts as ``other`` (source ``thinking``).
 Applying it moved p90 APE 15.2% -> 10.7% (halves 16.0 -> 11.8, 15.0 -> 10.2).
+``reasoning_effort`` is LiteLLM's spelling of the same switch: LiteLLM sends it as
+``thinking`` (``enabled`` with a budget on models before adaptive thinking,
+``adaptive`` on Opus 4.6 and later, nothing for ``none``), so it is counted as the
+``thinking`` LiteLLM's own mapping produces for the model (`thinking_for_effort`).
 
 Structured outputs (``output_format``) add a fixed instruction block plus the
 schema, also measured on reported usage; ``other`` (source ``response_format``).
@@ -60,6 +64,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from ._tiktoken import counter
@@ -181,6 +186,10 @@ class AnthropicRules:
         """Extended thinking's hidden instruction; ``disabled`` and ``adaptive`` add none."""
         return THINKING_PROMPT if isinstance(thinking, Mapping) and thinking.get("type") == "enabled" else 0
 
+    def thinking_for_effort(self, reasoning_effort: Any, model: str) -> Any:
+        """The ``thinking`` LiteLLM sends for ``reasoning_effort`` on this model (None: none, or unknown)."""
+        return litellm_thinking(reasoning_effort, model)
+
     def response_format(self, response_format: Any) -> int:
         if not isinstance(response_format, Mapping):
             return 0
@@ -194,6 +203,29 @@ class AnthropicRules:
 
     def request_overhead(self, n_messages: int) -> int:
         return REQUEST_OVERHEAD
+
+
+def litellm_thinking(reasoning_effort: Any, model: str) -> Any:
+    """LiteLLM's own ``reasoning_effort`` -> ``thinking`` mapping for an Anthropic model.
+
+    Asked of LiteLLM rather than copied: which models think adaptively, and what each effort
+    maps to, lives in its model map and changes with it. A LiteLLM without the mapping, or an
+    effort it refuses (the call itself then fails), counts no thinking.
+    """
+    effort = reasoning_effort.get("effort") if isinstance(reasoning_effort, Mapping) else reasoning_effort
+    return _litellm_thinking(effort, model.rsplit("/", 1)[-1]) if isinstance(effort, str) else None
+
+
+@lru_cache(maxsize=256)
+def _litellm_thinking(effort: str, model: str) -> Any:
+    try:
+        from .._offline import litellm
+
+        config = litellm().AnthropicConfig
+        mapping = getattr(config, "map_reasoning_effort", None) or config._map_reasoning_effort
+        return mapping(effort, model, "anthropic")
+    except Exception:  # noqa: BLE001 - an unknown effort or LiteLLM layout: no hidden instruction counted
+        return None
 
 
 def rules(model: str) -> AnthropicRules:

@@ -3,7 +3,15 @@
 Text: Gemini's vocabulary (shared with Gemma) splits English text into a few
 percent more pieces than o200k_base, and ``promptTokenCount`` carries no role
 or role names ("Hello" is 1-2 tokens), so text is ``round(o200k * TEXT_SCALE)``
-(at least 1 for non-empty text). Framing: the 2.5 and later models bill one token
+(at least 1 for non-empty text) plus its digits: the Gemma report (Gemma Team,
+2024, "Gemma: Open Models Based on Gemini Research and Technology") says Gemma
+uses a subset of Gemini's SentencePiece tokenizer and that it splits digits, while
+o200k takes digits three at a time, so each run of n digits costs n pieces, not
+ceil(n / 3) (`split_digit_pieces`). Counting digits so moved Gemini's median APE
+5.18% -> 3.96%, p90 18.2% -> 16.8% (halves 4.86 / 18.8 -> 2.56 / 18.1 and
+5.33 / 16.9 -> 4.78 / 16.0; no-tools 2.5 requests 5.99% -> 1.61%), with the scale
+refitted from 1.06 to 1.04 once digits no longer inflate it (the digit rule alone
+helps both halves at every scale from 1.02 to 1.05). Framing: the 2.5 and later models bill one token
 per Content (each turn, and the system instruction); 2.0 bills none. Checked with
 the Gemma 3 SentencePiece vocabulary, which reproduces 2.0 text counts exactly and
 2.5/3 counts to that one token per Content.
@@ -47,13 +55,15 @@ Replayed ``thought`` parts are billed as text.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._tiktoken import counter
 
-TEXT_SCALE = 1.06
+TEXT_SCALE = 1.04
+_DIGIT_RUN = re.compile(r"[0-9]+")
 CONTENT_MARKER = 1
 # 2.5+: the declaration's JSON (o200k, default separators) without these annotations.
 _DROPPED_SCHEMA_KEYS = frozenset({"additionalProperties", "title", "$defs", "definitions", "$schema"})
@@ -66,11 +76,24 @@ _UNBILLED_SIGNATURE_FAMILIES = ("gemini-1.", "gemini-2.", "gemma")
 _TEXT_VALUE_FAMILIES = ("gemini-1.", "gemini-2.0", "gemini-pro", "gemma")
 
 
+def split_digit_pieces(value: str) -> int:
+    """Pieces Gemini's vocabulary adds over o200k for the digits of a text.
+
+    Gemini's SentencePiece model splits every digit into a piece of its own; o200k's
+    pre-tokenizer takes digits up to three at a time (each group one token).
+    """
+    extra = 0
+    for run in _DIGIT_RUN.finditer(value):
+        n = len(run.group())
+        extra += n - -(-n // 3)
+    return extra
+
+
 def _scaled(count: Callable[[str], int], scale: float) -> Callable[[str], int]:
     def text(value: str) -> int:
         if not value:
             return 0
-        return max(1, round(count(value) * scale))
+        return max(1, round(count(value) * scale) + split_digit_pieces(value))
 
     return text
 
@@ -159,7 +182,7 @@ class GeminiRules:
     json_declarations: bool = True  # the Gemini API, 2.5 and later; Vertex AI and 2.0 bill text values
     content_markers: bool = True  # 2.5 and later: one token per Content
     bills_signatures: bool = True  # the Gemini API does; Vertex AI does not
-    name: str = "gemini:o200k_x1.06r"
+    name: str = "gemini:o200k_x1.04r"
     provider: str = "gemini"
     exact: bool = False
     text: Callable[[str], int] = field(

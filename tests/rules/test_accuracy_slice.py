@@ -66,6 +66,7 @@ SLICE = {
     # Gemini
     "gemini-generate_content-5adfad6d3b15": 7,  # 2.5 plain text
     "gemini-generate_content-643c4a3bc151": 5,  # 2.5 long text
+    "gemini-generate_content-b54567c22a0c": 3,  # 2.5 text with long digit runs (each digit a piece)
     "gemini-generate_content-bd62cc86d012": 13,  # 2.0 with responseSchema (not billed)
     "gemini-generate_content-9f47f74c6b4a": 4,  # 2.0 declaration: text values only
     "gemini-generate_content-e0714436676b": 11,  # 2.0 two declarations

@@ -88,7 +88,7 @@ def test_gemini_calls_count_keys_and_string_values():
     rules = rules_for("gemini/gemini-2.0-flash")
     call = {"function": {"name": "f", "arguments": '{"city": "Paris", "n": 3}'}}
     count = counter("o200k_base")
-    assert rules.tool_calls([call]) == sum(max(1, round(count(p) * 1.06)) for p in ("f", "city", "Paris", "n"))
+    assert rules.tool_calls([call]) == sum(max(1, round(count(p) * 1.04)) for p in ("f", "city", "Paris", "n"))
 
 
 def test_openai_structured_output_hides_numeric_bounds():
@@ -193,3 +193,15 @@ def test_anthropic_new_tokenizer_generation_counts_more_for_the_same_text():
     assert 1.25 <= newer / older <= 1.4
     assert rules_for("anthropic/claude-sonnet-5").text(text) == newer
     assert rules_for("anthropic/claude-opus-4-6").name != rules_for("anthropic/claude-opus-4-8").name
+
+
+def test_gemini_counts_every_digit_as_a_piece():
+    # Gemini's SentencePiece vocabulary splits digits; o200k takes them three at a time.
+    count = counter("o200k_base")
+    assert count("1234567890") == 4
+    for model in ("gemini/gemini-2.0-flash", "gemini/gemini-2.5-flash", "vertex_ai/gemini-3-flash-preview"):
+        rules = rules_for(model)
+        assert rules.text("1234567890") == 10
+        assert rules.text("Room 1234567890") == 12  # "Room", " " and ten digits
+    snap = cw.estimate(model="gemini/gemini-2.0-flash", messages=[{"role": "user", "content": "Call 5550101 now"}])
+    assert snap.input_tokens == count("Call ") + 7 + count(" now")
