@@ -68,6 +68,7 @@ def halves(data: Path, rows_file: str) -> None:
 
 
 def baseline(data: Path, scorer: Path) -> None:
+    """LiteLLM's token_counter on the same records, grouped as the scorer groups its own tables."""
     to_kwargs = runpy.run_path(str(scorer))["to_kwargs"]
     import litellm
 
@@ -82,13 +83,15 @@ def baseline(data: Path, scorer: Path) -> None:
         except Exception:  # noqa: BLE001 - a failure is a scored miss
             est = 0
         rep = r["reported_input_tokens"]
-        by.setdefault(r["provider"], []).append(abs(est - rep) / rep * 100)
+        ape = abs(est - rep) / rep * 100
+        shape = f"{'tools' if r.get('has_tools') else 'no-tools'}{'+schema' if r.get('has_response_schema') else ''}"
+        for key in (r["provider"], f"{r['provider']}/{r['api']}", f"{r['provider']}/{shape}"):
+            by.setdefault(key, []).append(ape)
     print("\nLiteLLM token_counter baseline")
-    for p, apes in sorted(by.items()):
-        apes.sort()
+    for key, apes in sorted(by.items(), key=lambda kv: (kv[0].split("/")[0], "/" in kv[0], kv[0])):
         print(
-            f"{p:12} n={len(apes):4d} medAPE={statistics.median(apes):6.2f}% "
-            f"p90={apes[int(0.9 * (len(apes) - 1))]:6.1f}% within2%={sum(a <= 2 for a in apes) / len(apes):.2f}"
+            f"{key:32} n={len(apes):4d} medAPE={statistics.median(apes):6.2f}% "
+            f"p90={_pct(apes, 0.9):6.1f}% within2%={sum(a <= 2 for a in apes) / len(apes):.2f}"
         )
 
 

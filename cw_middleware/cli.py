@@ -51,6 +51,11 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     ):
         print("error: the request must be a JSON object with a 'model' string and a 'messages' list", file=sys.stderr)
         return EXIT_USAGE
+    if not isinstance(request.get("tools", []), (list, type(None))):
+        # estimate() reads an odd tool list leniently (as LiteLLM's callers may send one); a file given
+        # to the CLI is checked strictly, so a typo is an error, not a silently smaller count.
+        print("error: the request has a field of the wrong shape ('tools' must be a list)", file=sys.stderr)
+        return EXIT_USAGE
     import cw_middleware as cw
 
     cw.configure(export="none")
@@ -208,16 +213,17 @@ def _file_hint(args: argparse.Namespace) -> str:
         return f"  (there is no telemetry file at {path!r} yet: has anything been exported there?)\n{_ELSEWHERE}"
     try:
         with open(path, "rb") as f:
-            import mmap
-
             if os.fstat(f.fileno()).st_size == 0:
                 return f"  (the telemetry file {path!r} is empty)\n{_ELSEWHERE}"
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                if mm.find(ATTR_SCHEMA.encode()) < 0:
-                    return f"  (the telemetry file {path!r} holds no cw_middleware spans)\n{_ELSEWHERE}"
+            # Plain reads, never a memory map: the file may be truncated (rotated) while we look.
+            marker, tail = ATTR_SCHEMA.encode(), b""
+            while chunk := f.read(1 << 20):
+                if marker in tail + chunk:
+                    return ""
+                tail = chunk[-len(marker) :]
+            return f"  (the telemetry file {path!r} holds no cw_middleware spans)\n{_ELSEWHERE}"
     except (OSError, ValueError):
         return ""
-    return ""
 
 
 @_read_errors
@@ -278,7 +284,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: cannot listen on {args.host}:{args.port} ({exc.strerror})", file=sys.stderr)
         return EXIT_USAGE
     print(
-        f"serving {reader.url} on {server.url}  (GET /api/v1/runs, /api/v1/runs/RUN/stages/STAGE/context-window, /openapi.json)",
+        f"serving {reader.url} on {server.url}  (the live page at /; GET /api/v1/runs, "
+        "/api/v1/runs/RUN/stages/STAGE/context-window, /api/v1/runs/RUN/events, /openapi.json)",
         file=sys.stderr,
         flush=True,
     )

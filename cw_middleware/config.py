@@ -20,6 +20,8 @@ the default. Environment variables:
     CW_BACKEND             where the CLI and server read from (default: file:<the export file>)
     CW_SERVE_TOKEN         bearer token required by `cw-middleware serve`
     CW_LOG_EVENTS          1 to also emit each snapshot as a log-based event (OTEP 4430)
+    CW_STREAM_USAGE        auto | never                (default: auto: ask OpenAI-family streams for their
+                                                         usage where the endpoint accepts stream_options)
     CW_EXIT_TIMEOUT        seconds cw may add to the process's exit to export what is left
                                                         (default: 2; a backend slower than that loses it)
 
@@ -42,6 +44,23 @@ from .errors import ConfigError
 
 DEFAULT_TELEMETRY_FILE = "cw-telemetry.jsonl"
 DEFAULT_METRICS_HOST = "127.0.0.1"
+# The largest context window accepted (2**31 - 1): three orders of magnitude above any model's, and an
+# int every backend stores exactly (the OTLP SDK logs a traceback per export for an int above int64).
+MAX_CONTEXT_WINDOW = 2**31 - 1
+
+
+class StreamUsagePolicy(StrEnum):
+    """Whether a stream the caller sent without ``stream_options`` is asked for its usage (``include_usage``)."""
+
+    AUTO = "auto"  # where the endpoint is known to accept it; dropped and retried once if it refuses
+    NEVER = "never"  # the request goes out exactly as written; the stream's snapshot keeps the local estimate
+
+
+def parse_stream_usage(value: object) -> StreamUsagePolicy:
+    try:
+        return StreamUsagePolicy(str(value).strip().lower())
+    except ValueError:
+        raise ConfigError(f"stream_usage must be 'auto' or 'never', got {value!r}") from None
 
 
 class ProviderCountPolicy(StrEnum):
@@ -66,6 +85,7 @@ class Config:
     export_queue_size: int = 2048  # spans waiting for export; a full queue drops, never blocks
     export_interval_ms: int = 1000  # span batches leave at least this often
     metric_interval_ms: int = 60000
+    stream_usage: StreamUsagePolicy = StreamUsagePolicy.AUTO
     exit_timeout: float = 2.0  # the most cw's exit hook waits for the last export
 
     @property
@@ -141,6 +161,7 @@ def resolve(
     export_queue_size: Optional[int] = None,
     export_interval_ms: Optional[int] = None,
     metric_interval_ms: Optional[int] = None,
+    stream_usage: Optional[str] = None,
     exit_timeout: Optional[float] = None,
     environ: Optional[Mapping[str, str]] = None,
 ) -> Config:
@@ -160,8 +181,8 @@ def resolve(
             raise ConfigError(f"{name} must be a positive integer, got {value!r}")
     windows = dict(context_windows or {})
     for model, size in windows.items():
-        if not isinstance(size, int) or size <= 0:
-            raise ConfigError(f"context window for {model!r} must be a positive integer, got {size!r}")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_CONTEXT_WINDOW:
+            raise ConfigError(f"context window for {model!r} must be an integer from 1 to {MAX_CONTEXT_WINDOW}, got {size!r}")
     defaults = Config()
     queue = _positive_int("export_queue_size", export_queue_size, env.get("OTEL_BSP_MAX_QUEUE_SIZE"), defaults.export_queue_size)
     delay = _positive_int(
@@ -194,6 +215,7 @@ def resolve(
         export_queue_size=queue,
         export_interval_ms=delay,
         metric_interval_ms=metric_delay,
+        stream_usage=parse_stream_usage(stream_usage or env.get("CW_STREAM_USAGE") or "auto"),
         exit_timeout=exit_timeout or defaults.exit_timeout,
     )
 

@@ -97,6 +97,7 @@ class WarningCode(StrEnum):
     OPAQUE_CONTEXT_NOT_ESTIMATED = "opaque_context_not_estimated"
     PROVIDER_TOOL_NOT_ESTIMATED = "provider_tool_not_estimated"
     INVALID_CONTEXT_WINDOW = "invalid_context_window"
+    UNREADABLE_MESSAGE = "unreadable_message"
     # A metrics backend (Prometheus, VictoriaMetrics) answered: see readback/prometheus.py.
     FROM_METRICS = "from_metrics"
     METRICS_WITHOUT_RUN_LABELS = "metrics_without_run_labels"
@@ -134,7 +135,13 @@ WARNING_MESSAGES: dict[WarningCode, str] = {
     WarningCode.PROVIDER_TOOL_NOT_ESTIMATED: (
         "provider-run tools (web search, file search, remote MCP, ...) add input that is not estimated locally"
     ),
-    WarningCode.INVALID_CONTEXT_WINDOW: "cw_context_window was not a positive whole number; the model's window applies",
+    WarningCode.INVALID_CONTEXT_WINDOW: (
+        "cw_context_window was not a whole number of tokens from 1 to 2147483647; the model's window applies"
+    ),
+    WarningCode.UNREADABLE_MESSAGE: (
+        "a message, tool definition or schema of the request has a shape the local count cannot read: "
+        "it counts as far as it could be read, the rest of the breakdown stands"
+    ),
     WarningCode.FROM_METRICS: (
         "read from metrics: the latest values only, without per-source details or the snapshot's own warnings; "
         "times are scrape times"

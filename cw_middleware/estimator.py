@@ -17,14 +17,21 @@ rules name, and the ``model_dump()`` of up to `MAX_DUMPS` response message
 objects (a previous reply appended to the history), kept by identity.
 
 Everything here is synchronous and pure apart from the caches; the wrapper calls
-it on the request path, so it must stay cheap.
+it on the request path, so it must stay cheap. Until a tokenizer is loaded (see
+``rules/_tiktoken.py``), the wrapper hands a call's estimate to `Deferred`, one daemon
+worker per Estimator that runs such estimates in order once the encoding is there.
+After ``os.fork()`` every Estimator gets fresh locks in the child, and its deferred
+queue (the parent's calls) is dropped.
 """
 
 from __future__ import annotations
 
+import logging
 import operator
+import os
 import threading
-from collections import Counter
+import weakref
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -34,8 +41,10 @@ from typing import Any, NamedTuple, Optional
 from pydantic import BaseModel
 
 from .contract import Category, WarningCode
+from .errors import TagError
 from .rules import CountingRules, rules_for
-from .tags import TAG_KEY, Tag, read_tag, strip_tool
+from .rules._tiktoken import NotReady
+from .tags import MESSAGE_ROLES, TAG_KEY, UNKNOWN_ROLE_LABEL, Tag, has_tag, mcp_server_label, read_tag, role_label, strip_tool
 
 # Content part types that carry text the model reads as text.
 _TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
@@ -49,6 +58,9 @@ MAX_DUMPS = 4096
 SourceKey = tuple[Category, str]
 _RESPONSE_FORMAT: SourceKey = (Category.OTHER, "response_format")
 _FRAMING: SourceKey = (Category.OTHER, "framing")
+_UNREADABLE: SourceKey = (Category.CONVERSATION, UNKNOWN_ROLE_LABEL)
+_UNREADABLE_PART: SourceKey = (Category.OTHER, "")  # never exported: a marker inside _count_message
+_THINKING: SourceKey = (Category.OTHER, "thinking")
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,10 @@ class Estimate:
     rules: CountingRules
     tagged_messages: tuple[int, ...] = ()  # indexes of messages that carry a tag (to strip)
     unestimated: Mapping[SourceKey, int] = field(default_factory=dict)
+    # The local parts of the prompt up to its last explicit cache breakpoint (``cache_control``), in
+    # the provider's order: tools, system, messages. Empty without a breakpoint. A response's cache
+    # read + write is that prefix's exact count (see `reconcile.reconcile_with_prefix`).
+    cache_prefix: Mapping[SourceKey, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -82,6 +98,16 @@ class _MessageCount(NamedTuple):
 
 _NO_WARNINGS: frozenset[WarningCode] = frozenset()
 _OPAQUE = _MessageCount((), frozenset({WarningCode.OPAQUE_CONTEXT_NOT_ESTIMATED}), False)
+_UNREADABLE_WARNING = frozenset({WarningCode.UNREADABLE_MESSAGE})
+
+
+class TokenizerFailed(Exception):
+    """The rules' tokenizer failed on a plain string: no estimate stands, whatever the message's shape.
+
+    Raised instead of the tokenizer's own error, whose message may quote the text.
+    """
+
+
 ReadMessage = Callable[[dict[str, Any]], Optional[dict[str, Any]]]
 
 
@@ -93,6 +119,8 @@ class _Conversation:
     warnings: Counter[WarningCode] = field(default_factory=Counter)
     tagged_idx: list[int] = field(default_factory=list)
     unseen: Counter[SourceKey] = field(default_factory=Counter)
+    system_idx: list[int] = field(default_factory=list)  # system/developer messages (sent ahead of the rest)
+    breakpoint_idx: list[int] = field(default_factory=list)  # messages that carry a cache_control breakpoint
 
 
 @dataclass
@@ -101,6 +129,71 @@ class _ToolsCount:
     tool_choice: Any
     entries: tuple[tuple[SourceKey, int], ...]
     warnings: frozenset[WarningCode]
+
+
+logger = logging.getLogger("cw_middleware")
+MAX_DEFERRED = 1024  # estimates waiting for a tokenizer; beyond it a call publishes no local estimate
+
+
+class Deferred:
+    """Jobs (a call's estimate and what follows it) that wait for a tokenizer, run in order on one daemon thread."""
+
+    def __init__(self, max_jobs: int = MAX_DEFERRED) -> None:
+        self._max = max_jobs
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition()
+        self._jobs: deque[Callable[[], None]] = deque()
+        self._busy = False
+        self._thread: Optional[threading.Thread] = None
+
+    def submit(self, job: Callable[[], None]) -> bool:
+        """Queue a job; False (and nothing queued) when the queue is full. Never blocks."""
+        with self._cond:
+            if len(self._jobs) >= self._max:
+                return False
+            self._jobs.append(job)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="cw-deferred-estimate", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+        return True
+
+    def wait_idle(self, timeout: float) -> bool:
+        """True once every queued job has run (flush waits here, within its timeout)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._jobs and not self._busy, timeout=max(timeout, 0.0))
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+                if not self._cond.wait_for(lambda: self._jobs, timeout=30.0):
+                    self._thread = None  # idle: the next submit starts a fresh worker
+                    return
+                job = self._jobs.popleft()
+                self._busy = True
+            try:
+                job()
+            except Exception as exc:  # noqa: BLE001 - a job's failure is the middleware's, never the caller's
+                logger.warning("cw_middleware: a deferred estimate failed (%s)", type(exc).__name__)
+
+
+_estimators: weakref.WeakSet[Estimator] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    # A lock held by another thread at fork time stays held forever in the child; the parent's
+    # queued estimates are the parent's to publish.
+    for estimator in list(_estimators):
+        estimator._lock = threading.Lock()
+        estimator.deferred._reset()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 class Estimator:
@@ -118,6 +211,8 @@ class Estimator:
         self._conversations: dict[tuple[str, int], list[_Conversation]] = {}
         self._n_conversations = 0
         self._tools: dict[str, list[_ToolsCount]] = {}
+        self.deferred = Deferred()
+        _estimators.add(self)
 
     # ------------------------------------------------------------ public
 
@@ -132,6 +227,7 @@ class Estimator:
         custom_llm_provider: Optional[str] = None,
         api: str = "chat",
         read_message: Optional[ReadMessage] = None,
+        thinking: Any = None,
     ) -> Estimate:
         """``api`` names the framing the provider applies: "chat" (Chat Completions) or "responses".
 
@@ -147,8 +243,10 @@ class Estimator:
             by_source: dict[SourceKey, int] = dict(conv.totals)
             warnings = {code for code, n in conv.warnings.items() if n}
             all_tools = list(tools or ()) + [_legacy_function(f) for f in functions or ()]
+            tool_entries: tuple[tuple[SourceKey, int], ...] = ()
             if all_tools:
                 tc = self._count_tools(rules, all_tools, tool_choice)
+                tool_entries = tc.entries
                 for key, tokens in tc.entries:
                     by_source[key] = by_source.get(key, 0) + tokens
                 warnings |= tc.warnings
@@ -157,17 +255,31 @@ class Estimator:
                 placement = getattr(rules, "tools_placement", None)
                 if placement is not None:
                     key = (Category.TOOLS, "tool_framing")
-                    by_source[key] = by_source.get(key, 0) + placement(_system_first(messages, as_dict))
+                    by_source[key] = by_source.get(key, 0) + placement(_system_first(messages, as_dict), response_format)
         if response_format is not None:
-            sent = response_format_as_sent(response_format, rules.provider)
-            by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(sent)
+            try:
+                sent = response_format_as_sent(response_format, rules.provider)
+                by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(sent)
+            except NotReady:
+                raise
+            except Exception:  # noqa: BLE001 - a schema we cannot read costs its own count, not the estimate
+                warnings.add(WarningCode.UNREADABLE_MESSAGE)
         by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
+        # A hidden instruction some providers add for extended thinking (Anthropic): protocol, so `other`.
+        thinking_overhead = getattr(rules, "thinking_overhead", None)
+        if thinking is not None and thinking_overhead is not None:
+            by_source[_THINKING] = by_source.get(_THINKING, 0) + thinking_overhead(thinking)
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
         unestimated = {k: n for k, n in conv.unseen.items() if n > 0}
+        prefix = _cache_prefix(conv, tool_entries, all_tools, as_dict) if conv.breakpoint_idx or all_tools else {}
         return Estimate(
-            {k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx), unestimated
+            {k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx), unestimated, prefix
         )
+
+    def frozen(self, obj: Any) -> Any:
+        """A value copy of messages or tools as the estimate reads them (response objects dumped)."""
+        return _freeze(obj, self._dumps.as_dict)
 
     # ------------------------------------------------------------ text cache
 
@@ -177,7 +289,12 @@ class Estimator:
         if tokens is None:
             tokens = self._old.get(key)
             if tokens is None:
-                tokens = rules.text(text)
+                try:
+                    tokens = rules.text(text)
+                except NotReady:  # still loading: the wrapper defers the estimate
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    raise TokenizerFailed(type(exc).__name__) from None
             if len(self._young) >= self._max_text:
                 self._old, self._young = self._young, {}
             self._young[key] = tokens
@@ -206,11 +323,14 @@ class Estimator:
                 conv.frozen = best.frozen[:best_k]
                 conv.counts = best.counts[:best_k]
                 conv.tagged_idx = [i for i in best.tagged_idx if i < best_k]
+                conv.system_idx = [i for i in best.system_idx if i < best_k]
+                conv.breakpoint_idx = [i for i in best.breakpoint_idx if i < best_k]
             self._remember(head, conv)
         for msg in messages[best_k:]:
-            count = self._count_message(rules, msg, read_message)
+            count = self._count_message_or_fallback(rules, msg, read_message)
             if count.tagged:
                 conv.tagged_idx.append(len(conv.counts))
+            _note_position(conv, as_dict(msg), len(conv.counts))
             conv.frozen.append(_freeze(msg, as_dict))
             conv.counts.append(count)
             _add(conv, count)
@@ -228,32 +348,65 @@ class Estimator:
                 del self._conversations[bucket_key]
             self._n_conversations -= 1
 
-    def _count_message(self, rules: CountingRules, msg: Any, read_message: Optional[ReadMessage] = None) -> _MessageCount:
-        msg = self._dumps.as_dict(msg)
+    def _count_message_or_fallback(self, rules: CountingRules, msg: Any, read_message: Optional[ReadMessage]) -> _MessageCount:
+        """One message's count; a shape the rules cannot read costs that message's accuracy, never the estimate.
+
+        LiteLLM passes odd shapes on (a role that is a list, ``tool_calls=[{"function": "x"}]``):
+        such a message counts its framing and plain-string content where it can, under its tag or
+        ``conversation``/``unknown_role``, with the warning ``unreadable_message``. A bad tag is
+        still the caller's mistake and raises.
+        """
+        try:
+            return self._count_message(rules, msg, read_message)
+        # The caller's mistake; a tokenizer that fails or is still loading (the wrapper defers the estimate).
+        except (TagError, TokenizerFailed, NotReady):
+            raise
+        except Exception:  # noqa: BLE001
+            return self._unreadable(rules, msg)
+
+    def _unreadable(self, rules: CountingRules, msg: Any) -> _MessageCount:
+        msg = msg if isinstance(msg, dict) else {}
+        tag = read_tag(msg) if TAG_KEY in msg else None  # a bad tag still raises: the caller's mistake
+        key = (tag.category, tag.source or UNKNOWN_ROLE_LABEL) if tag is not None else _UNREADABLE
+        # A plain message's framing must count: if it fails too, the rules are broken, not the message,
+        # and the whole estimate fails (a breakdown of zeros would be a wrong number, not a degraded one).
+        content = msg.get("content")
+        tokens = rules.message_framing({"role": "user"}) + (self._text(rules, content) if type(content) is str else 0)
+        return _MessageCount(((key, tokens),), _UNREADABLE_WARNING, has_tag(msg))
+
+    def _count_message(self, rules: CountingRules, raw: Any, read_message: Optional[ReadMessage] = None) -> _MessageCount:
+        msg = self._dumps.as_dict(raw)
         if read_message is not None:
             read = read_message(msg)
             if read is None:  # held or encrypted by the provider: nothing to count, and a warning
                 return _OPAQUE
             msg = read
+        warnings: set[WarningCode] = set()
+        if not msg and type(raw) is not dict:  # a string, None, a number in the message list
+            warnings.add(WarningCode.UNREADABLE_MESSAGE)
         role = msg.get("role") or "user"
         if type(role) is not str:  # a str Enum (smolagents' MessageRole.SYSTEM) counts as its value, as it is sent
             role = plain_text(role)
+            if not isinstance(role, str):  # a list, a dict, a number: LiteLLM sends it on, we cannot read it
+                warnings.add(WarningCode.UNREADABLE_MESSAGE)
+                role = "user"
+                label = UNKNOWN_ROLE_LABEL
             msg = {**msg, "role": role}
         tag = read_tag(msg) if TAG_KEY in msg else None
         if tag is not None:
-            own: SourceKey = (tag.category, tag.source or role)
+            own: SourceKey = (tag.category, tag.source or role_label(role))
         elif role in _DEFAULT_SOURCE:
             own = (Category.SYSTEM_PROMPT, _DEFAULT_SOURCE[role])
         else:
-            own = (Category.CONVERSATION, role)
+            label = role if role in MESSAGE_ROLES else (UNKNOWN_ROLE_LABEL if warnings else role_label(role))
+            own = (Category.CONVERSATION, label)
         # Most messages are one untagged string: they take the straight path, one entry, no dict.
         tokens = rules.message_framing(msg)
         name = msg.get("name")
         if name:
-            tokens += self._text(rules, str(name))
+            tokens += self._text(rules, plain_text(name) if isinstance(name, str) else str(name))
         content = msg.get("content")
         parts: dict[SourceKey, int] = {}
-        warnings: set[WarningCode] = set()
         unseen: dict[SourceKey, int] = {}
         tagged = tag is not None
         if isinstance(content, str):
@@ -264,11 +417,20 @@ class Estimator:
             tokens += parts.pop(own, 0)
             if unseen:
                 warnings.add(WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED)
+            if parts.pop(_UNREADABLE_PART, None) is not None:
+                warnings.add(WarningCode.UNREADABLE_MESSAGE)
+        elif content is not None:
+            warnings.add(WarningCode.UNREADABLE_MESSAGE)
         calls = msg.get("tool_calls")
         if calls:
-            tokens += rules.tool_calls([self._dumps.as_dict(c) for c in calls])
-        if msg.get("function_call"):
-            tokens += rules.tool_calls([{"function": self._dumps.as_dict(msg["function_call"])}])
+            readable = self._readable_calls(calls if isinstance(calls, (list, tuple)) else None, warnings)
+            if readable:
+                tokens += rules.tool_calls(readable)
+        function_call = msg.get("function_call")
+        if function_call:
+            readable = self._readable_calls([{"function": function_call}], warnings)
+            if readable:
+                tokens += rules.tool_calls(readable)
         entries = ((own, tokens), *parts.items()) if parts else ((own, tokens),)
         return _MessageCount(entries, frozenset(warnings) if warnings else _NO_WARNINGS, tagged, tuple(unseen.items()))
 
@@ -278,17 +440,45 @@ class Estimator:
         if isinstance(part, str):
             entries[own] = entries.get(own, 0) + self._text(rules, part)
             return False
-        part = self._dumps.as_dict(part)
+        raw, part = part, self._dumps.as_dict(part)
+        if not part and type(raw) is not dict:
+            entries[_UNREADABLE_PART] = 0  # a marker, popped by the caller: the part is not a part
+            return False
         tag: Optional[Tag] = read_tag(part)
         key = (tag.category, tag.source or own[1]) if tag is not None else own
         text = part.get("text")
         if part.get("type", "text") in _TEXT_PART_TYPES:  # a part without a type is text
-            entries[key] = entries.get(key, 0) + self._text(rules, text if isinstance(text, str) else "")
+            if isinstance(text, str):
+                entries[key] = entries.get(key, 0) + self._text(rules, text)
+            else:
+                entries[_UNREADABLE_PART] = 0
         else:
             # Images, audio, files: never guessed from their bytes. The key that carries the part is
             # remembered: an authoritative total's surplus over the local count belongs to it.
             unseen[key] = unseen.get(key, 0) + 1
         return tag is not None
+
+    def _readable_calls(self, calls: Optional[Sequence[Any]], warnings: set[WarningCode]) -> list[dict[str, Any]]:
+        """Tool calls as the rules read them (dicts whose ``function`` is a dict); the rest is unreadable."""
+        if calls is None:
+            warnings.add(WarningCode.UNREADABLE_MESSAGE)
+            return []
+        as_dict = self._dumps.as_dict
+        out = []
+        for raw in calls:
+            call = as_dict(raw)
+            function = call.get("function")
+            if function is not None and not isinstance(function, Mapping):
+                function = as_dict(function) if hasattr(function, "model_dump") else None
+                if function is None:
+                    warnings.add(WarningCode.UNREADABLE_MESSAGE)
+                    continue
+                call = {**call, "function": function}
+            if not call:
+                warnings.add(WarningCode.UNREADABLE_MESSAGE)
+                continue
+            out.append(call)
+        return out
 
     # ------------------------------------------------------------ tools
 
@@ -304,17 +494,28 @@ class Estimator:
         plain = []
         for raw in tools:
             definition = self._dumps.as_dict(raw)
-            tag = read_tag(definition)
+            tag = read_tag(definition)  # a bad tag raises: the caller's mistake
             definition = strip_tool(definition)
-            plain.append(definition)
             if tag is not None:
                 key: SourceKey = (tag.category, tag.source or "native")
             else:
                 key = _untagged_tool_key(definition)
                 if key[0] is not Category.TOOLS:
                     warnings.add(WarningCode.TOOL_SOURCE_INFERRED)
-            entries[key] += rules.tool_definition(definition)
-        entries[(Category.TOOLS, "tool_framing")] += rules.tools_overhead(plain, tool_choice)
+            try:
+                entries[key] += rules.tool_definition(definition)
+            except NotReady:
+                raise
+            except Exception:  # noqa: BLE001 - a definition we cannot read costs its own count only
+                warnings.add(WarningCode.UNREADABLE_MESSAGE)
+                continue
+            plain.append(definition)
+        try:
+            entries[(Category.TOOLS, "tool_framing")] += rules.tools_overhead(plain, tool_choice)
+        except NotReady:
+            raise
+        except Exception:  # noqa: BLE001
+            warnings.add(WarningCode.UNREADABLE_MESSAGE)
         counted = _ToolsCount(_freeze(tools, self._dumps.as_dict), tool_choice, tuple(entries.items()), frozenset(warnings))
         if len(self._tools) > 64:
             self._tools.clear()
@@ -358,6 +559,59 @@ def _pydantic_response_format(model_class: type[BaseModel], provider: str) -> An
         return {"type": "json_schema", "json_schema": {"schema": schema, "name": model_class.__name__, "strict": True}}
 
 
+def _note_position(conv: _Conversation, msg: Mapping[str, Any], index: int) -> None:
+    """Remember where a message sits in the provider's prompt order and whether it marks a cache breakpoint."""
+    if plain_text(msg.get("role")) in ("system", "developer"):
+        conv.system_idx.append(index)
+    if _has_breakpoint(msg):
+        conv.breakpoint_idx.append(index)
+
+
+def _has_breakpoint(item: Mapping[str, Any]) -> bool:
+    if item.get("cache_control"):
+        return True
+    content = item.get("content")
+    if isinstance(content, (list, tuple)):
+        return any(isinstance(part, Mapping) and part.get("cache_control") for part in content)
+    return False
+
+
+def _cache_prefix(
+    conv: _Conversation, tool_entries: Sequence[tuple[SourceKey, int]], tools: Sequence[Any], as_dict: _AsDict
+) -> dict[SourceKey, int]:
+    """The local parts of the prompt up to its last ``cache_control`` breakpoint (empty without one).
+
+    Anthropic caches in the order tools, system, messages (LiteLLM sends every system message
+    ahead of the turns): a breakpoint on a turn covers the tools, every system message and the
+    turns up to it; one on a system message the tools and the system messages up to it; one on
+    a tool the tools. A breakpoint inside a message counts that whole message as prefix.
+    """
+    last = conv.breakpoint_idx[-1] if conv.breakpoint_idx else None
+    if last is None and not any(_has_breakpoint(as_dict(tool)) for tool in tools):
+        return {}
+    prefix: Counter[SourceKey] = Counter()
+    for key, tokens in tool_entries:
+        prefix[key] += tokens
+    if last is not None:
+        systems = set(conv.system_idx)
+        on_system = last in systems
+        for index in conv.system_idx if on_system else ():
+            if index <= last:
+                _add_entries(prefix, conv.counts[index])
+        if not on_system:
+            for index in systems:
+                _add_entries(prefix, conv.counts[index])
+            for index in range(last + 1):
+                if index not in systems:
+                    _add_entries(prefix, conv.counts[index])
+    return {k: v for k, v in prefix.items() if v}
+
+
+def _add_entries(into: Counter[SourceKey], count: _MessageCount) -> None:
+    for key, tokens in count.entries:
+        into[key] += tokens
+
+
 def _system_first(messages: Sequence[Any], as_dict: _AsDict) -> bool:
     return bool(messages) and plain_text(as_dict(messages[0]).get("role")) in ("system", "developer")
 
@@ -372,10 +626,9 @@ def _legacy_function(function: Any) -> Any:
 def _untagged_tool_key(definition: Mapping[str, Any]) -> SourceKey:
     """Untagged tools are native; an ``mcp__server__tool`` name is MCP by convention, with a warning."""
     fn = definition.get("function", definition)
-    name = str(fn.get("name", "")) if isinstance(fn, Mapping) else ""
-    if name.startswith("mcp__"):
-        server = name[5:].split("__", 1)[0] or "unknown"
-        return (Category.MCP_TOOLS, f"mcp:{server}")
+    name = fn.get("name", "") if isinstance(fn, Mapping) else ""
+    if isinstance(name, str) and name.startswith("mcp__"):
+        return (Category.MCP_TOOLS, mcp_server_label(name[5:].split("__", 1)[0]))
     return (Category.TOOLS, "native")
 
 
@@ -412,8 +665,11 @@ def _common_prefix(frozen: list[Any], messages: list[Any], as_dict: _AsDict) -> 
 
 
 def _head_key(msg: dict[str, Any]) -> int:
-    content = msg.get("content")
-    return hash((plain_text(msg.get("role")), content if isinstance(content, str) else len(content or ())))
+    role, content = plain_text(msg.get("role")), msg.get("content")
+    try:
+        return hash((role, content if isinstance(content, str) else len(content or ())))
+    except TypeError:  # an unhashable role, content without a length: the bucket only narrows the search
+        return hash((type(role).__name__, type(content).__name__))
 
 
 _AsDict = Callable[[Any], dict[str, Any]]
@@ -445,12 +701,13 @@ class _DumpCache:
     def as_dict(self, obj: Any) -> dict[str, Any]:
         if isinstance(obj, dict):
             return obj
-        dump = getattr(obj, "model_dump", None)
-        if callable(dump):
-            return self._dumped(obj, dump)
         try:
+            dump = getattr(obj, "model_dump", None)
+            if callable(dump):
+                dumped = self._dumped(obj, dump)
+                return dumped if isinstance(dumped, dict) else {}
             return dict(obj)
-        except (TypeError, ValueError):
+        except Exception:  # noqa: BLE001 - not a mapping (a string, None, an object that refuses): nothing to read
             return {}
 
     def _dumped(self, obj: Any, dump: Any) -> dict[str, Any]:

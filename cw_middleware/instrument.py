@@ -40,9 +40,13 @@ def instrument() -> None:
 
     Idempotent and thread-safe. Calls that look the function up on the module at
     call time are observed (frameworks, the Router); a reference bound before this
-    call (``from litellm import completion`` at import time) is not.
+    call (``from litellm import completion`` at import time) is not. Starts loading the
+    o200k_base tokenizer in the background, so the first observed call does not wait for it.
     """
     litellm = _offline.litellm()
+    from .rules import _tiktoken
+
+    _tiktoken.prefetch("o200k_base")
 
     with _lock:
         for name, shell in _shells().items():

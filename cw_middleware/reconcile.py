@@ -18,6 +18,13 @@ whose messages hold such content, and applies one rule:
   see, and everything is scaled down proportionally as without carriers.
 
 Either way the parts are whole, non-negative and sum exactly to the total.
+
+An explicit cache breakpoint (Anthropic's ``cache_control``) gives a second exact
+number: the response's cache read + cache write is the token count of the prompt
+up to the breakpoint. `reconcile_with_prefix` then reconciles in two groups: the
+prefix's local parts scale to that exact count and the rest to what remains, so
+an error in one group (a long tool result after the breakpoint) cannot leak into
+the other (the cached system prompt and tools).
 """
 
 from __future__ import annotations
@@ -71,6 +78,59 @@ def reconcile(local: Mapping[K, int], total: int, carriers: Mapping[K, int] | No
     for key, extra in apportion(weights, surplus, remainder_key).items():
         out[key] = out.get(key, 0) + extra
     return out
+
+
+def reconcile_with_prefix(
+    local: Mapping[K, int],
+    total: int,
+    carriers: Mapping[K, int] | None,
+    remainder_key: K,
+    prefix: Mapping[K, int],
+    prefix_total: int,
+) -> dict[K, int]:
+    """``local`` scaled to ``total`` in two groups: ``prefix`` (the local parts of the prompt up to a
+    cache breakpoint, a part of ``local``) to ``prefix_total``, the rest to ``total - prefix_total``.
+
+    A ``prefix_total`` outside ``1..total`` is no second number to go by (nothing was cached: the
+    prefix was under the provider's minimum): plain `reconcile`. Each group follows `reconcile`'s
+    rule; ``carriers`` apply to the group that holds their key. The result sums exactly to ``total``.
+    """
+    if total < 0:
+        raise ValueError("total must be >= 0")
+    if not 0 < prefix_total <= total or not any(w > 0 for w in prefix.values()):
+        return reconcile(local, total, carriers, remainder_key)
+    head = {k: min(max(w, 0), max(local.get(k, 0), 0)) for k, w in prefix.items()}
+    tail = {k: w - head.get(k, 0) for k, w in local.items() if w - head.get(k, 0) > 0}
+    out = reconcile(head, prefix_total, {k: n for k, n in (carriers or {}).items() if head.get(k)}, remainder_key)
+    rest = reconcile(tail, total - prefix_total, {k: n for k, n in (carriers or {}).items() if tail.get(k)}, remainder_key)
+    for key, tokens in rest.items():
+        out[key] = out.get(key, 0) + tokens
+    return out
+
+
+def usage_cache_prefix_tokens(usage: Any) -> Optional[int]:
+    """Cache read + cache write tokens of an explicit-breakpoint cache (Anthropic), or None.
+
+    Only a usage that reports cache *writes* (``cache_creation_input_tokens``) has breakpoint
+    semantics: OpenAI's automatic prefix caching reports reads only, in 128-token steps, and
+    says nothing exact about a prefix the caller marked.
+    """
+    if usage is None:
+        return None
+    get = usage.get if isinstance(usage, Mapping) else lambda k, d=None: getattr(usage, k, d)
+    written = get("cache_creation_input_tokens")
+    read = get("cache_read_input_tokens")
+    details = get("prompt_tokens_details")
+    if not isinstance(written, int) and details is not None:
+        detail = details.get if isinstance(details, Mapping) else lambda k, d=None: getattr(details, k, d)
+        written = detail("cache_creation_tokens")
+        written = written if isinstance(written, int) else detail("cache_write_tokens")
+        if not isinstance(read, int):
+            read = detail("cached_tokens")
+    if isinstance(written, bool) or not isinstance(written, int) or written < 0:
+        return None
+    read = read if isinstance(read, int) and not isinstance(read, bool) and read > 0 else 0
+    return written + read
 
 
 def usage_input_tokens(usage: Any) -> Optional[int]:

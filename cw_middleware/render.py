@@ -37,10 +37,19 @@ _LABEL = {
 }
 
 
-def _fmt(n: int) -> str:
+def format_tokens(n: int) -> str:
+    """``1,234``, ``12.3k``, ``1.2M``: the one rule for token counts (the live page's format.js follows it)."""
     if n >= 1_000_000:
         return f"{n / 1_000_000:.1f}M"
     return f"{n / 1000:.1f}k" if n >= 10_000 else f"{n:,}"
+
+
+def format_percent(part: int, whole: int) -> str:
+    """``12.3%`` of ``whole``, one decimal (format.js's ``percent``)."""
+    return f"{100 * part / whole:.1f}%"
+
+
+_fmt = format_tokens
 
 
 def _bar(tokens: dict[str, int], scale: int) -> tuple[str, list[str]]:

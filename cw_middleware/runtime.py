@@ -41,7 +41,7 @@ from ._setup import Providers, choose_providers
 from .config import Config, ProviderCountPolicy, resolve
 from .contract import Snapshot, WarningCode
 from .estimator import Estimator
-from .snapshot import SnapshotParts
+from .snapshot import CompactSnapshot, SnapshotParts, compact, expand
 from .telemetry import CallTelemetry, StageInfo, Telemetry
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class Runtime:
         self.parts = SnapshotParts()
         self._telemetry = Telemetry(self.config, tracer_provider, meter_provider, logger_provider)
         self.log = RateLimitedLog()
-        self._history: deque[Snapshot] = deque(maxlen=self.config.snapshot_history)
+        self._history: deque[CompactSnapshot] = deque(maxlen=self.config.snapshot_history)  # untracked by gc
         self._pending: OrderedDict[tuple[str, str], set[WarningCode]] = OrderedDict()  # bounded: MAX_TRACKED_STAGES
         self._newest_call: OrderedDict[tuple[str, str], int] = OrderedDict()  # bounded: MAX_TRACKED_STAGES
         self._call_seq = 0
@@ -98,8 +98,9 @@ class Runtime:
         self, snapshot: Snapshot, call: Optional[CallTelemetry], stage: Optional[StageInfo], superseded: bool = False
     ) -> None:
         """Keep a snapshot and send it out; telemetry failures are logged, never raised."""
+        row = compact(snapshot)
         with self._lock:
-            self._history.append(snapshot)
+            self._history.append(row)
         if call is None:
             return
         try:
@@ -109,7 +110,8 @@ class Runtime:
 
     def snapshots(self) -> list[Snapshot]:
         with self._lock:
-            return list(self._history)
+            rows = list(self._history)
+        return [expand(row, self.parts) for row in rows]
 
     def register_call(self, stage: Optional[StageInfo]) -> int:
         """A new call in a stage: returns its sequence number, which makes it the stage's newest."""
@@ -153,13 +155,15 @@ class Runtime:
     # ------------------------------------------------------------ lifecycle
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait for queued provider counts, then export; returns within about ``timeout`` whatever the backend does."""
+        """Wait for deferred estimates and queued provider counts, then export; returns within about
+        ``timeout`` whatever the backend does."""
         deadline = time.monotonic() + timeout
-        ok = True
         if self._forked:
             self._own_pipeline()
+        # Estimates deferred while a tokenizer loaded publish snapshots (and may queue counts): first.
+        ok = self.estimator.deferred.wait_idle(timeout)
         if self._counter is not None:
-            ok = self._counter.wait_idle(timeout) and ok
+            ok = self._counter.wait_idle(max(0.0, deadline - time.monotonic())) and ok
         if self._flush is not None:
             try:
                 ok = self._flush(max(0.0, deadline - time.monotonic())) and ok

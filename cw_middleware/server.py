@@ -1,17 +1,28 @@
-"""``cw-middleware serve``: the read-back answer over HTTP, stdlib only.
+"""``cw-middleware serve``: the HTTP core (threads, limits, auth, errors) under the routes of `cw_middleware.serve`.
 
     GET /api/v1/runs                                             {"runs": [...]}, newest activity first
-    GET /api/v1/runs/{run_id}/stages/{stage_id}/context-window   StageContextWindow JSON
     GET /api/v1/runs/{run_id}/stages                             {"run_id", "stages": [...]}
+    GET /api/v1/runs/{run_id}/stages/{stage_id}/context-window   StageContextWindow JSON
+    GET /api/v1/runs/{run_id}/events                             Server-Sent Events (serve/events.py)
+    GET /  and  /runs/{run_id}                                   the live page (serve/page.py)
     GET /openapi.json                                            this API, OpenAPI 3.1
-    GET /healthz                                                 {"status": "ok"}
+    GET /healthz                                                 {"status": "ok"}, no token, no backend
 
-404 for a missing run or stage (JSON error), 200 with ``available=false`` for a
-known stage without data, 400 for an invalid id, 401 without the bearer token
-when one is set (``--token`` or CW_SERVE_TOKEN), 502/503 when the backend fails.
-Ids are path segments: percent-encode a ``/`` inside an id as ``%2F``. Binds to
-127.0.0.1 by default. Readers are synchronous; each request runs on its own
-thread (ThreadingHTTPServer). Errors never carry a stack trace.
+Every answer other than 200 is our JSON error ``{"error": {"code", "message"}}``,
+the stdlib's own (bad request line, unknown method, headers too large) included;
+never a stack trace. Ids are path segments: percent-encode a ``/`` as ``%2F``.
+
+Bounds (`serve.core.Limits`): each connection has a socket timeout (idle clients are
+closed), the request head must arrive within ``head_timeout`` (slow clients are cut by
+one reaper thread), at most ``max_connections`` connection threads run at once (the
+accept loop answers 503 past that, so threads stay bounded however many sockets are
+open), the listen backlog is 128, backend queries are capped and time-boxed
+(`serve.gate`), event streams are capped (`serve.events`).
+
+The bearer token (``--token`` or CW_SERVE_TOKEN) is text; on the wire it is matched
+as UTF-8 (curl, most clients) and, when the token fits ISO-8859-1, as ISO-8859-1
+bytes too (what browsers and Python's http.client send for such text): both are
+accepted, compared in constant time. Binds 127.0.0.1 by default.
 """
 
 from __future__ import annotations
@@ -19,163 +30,89 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import select
+import socket
+import threading
+import time
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
-from .errors import BackendError, BackendUnavailable, ConfigError, NotFound
 from .readback import Reader
+from .serve import api, events, page
+from .serve.core import API_PREFIX, Context, HttpError, Limits, Route
+from .serve.events import Watchers
+from .serve.gate import QueryGate
+from .serve.openapi import openapi_document
 
 logger = logging.getLogger("cw_middleware")
 
-API_PREFIX = "/api/v1"
+__all__ = ["API_PREFIX", "Limits", "ReadbackServer", "make_server", "openapi_document", "token_matches"]
+
+ROUTES: list[Route] = [*api.ROUTES, *events.ROUTES, *page.ROUTES]
+ALLOW = "GET, HEAD"
+_MAX_MESSAGE = 200
 
 
-def _error_schema() -> dict[str, Any]:
-    return {
-        "type": "object",
-        "required": ["error"],
-        "properties": {
-            "error": {
-                "type": "object",
-                "required": ["code", "message"],
-                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
-            }
-        },
-    }
+def token_matches(given: str, token: str) -> bool:
+    """``given`` is a header value as http.client decoded it (ISO-8859-1); see the module docstring."""
+    try:
+        raw = given.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    candidates = [token.encode("utf-8", "surrogateescape")]
+    try:
+        candidates.append(token.encode("latin-1"))
+    except UnicodeEncodeError:
+        pass
+    matched = False
+    for candidate in candidates:  # every candidate is compared: the time taken does not say which one matched
+        matched |= hmac.compare_digest(raw, candidate)
+    return matched
 
 
-def openapi_document() -> dict[str, Any]:
-    from .contract import StageContextWindow
+class _HeadReaper:
+    """One thread that closes connections whose request head is not complete by its deadline."""
 
-    window_schema = StageContextWindow.model_json_schema(ref_template="#/components/schemas/{model}")
-    defs = window_schema.pop("$defs", {})
-    id_param = {"in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 256}}
-    errors = {
-        "400": {"description": "invalid id", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
-        "401": {
-            "description": "missing or wrong bearer token",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-        },
-        "404": {
-            "description": "no such run or stage",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-        },
-        "502": {
-            "description": "the backend answered something unreadable",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-        },
-        "503": {
-            "description": "the backend could not be reached",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-        },
-    }
-    stage_summary = {
-        "type": "object",
-        "required": ["stage_id", "staleness"],
-        "properties": {
-            "stage_id": {"type": "string"},
-            "kind": {"type": ["string", "null"]},
-            "agent_stage": {"type": ["boolean", "null"]},
-            "staleness": {"type": "string", "enum": ["live", "stored"]},
-            "started_at": {"type": ["string", "null"], "format": "date-time"},
-            "last_seen_at": {"type": ["string", "null"], "format": "date-time"},
-        },
-    }
-    run_summary = {
-        "type": "object",
-        "required": ["run_id", "stages", "live_stages"],
-        "properties": {
-            "run_id": {"type": "string"},
-            "stages": {"type": "integer", "minimum": 0},
-            "live_stages": {"type": "integer", "minimum": 0},
-            "first_seen_at": {"type": ["string", "null"], "format": "date-time"},
-            "last_seen_at": {"type": ["string", "null"], "format": "date-time"},
-        },
-    }
-    backend_errors = {k: v for k, v in errors.items() if k in ("401", "502", "503")}
-    return {
-        "openapi": "3.1.0",
-        "info": {
-            "title": "cw-middleware read-back API",
-            "version": "1",
-            "description": "What filled the context window of a stage, read back from telemetry. Content-free.",
-        },
-        "paths": {
-            f"{API_PREFIX}/runs": {
-                "get": {
-                    "operationId": "listRuns",
-                    "summary": "Runs the backend holds, newest activity first",
-                    "responses": {
-                        "200": {
-                            "description": "the runs; empty when the backend holds none",
-                            "content": {
-                                "application/json": {
-                                    "schema": {
-                                        "type": "object",
-                                        "required": ["runs"],
-                                        "properties": {
-                                            "runs": {"type": "array", "items": {"$ref": "#/components/schemas/RunSummary"}}
-                                        },
-                                    }
-                                }
-                            },
-                        },
-                        **backend_errors,
-                    },
-                }
-            },
-            f"{API_PREFIX}/runs/{{run_id}}/stages/{{stage_id}}/context-window": {
-                "get": {
-                    "operationId": "getStageContextWindow",
-                    "summary": "Latest context-window snapshot of a stage",
-                    "parameters": [{"name": "run_id", **id_param}, {"name": "stage_id", **id_param}],
-                    "responses": {
-                        "200": {
-                            "description": "the stage's answer; available=false when the stage has no data",
-                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/StageContextWindow"}}},
-                        },
-                        **errors,
-                    },
-                }
-            },
-            f"{API_PREFIX}/runs/{{run_id}}/stages": {
-                "get": {
-                    "operationId": "listStages",
-                    "summary": "Stages of a run",
-                    "parameters": [{"name": "run_id", **id_param}],
-                    "responses": {
-                        "200": {
-                            "description": "the run's stages, oldest first",
-                            "content": {
-                                "application/json": {
-                                    "schema": {
-                                        "type": "object",
-                                        "properties": {
-                                            "run_id": {"type": "string"},
-                                            "stages": {"type": "array", "items": {"$ref": "#/components/schemas/StageSummary"}},
-                                        },
-                                    }
-                                }
-                            },
-                        },
-                        **errors,
-                    },
-                }
-            },
-        },
-        "components": {
-            "schemas": {
-                **defs,
-                "StageContextWindow": window_schema,
-                "StageSummary": stage_summary,
-                "RunSummary": run_summary,
-                "Error": _error_schema(),
-            },
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        },
-        "security": [{}, {"bearer": []}],
-    }
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._deadlines: dict[socket.socket, float] = {}
+        self._cut: set[socket.socket] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cw-serve-reaper", daemon=True)
+        self._thread.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._deadlines[sock] = time.monotonic() + self.timeout
+
+    def done(self, sock: socket.socket) -> bool:
+        """Stop watching ``sock``; False when it was already cut (what it sent so far is not a request)."""
+        with self._lock:
+            self._deadlines.pop(sock, None)
+            if sock in self._cut:
+                self._cut.discard(sock)
+                return False
+            return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(min(0.25, self.timeout / 4)):
+            now = time.monotonic()
+            with self._lock:
+                overdue = [s for s, deadline in self._deadlines.items() if deadline < now]
+                for s in overdue:
+                    del self._deadlines[s]
+                    self._cut.add(s)
+            for s in overdue:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)  # the handler's read returns; its thread ends
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -183,110 +120,187 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "cw-middleware"
     sys_version = ""
 
+    # ------------------------------------------------------------ connection
+
+    def setup(self) -> None:
+        self.timeout = self.server.limits.idle_timeout  # type: ignore[misc]  # StreamRequestHandler applies it to the socket
+        self._started = False
+        super().setup()
+        self.server.reaper.watch(self.connection)
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()  # reads the headers too: the head deadline runs until it returns
+        if not self.server.reaper.done(self.connection):
+            self.close_connection = True  # cut at the deadline: a partial line or partial headers, never answered
+            return False
+        return ok
+
+    def finish(self) -> None:
+        self.server.reaper.done(self.connection)
+        try:
+            super().finish()
+        except OSError:
+            pass  # the client went away first
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         logger.debug("serve: " + format, *args)
 
+    @property
+    def context(self) -> Context:
+        return self.server.context
+
+    @property
+    def closing(self) -> bool:
+        return self.server.closing
+
+    def client_gone(self) -> bool:
+        """True once the client closed its end (a stream notices without waiting for a write to fail)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
     # ------------------------------------------------------------ responses
 
-    def _send(self, status: int, body: Any, headers: Optional[dict[str, str]] = None) -> None:
-        data = json.dumps(body, separators=(",", ":")).encode("utf-8") if not isinstance(body, bytes) else body
+    def _head(self, status: int, content_type: str, headers: Optional[dict[str, str]]) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Type", content_type)
         self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
         for key, value in (headers or {}).items():
             self.send_header(key, value)
+
+    def send_bytes(self, status: int, content_type: str, data: bytes, headers: Optional[dict[str, str]] = None) -> None:
+        self._started = True
+        self._head(status, content_type, headers)
+        self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
 
-    def _error(self, status: int, code: str, message: str, headers: Optional[dict[str, str]] = None) -> None:
-        self._send(status, {"error": {"code": code, "message": message}}, headers)
+    def send_json(self, status: int, body: Any, headers: Optional[dict[str, str]] = None) -> None:
+        self.send_bytes(status, "application/json", json.dumps(body, separators=(",", ":")).encode("utf-8"), headers)
 
-    # ------------------------------------------------------------ routing
+    def start_stream(self, content_type: str, headers: Optional[dict[str, str]] = None) -> None:
+        self._started = True
+        self._head(200, content_type, headers)
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.flush()
+
+    def _error(self, error: HttpError) -> None:
+        body = {"error": {"code": error.code, "message": error.message[:_MAX_MESSAGE]}}
+        self.send_json(error.status, body, error.headers)
+
+    def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
+        """The stdlib's own errors (400 bad request line, 414, 431, 501 unknown method) as our JSON error."""
+        self.close_connection = True
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"  # a head too broken to name its version still gets a status line
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = "error"
+        code_name = {501: "method_not_allowed"}.get(code, phrase.lower().replace(" ", "_").replace("-", "_"))
+        headers = {"Connection": "close", **({"Allow": ALLOW} if code == 501 else {})}
+        try:
+            self._error(HttpError(code, code_name, message or phrase, headers))
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------ methods
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
         try:
-            self._route()
+            self._dispatch()
+        except HttpError as exc:
+            self._answer_error(exc)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            pass  # the client went away, or stopped reading
         except Exception as exc:  # noqa: BLE001 - never a stack trace to the client
             logger.warning("cw_middleware serve: internal error (%s)", type(exc).__name__)
-            try:
-                self._error(500, "internal_error", "internal error; see the server log")
-            except Exception:  # noqa: BLE001
-                pass
+            self._answer_error(HttpError(500, "internal_error", "internal error; see the server log"))
+
+    def _answer_error(self, error: HttpError) -> None:
+        if self._started:
+            return  # a stream already under way: closing it is the only answer left
+        try:
+            self._error(error)
+        except OSError:
+            pass
 
     do_HEAD = do_GET
 
     def _not_allowed(self) -> None:
-        self._error(405, "method_not_allowed", "only GET is supported", {"Allow": "GET, HEAD"})
+        self.close_connection = True
+        self._error(HttpError(405, "method_not_allowed", f"only {ALLOW} are supported", {"Allow": ALLOW}))
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = _not_allowed
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
 
     def _authorized(self) -> bool:
-        token = self.server.token
+        token = self.context.token
         if not token:
             return True
-        given = self.headers.get("Authorization", "")
-        scheme, _, value = given.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
+        scheme, _, value = self.headers.get("Authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and token_matches(value.strip(), token)
 
-    def _route(self) -> None:
-        path = urlsplit(self.path).path
-        if path == "/healthz":
-            return self._send(200, {"status": "ok"})
-        if not self._authorized():
-            return self._error(401, "unauthorized", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
-        if path == "/openapi.json":
-            return self._send(200, self.server.openapi)
-        if path in (f"{API_PREFIX}/runs", f"{API_PREFIX}/runs/"):
-            try:
-                return self._send(200, {"runs": [r.as_dict() for r in self.server.reader.runs()]})
-            except BackendUnavailable as exc:
-                return self._error(503, "backend_unavailable", str(exc))
-            except BackendError as exc:
-                return self._error(502, "backend_error", str(exc))
-        parts = path.split("/")
-        # ['', 'api', 'v1', 'runs', RUN, 'stages'(, STAGE, 'context-window')]
-        if parts[:4] == ["", "api", "v1", "runs"] and len(parts) in (6, 8) and parts[5] == "stages":
-            try:
-                run_id = _segment(parts[4], "run_id")
-                if len(parts) == 6:
-                    stages = self.server.reader.stages(run_id)
-                    return self._send(200, {"run_id": run_id, "stages": [s.as_dict() for s in stages]})
-                if parts[7] != "context-window":
-                    return self._error(404, "no_route", f"no such endpoint: {path}")
-                stage_id = _segment(parts[6], "stage_id")
-                answer = self.server.reader.context_window(run_id, stage_id)
-                return self._send(200, json.loads(answer.model_dump_json()))
-            except ConfigError as exc:
-                return self._error(400, "invalid_id", str(exc))
-            except NotFound as exc:
-                return self._error(404, "not_found", str(exc))
-            except BackendUnavailable as exc:
-                return self._error(503, "backend_unavailable", str(exc))
-            except BackendError as exc:
-                return self._error(502, "backend_error", str(exc))
-        return self._error(404, "no_route", f"no such endpoint: {path}")
-
-
-def _segment(raw: str, name: str) -> str:
-    try:
-        value = unquote(raw, errors="strict")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{name} is not valid UTF-8") from None
-    if not value:
-        raise ConfigError(f"{name} must not be empty")
-    return value
+    def _dispatch(self) -> None:
+        target = self.path
+        path = urlsplit(target).path if target.startswith(("http://", "https://")) else target.split("?", 1)[0].split("#", 1)[0]
+        for route in ROUTES:
+            params = route.match(path)
+            if params is not None:
+                break
+        else:
+            route, params = None, None
+        if (route is None or route.auth) and not self._authorized():
+            raise HttpError(401, "unauthorized", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
+        if route is None or params is None:
+            raise HttpError(404, "no_route", f"no such endpoint: {path[:100]}")
+        route.handler(self, params)
 
 
 class ReadbackServer(ThreadingHTTPServer):
+    """The stdlib threading server with bounded threads, a deep backlog and the routes' shared context."""
+
     daemon_threads = True
 
-    def __init__(self, reader: Reader, host: str = "127.0.0.1", port: int = 8765, token: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        reader: Reader,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        token: Optional[str] = None,
+        limits: Optional[Limits] = None,
+    ) -> None:
+        self.limits = limits or Limits()
+        self.request_queue_size = self.limits.backlog  # read by server_activate() inside __init__ below
         self.reader = reader
         self.token = token or None
-        self.openapi = openapi_document()
-        super().__init__((host, port), _Handler)
+        watchers = Watchers()
+        self.context = Context(
+            reader,
+            self.limits,
+            QueryGate(self.limits.max_queries, self.limits.query_wait, self.limits.query_timeout),
+            watchers,
+            self.token,
+            openapi_document(),
+        )
+        watchers.bind(self.context)
+        self.closing = False
+        self._active = 0
+        self._active_lock = threading.Lock()
+        self.reaper = _HeadReaper(self.limits.head_timeout)
+        try:
+            super().__init__((host, port), _Handler)
+        except BaseException:
+            self.reaper.stop()
+            raise
+
+    @property
+    def openapi(self) -> dict[str, Any]:
+        return self.context.openapi
 
     @property
     def url(self) -> str:
@@ -294,6 +308,52 @@ class ReadbackServer(ThreadingHTTPServer):
         host = host.decode() if isinstance(host, bytes) else host
         return f"http://{host}:{port}"
 
+    @property
+    def connections(self) -> int:
+        """Connection threads running now (bounded by ``limits.max_connections``)."""
+        return self._active
 
-def make_server(reader: Reader, host: str = "127.0.0.1", port: int = 8765, token: Optional[str] = None) -> ReadbackServer:
-    return ReadbackServer(reader, host, port, token)
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._active_lock:
+            full = self._active >= self.limits.max_connections
+            if not full:
+                self._active += 1
+        if full:
+            self._refuse(request)
+            return
+        thread = threading.Thread(target=self._serve_one, args=(request, client_address), daemon=True)
+        thread.start()
+
+    def _serve_one(self, request: Any, client_address: Any) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            with self._active_lock:
+                self._active -= 1
+
+    def _refuse(self, request: socket.socket) -> None:
+        """503 from the accept loop itself: no thread is spent on a connection past the cap."""
+        body = json.dumps({"error": {"code": "busy", "message": "too many connections; retry shortly"}}).encode()
+        head = (
+            "HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+            f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        try:
+            request.settimeout(0.2)
+            request.sendall(head + body)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def server_close(self) -> None:
+        self.closing = True
+        self.context.watchers.close()
+        self.context.gate.close()
+        self.reaper.stop()
+        super().server_close()
+
+
+def make_server(
+    reader: Reader, host: str = "127.0.0.1", port: int = 8765, token: Optional[str] = None, limits: Optional[Limits] = None
+) -> ReadbackServer:
+    return ReadbackServer(reader, host, port, token, limits)

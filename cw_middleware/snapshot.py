@@ -31,7 +31,7 @@ from .contract import (
     SnapshotWarning,
     WarningCode,
 )
-from .reconcile import reconcile
+from .reconcile import reconcile_with_prefix
 from .schema import percent as _percent
 
 _UNATTRIBUTED = (Category.OTHER, "unattributed")
@@ -109,6 +109,8 @@ def build_snapshot(
     unestimated: Optional[Mapping[tuple[Category, str], int]] = None,
     *,
     parts: Optional[SnapshotParts] = None,
+    cache_prefix: Optional[Mapping[tuple[Category, str], int]] = None,
+    cache_prefix_total: Optional[int] = None,
 ) -> Snapshot:
     """A snapshot of ``by_source``, rescaled to ``total`` when one is given.
 
@@ -117,6 +119,10 @@ def build_snapshot(
 
     ``unestimated`` (`Estimate.unestimated`) names the keys carrying content the local count
     could not see: a total above the local sum goes to them, the rest keep their counts.
+
+    ``cache_prefix`` (`Estimate.cache_prefix`) with ``cache_prefix_total`` (the response's cache
+    read + write for an explicit breakpoint) reconciles in two groups: the prefix's parts to that
+    exact count, the rest to the remainder of ``total``.
     """
     codes = set(warnings)
     parts = parts or SnapshotParts()
@@ -124,7 +130,7 @@ def build_snapshot(
         carriers = unestimated
         if not carriers and WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED in codes:
             carriers = {_UNESTIMATED: 1}  # unseen content whose carrier is unknown: other, not everything
-        by_source = reconcile(by_source, total, carriers, remainder_key=_UNATTRIBUTED)
+        by_source = reconcile_with_prefix(by_source, total, carriers, _UNATTRIBUTED, cache_prefix or {}, cache_prefix_total or 0)
     per_category = dict.fromkeys(CATEGORIES, 0)
     for (category, _), tokens in by_source.items():
         per_category[category] += tokens
@@ -171,3 +177,63 @@ def _trusted(model: type[M], fields: dict[str, Any]) -> M:
     object.__setattr__(instance, "__pydantic_extra__", None)
     object.__setattr__(instance, "__pydantic_private__", None)
     return instance
+
+
+# ---------------------------------------------------------------- compact form (the history)
+
+CompactSnapshot = tuple[Any, ...]
+_N = len(CATEGORIES)
+
+
+def compact(snapshot: Snapshot) -> CompactSnapshot:
+    """A snapshot as one flat tuple of strings, numbers and a datetime.
+
+    The collector untracks such a tuple at its first pass, so a long history (`snapshot_history`,
+    1000 by default) costs full collections nothing: kept as models, each snapshot held six
+    tracked containers that all lived long enough to reach the oldest generation, where they
+    pushed the host toward a full collection (issue 11). `expand` gives back an equal Snapshot.
+    """
+    by_category = {item.category: item.tokens for item in snapshot.breakdown}
+    head = (
+        snapshot.run_id,
+        snapshot.stage_id,
+        snapshot.provider,
+        snapshot.model,
+        snapshot.context_window_tokens,
+        snapshot.input_tokens,
+        snapshot.usage_percent,
+        snapshot.count_method.value,
+        snapshot.generated_at,
+        snapshot.event_seq,
+        len(snapshot.warnings),
+    )
+    tokens = tuple(by_category.get(c, 0) for c in CATEGORIES)
+    codes = tuple(w.code for w in snapshot.warnings)
+    details = tuple(x for d in snapshot.details for x in (d.category.value, d.source, d.tokens))
+    return head + tokens + codes + details
+
+
+def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
+    """The Snapshot a `compact` row was made from, its parts shared through ``parts``."""
+    run_id, stage_id, provider, model, window, input_tokens, usage, method, generated_at, event_seq, n_codes = row[:11]
+    tokens = row[11 : 11 + _N]
+    codes = row[11 + _N : 11 + _N + n_codes]
+    flat = row[11 + _N + n_codes :]
+    return _trusted(
+        Snapshot,
+        dict(
+            run_id=run_id,
+            stage_id=stage_id,
+            provider=provider,
+            model=model,
+            context_window_tokens=window,
+            input_tokens=input_tokens,
+            usage_percent=usage,
+            count_method=CountMethod(method),
+            generated_at=generated_at,
+            event_seq=event_seq,
+            breakdown=[parts.breakdown_item(c, t, window) for c, t in zip(CATEGORIES, tokens)],
+            warnings=[parts.warning(WarningCode(code)) for code in codes],
+            details=[parts.detail_item(Category(flat[i]), flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)],
+        ),
+    )

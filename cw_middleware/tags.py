@@ -13,6 +13,7 @@ and, for hand-built tags, when the request is read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -24,6 +25,14 @@ TAG_KEY = "cw_tag"
 MAX_SOURCE_LENGTH = 120
 
 MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+# Labels the middleware derives from request fields rather than from a caller's tag: an unknown
+# role string, the server part of an ``mcp__server__tool`` name. They are exported, so they are
+# held to the shape of an OpenAI tool name (``^[a-zA-Z0-9_-]{1,64}$``) plus ``.``: anything else
+# could be prompt text, or break a backend's label rules.
+MAX_DERIVED_LABEL = 64
+UNKNOWN_ROLE_LABEL = "unknown_role"
+_NOT_LABEL = re.compile(r"[^A-Za-z0-9_.\-]")
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,23 @@ def _check_label(value: object, what: str) -> str:
     if len(value) > MAX_SOURCE_LENGTH:
         raise TagError(f"{what} is {len(value)} characters; at most {MAX_SOURCE_LENGTH} are allowed")
     return value
+
+
+def role_label(role: str) -> str:
+    """An untagged message's source label: its role when that reads as a role name, else ``unknown_role``.
+
+    A role string is the caller's, not ours: one that is long or holds spaces, punctuation or
+    control characters may be text, so it is never exported as it is.
+    """
+    if 0 < len(role) <= MAX_DERIVED_LABEL and not _NOT_LABEL.search(role):
+        return role
+    return UNKNOWN_ROLE_LABEL
+
+
+def mcp_server_label(server: str) -> str:
+    """``mcp:<server>`` for a server name read from a tool name: other characters become ``_``, at most 64 kept."""
+    name = _NOT_LABEL.sub("_", server[:MAX_DERIVED_LABEL]) or "unknown"
+    return f"mcp:{name}"
 
 
 def make_tag(category: Union[Category, str], source: Optional[str] = None) -> Tag:
@@ -209,6 +235,27 @@ def strip_tools(tools: Any) -> Any:
     if isinstance(tools, (list, tuple)) and any((type(t) is dict or isinstance(t, Mapping)) and TAG_KEY in t for t in tools):
         return [strip_tool(t) for t in tools]
     return tools
+
+
+def check_tags(messages: Any, tools: Sequence[Any] = ()) -> None:
+    """Validate every tag of a request now (raises TagError), without counting it.
+
+    The call path uses it when the estimate itself runs later (a tokenizer still loading):
+    a bad tag is the caller's mistake, and raises on the caller's call, as it would have.
+    """
+    for msg in messages if isinstance(messages, (list, tuple)) else ():
+        if not isinstance(msg, Mapping):
+            continue
+        if TAG_KEY in msg:
+            read_tag(msg)
+        content = msg.get("content")
+        if isinstance(content, (list, tuple)):
+            for part in content:
+                if isinstance(part, Mapping) and TAG_KEY in part:
+                    read_tag(part)
+    for definition in tools:
+        if isinstance(definition, Mapping) and TAG_KEY in definition:
+            read_tag(definition)
 
 
 def has_tag(msg: Any) -> bool:

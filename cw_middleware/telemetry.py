@@ -281,6 +281,7 @@ class CallTelemetry:
         output_tokens: Optional[int] = None,
         cache_read_tokens: Optional[int] = None,
         error: Optional[BaseException] = None,
+        end_time: Optional[int] = None,  # ns since the epoch; None: now (a deferred estimate ends the span later)
     ) -> None:
         with self._lock:
             if self._ended:
@@ -312,4 +313,4 @@ class CallTelemetry:
             # The exception type only: provider error bodies are content.
             span.set_attribute(ERROR_TYPE, type(error).__qualname__)
             span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
-        span.end()
+        span.end(end_time=end_time)

@@ -13,6 +13,7 @@ proceeds as LiteLLM would run it.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Mapping
 from functools import lru_cache
@@ -20,20 +21,50 @@ from typing import Any, Optional
 
 from ._litellm import forwarding, forwarding_scope, mark_observed, original
 from .apis import API_OF, Api, Forward, Parsed, Usage, for_estimate
-from .config import ProviderCountPolicy, parse_policy
+from .apis.chat import refused_stream_usage, remember_refusal
+from .config import MAX_CONTEXT_WINDOW, ProviderCountPolicy, StreamUsagePolicy, parse_policy, parse_stream_usage
 from .contract import CountMethod, Snapshot, WarningCode
 from .errors import ConfigError, TagError
 from .estimator import Estimate
-from .rules import split_provider
+from .rules import _tiktoken, split_provider
 from .runtime import Runtime, get_runtime
 from .snapshot import RequestMeta, build_snapshot
 from .stages import current_stage, default_stage
+from .tags import check_tags
 from .telemetry import CallTelemetry, StageInfo
 
 # Per-call options of ours; removed before LiteLLM sees the request.
 OPTION_CONTEXT_WINDOW = "cw_context_window"
 OPTION_PROVIDER_COUNT = "cw_provider_count"
-_OPTIONS = (OPTION_CONTEXT_WINDOW, OPTION_PROVIDER_COUNT)
+OPTION_STREAM_USAGE = "cw_stream_usage"
+_OPTIONS = (OPTION_CONTEXT_WINDOW, OPTION_PROVIDER_COUNT, OPTION_STREAM_USAGE)
+
+# Calls between their start and LiteLLM's return: the tokenizer loader holds back while any runs
+# (its last step holds the GIL throughout, see rules/_tiktoken.py).
+_in_flight = 0
+_in_flight_lock = threading.Lock()
+
+
+def _calls_in_flight() -> bool:
+    return _in_flight > 0
+
+
+_tiktoken.set_in_flight_probe(_calls_in_flight)
+
+
+class _InFlight:
+    def __enter__(self) -> None:
+        global _in_flight
+        with _in_flight_lock:
+            _in_flight += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        global _in_flight
+        with _in_flight_lock:
+            _in_flight -= 1
+
+
+_IN_FLIGHT = _InFlight()
 
 # ---------------------------------------------------------------- entry points
 
@@ -65,26 +96,36 @@ async def aresponses(*args: Any, **kwargs: Any) -> Any:
 def _forward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if forwarding():
         return original(name)(*args, **_without_options(kwargs))
-    call = _Call.start(API_OF[name], args, kwargs)
-    try:
-        with forwarding_scope():
-            response = original(name)(*call.args, **call.kwargs)
-    except BaseException as exc:
-        call.fail(exc)
-        raise
+    with _IN_FLIGHT:
+        call = _Call.start(API_OF[name], args, kwargs)
+        while True:
+            try:
+                with forwarding_scope():
+                    response = original(name)(*call.args, **call.kwargs)
+                break
+            except BaseException as exc:
+                if call.drop_stream_usage(exc):
+                    continue  # the endpoint refused the stream_options we added: once more, as the caller wrote it
+                call.fail(exc)
+                raise
     return call.observe(response)
 
 
 async def _aforward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if forwarding():
         return await original(name)(*args, **_without_options(kwargs))
-    call = _Call.start(API_OF[name], args, kwargs)
-    try:
-        with forwarding_scope():
-            response = await original(name)(*call.args, **call.kwargs)
-    except BaseException as exc:
-        call.fail(exc)
-        raise
+    with _IN_FLIGHT:
+        call = _Call.start(API_OF[name], args, kwargs)
+        while True:
+            try:
+                with forwarding_scope():
+                    response = await original(name)(*call.args, **call.kwargs)
+                break
+            except BaseException as exc:
+                if call.drop_stream_usage(exc):
+                    continue
+                call.fail(exc)
+                raise
     return call.observe(response)
 
 
@@ -98,16 +139,30 @@ def estimate(*args: Any, **kwargs: Any) -> Snapshot:
     """The local snapshot of a request, without calling anything.
 
     Takes `completion`'s arguments, or `responses`' (``input=`` without ``messages=``).
+    Raises only `TagError`, for a malformed tag: any other failure is a snapshot with the warning
+    ``estimate_failed`` (and a log line), as a call would publish it.
     """
     runtime = get_runtime()
-    parsed, est = _local_estimate(runtime, for_estimate(args, kwargs), args, kwargs)
+    try:
+        parsed, est = _local_estimate(runtime, for_estimate(args, kwargs), args, kwargs)
+        by_source, model, codes = est.by_source, parsed.model, set(est.warnings) | parsed.warnings
+    except TagError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
+        by_source, codes = {}, {WarningCode.ESTIMATE_FAILED}
+        model = kwargs.get("model", args[0] if args else "")
+        model = model if isinstance(model, str) else ""
     meta, window_codes = _meta(
-        runtime, parsed.model, kwargs.get("custom_llm_provider"), kwargs.get(OPTION_CONTEXT_WINDOW), current_stage()
+        runtime, model, kwargs.get("custom_llm_provider"), kwargs.get(OPTION_CONTEXT_WINDOW), current_stage()
     )
-    codes = set(est.warnings) | parsed.warnings | window_codes
-    config = runtime.config
     return build_snapshot(
-        est.by_source, meta, CountMethod.LOCAL_ESTIMATE, codes, max_details=config.max_details, parts=runtime.parts
+        by_source,
+        meta,
+        CountMethod.LOCAL_ESTIMATE,
+        codes | window_codes,
+        max_details=runtime.config.max_details,
+        parts=runtime.parts,
     )
 
 
@@ -150,6 +205,12 @@ class _Call:
         self._stream_usage: Optional[Usage] = None
         self._response_model: Optional[str] = None
         self._lock = threading.Lock()
+        self.stream_usage = runtime.config.stream_usage is StreamUsagePolicy.AUTO
+        # A tokenizer still loading: the request (value copies) whose estimate runs on the runtime's
+        # deferred worker, and what the call did meanwhile (its end), replayed after the estimate.
+        self._later: Optional[tuple[Any, dict[str, Any]]] = None
+        self._after_estimate: Optional[Any] = None
+        self._options: dict[str, Any] = {}
 
     @property
     def hide_usage_chunk(self) -> bool:
@@ -174,19 +235,53 @@ class _Call:
 
     def _estimate(self) -> None:
         try:
-            self.parsed, self.estimate = _local_estimate(self.runtime, self.api, self.args, self.kwargs)
-            self.warnings |= self.estimate.warnings | self.parsed.warnings
+            self.parsed = parsed = self.api.parse(self.args, self.kwargs)
+            with _tiktoken.without_waiting():  # the first calls of a process never wait for a tokenizer to load
+                self.estimate = self.runtime.estimator.estimate(parsed.model, parsed.messages, api=parsed.api, **parsed.options)
+            self.warnings |= self.estimate.warnings | parsed.warnings
+        except _tiktoken.NotReady:
+            self._estimate_later()
         except TagError:
             raise
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
             self.broken = True
 
+    def _estimate_later(self) -> None:
+        """Keep value copies of what the estimate reads: the caller may change its lists once the call returns."""
+        parsed = self.parsed
+        assert parsed is not None
+        options = dict(parsed.options)
+        check_tags(parsed.messages, [*(options.get("tools") or ()), *(options.get("functions") or ())])
+        for key in ("tools", "functions"):
+            if options.get(key):
+                options[key] = self.runtime.estimator.frozen(options[key])
+        self._later = (self.runtime.estimator.frozen(parsed.messages or []), options)
+
+    def _run_later(self) -> None:
+        """On the deferred worker: the estimate (waiting for the tokenizer), its snapshot, then the call's end."""
+        assert self._later is not None and self.parsed is not None
+        messages, options = self._later
+        try:
+            self.estimate = self.runtime.estimator.estimate(self.parsed.model, messages, api=self.parsed.api, **options)
+            self.warnings |= self.estimate.warnings | self.parsed.warnings
+        except Exception as exc:  # noqa: BLE001
+            self.runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
+            self.broken = True
+        if not self.broken:
+            self._start_provider_count(self._options.get(OPTION_PROVIDER_COUNT))
+            self._publish(CountMethod.LOCAL_ESTIMATE)
+        with self._lock:
+            self._later = None
+            after, self._after_estimate = self._after_estimate, None
+        if after is not None:
+            after()
+
     def _rewrite(self, provider: Optional[str]) -> None:
         """The request as LiteLLM must get it; never fails (an unreadable one goes out as given)."""
         try:
             parsed = self.parsed or self.api.parse(self.args, self.kwargs)
-            self.forward = self.api.forward(self.args, self.kwargs, parsed, self.estimate, provider)
+            self.forward = self.api.forward(self.args, self.kwargs, parsed, self.estimate, provider, self.stream_usage)
         except Exception as exc:  # noqa: BLE001 - not a request we can read: LiteLLM's to judge, untouched
             self.runtime.log.warning("rewrite", f"cw_middleware: could not read the request ({type(exc).__name__})")
             self.forward = Forward(self.args, self.kwargs)
@@ -199,6 +294,11 @@ class _Call:
 
     def _prepare(self, options: dict[str, Any]) -> None:
         runtime, kwargs = self.runtime, self.kwargs
+        if options.get(OPTION_STREAM_USAGE) is not None:
+            try:
+                self.stream_usage = parse_stream_usage(options[OPTION_STREAM_USAGE]) is StreamUsagePolicy.AUTO
+            except ConfigError:  # the configured policy applies, and a log line says why
+                runtime.log.warning("stream_usage", f"cw_middleware: ignoring {OPTION_STREAM_USAGE}: use 'auto' or 'never'")
         self.meta, window_codes = _meta(
             runtime, self.model, kwargs.get("custom_llm_provider"), options.get(OPTION_CONTEXT_WINDOW), self.stage
         )
@@ -208,6 +308,13 @@ class _Call:
         self.warnings |= window_codes
         self.telemetry = runtime.telemetry.start_call(self.api.operation, self.meta.provider, self.meta.model, self.stage)
         self.warnings |= runtime.take_deferred(self.stage)
+        if self._later is not None:
+            self._options = options
+            if not runtime.estimator.deferred.submit(self._run_later):
+                runtime.log.warning("deferred", "cw_middleware: too many calls wait for a tokenizer; this one is not estimated")
+                self._later = None
+                self.broken = True
+            return
         self._start_provider_count(options.get(OPTION_PROVIDER_COUNT))
         self._publish(CountMethod.LOCAL_ESTIMATE)
 
@@ -258,6 +365,23 @@ class _Call:
                 return
         self.runtime.defer_warning(self.stage, failure)
 
+    def drop_stream_usage(self, exc: BaseException) -> bool:
+        """The provider refused the ``stream_options`` we added (a 400/422 naming it, before any chunk).
+
+        Then the request goes out once more exactly as the caller wrote it, and its endpoint is
+        remembered: bare LiteLLM would have streamed, so must we. True when the caller should retry.
+        """
+        forward = self.forward
+        if forward is None or not forward.hide_usage or not refused_stream_usage(exc):
+            return False
+        self.kwargs.pop("stream_options", None)
+        forward.hide_usage = False
+        remember_refusal(self.meta.provider, self.kwargs)
+        self.runtime.log.warning(
+            "stream_options", "cw_middleware: an endpoint refused stream_options; its streams now go out without it"
+        )
+        return True
+
     # ------------------------------------------------------------ response
 
     def observe(self, response: Any) -> Any:
@@ -297,6 +421,13 @@ class _Call:
             if self.finished:
                 return
             self.finished = True
+            if self._later is not None:  # the estimate is still coming: end the call after it, at this time
+                end_time = time.time_ns()
+                self._after_estimate = lambda: self._finish(usage, response_model, end_time)
+                return
+        self._finish(usage, response_model)
+
+    def _finish(self, usage: Optional[Usage], response_model: Optional[str], end_time: Optional[int] = None) -> None:
         try:
             total = None if self.mock or usage is None else usage.input_tokens
             if self.mock:
@@ -306,13 +437,15 @@ class _Call:
                 self.warnings.add(WarningCode.USAGE_MISSING)
                 self._publish(CountMethod.LOCAL_ESTIMATE)
             else:
-                self._publish(CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN, total=total)
+                prefix_total = usage.cache_prefix_tokens if usage is not None else None
+                self._publish(CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN, total=total, cache_prefix_total=prefix_total)
             if self.telemetry is not None:
                 self.telemetry.end(
                     response_model=response_model,
                     input_tokens=total,
                     output_tokens=None if self.mock or usage is None else usage.output_tokens,
                     cache_read_tokens=None if usage is None else usage.cache_read_tokens,
+                    end_time=end_time,
                 )
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("finish", f"cw_middleware: could not reconcile usage ({type(exc).__name__})")
@@ -322,13 +455,22 @@ class _Call:
             if self.finished:
                 return
             self.finished = True
+            if self._later is not None:
+                end_time = time.time_ns()
+                self._after_estimate = lambda: self._fail(exc, end_time)
+                return
+        self._fail(exc)
+
+    def _fail(self, exc: BaseException, end_time: Optional[int] = None) -> None:
         try:
             if self.telemetry is not None:
-                self.telemetry.end(error=exc)
+                self.telemetry.end(error=exc, end_time=end_time)
         except Exception as inner:  # noqa: BLE001
             self.runtime.log.warning("fail", f"cw_middleware: could not end the call span ({type(inner).__name__})")
 
-    def _publish(self, method: CountMethod, total: Optional[int] = None, superseded: bool = False) -> None:
+    def _publish(
+        self, method: CountMethod, total: Optional[int] = None, superseded: bool = False, cache_prefix_total: Optional[int] = None
+    ) -> None:
         if self.broken or self.estimate is None:
             return
         try:
@@ -341,6 +483,8 @@ class _Call:
                 max_details=self.runtime.config.max_details,
                 unestimated=self.estimate.unestimated,
                 parts=self.runtime.parts,
+                cache_prefix=self.estimate.cache_prefix,
+                cache_prefix_total=cache_prefix_total,
             )
             self.runtime.publish(snap, self.telemetry, self.stage, superseded=superseded)
         except Exception as exc:  # noqa: BLE001
@@ -363,7 +507,9 @@ def _meta(
     else:
         if window_override is not None:  # given, but not a window: the caller hears why, the call goes on
             codes.add(WarningCode.INVALID_CONTEXT_WINDOW)
-            message = f"cw_middleware: ignoring {OPTION_CONTEXT_WINDOW}: use a positive whole number of tokens"
+            message = (
+                f"cw_middleware: ignoring {OPTION_CONTEXT_WINDOW}: use a whole number of tokens from 1 to {MAX_CONTEXT_WINDOW}"
+            )
             runtime.log.warning("window", message)
         if configured is not None:
             window = configured
@@ -373,12 +519,13 @@ def _meta(
 
 
 def _window_override(value: Any) -> Optional[int]:
-    """``cw_context_window``: an int > 0 or a string of digits ("2000"); anything else is not a window."""
+    """``cw_context_window``: an int or a string of digits ("2000"), 1 to MAX_CONTEXT_WINDOW; anything else is not a window."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    return value if isinstance(value, int) and value > 0 else None
+    if isinstance(value, str):
+        text = value.strip()
+        value = int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else None  # "²" is a digit to isdigit
+    return value if isinstance(value, int) and 0 < value <= MAX_CONTEXT_WINDOW else None
 
 
 def _configured_window(configured: Mapping[str, int], model: str, name: str, provider: Optional[str]) -> Optional[int]:

@@ -26,7 +26,13 @@ from servers.prometheus import prometheus_server, victoria_metrics_server  # noq
 
 import cw_middleware  # noqa: F401
 from cw_middleware.config import resolve
+from cw_middleware.rules import _tiktoken
 from cw_middleware.runtime import Runtime, set_runtime
+
+# The first calls of a process estimate in the background while a tokenizer loads (tests/test_cold_start.py
+# proves it in fresh processes); every other test sees the steady state, whatever runs first.
+for _name in ("o200k_base", "cl100k_base"):
+    _tiktoken.encoding(_name)
 
 
 class Telemetry:
@@ -36,6 +42,18 @@ class Telemetry:
         self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
         self.metrics = InMemoryMetricReader()
         self.meter_provider = MeterProvider(metric_readers=[self.metrics])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def file_index_dir(tmp_path_factory):
+    """The file reader's indexes (and those of the CLI and servers the tests start) in a temporary directory."""
+    previous = os.environ.get("CW_INDEX_DIR")
+    os.environ["CW_INDEX_DIR"] = str(tmp_path_factory.mktemp("cw-file-index"))
+    yield os.environ["CW_INDEX_DIR"]
+    if previous is None:
+        os.environ.pop("CW_INDEX_DIR", None)
+    else:
+        os.environ["CW_INDEX_DIR"] = previous
 
 
 @pytest.fixture

@@ -49,6 +49,10 @@ class Route:
     completion_tokens: int = 7
     reply: str = "Hello from the local server."
     body: Optional[bytes] = None  # a raw 200 body, to test malformed answers
+    # Request fields the route refuses, as older Azure api-versions refused stream_options:
+    # `reject_status` with an error naming the field.
+    rejects: tuple[str, ...] = ()
+    reject_status: int = 400
 
 
 @dataclass
@@ -136,6 +140,10 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
                     return self._json(
                         route.status, {"error": {"type": "invalid_request_error", "message": f"bad request: {CANARY}"}}
                     )
+                refused = [f for f in route.rejects if isinstance(body, dict) and f in body]
+                if refused:
+                    message = f"Unrecognized request argument supplied: {refused[0]} {CANARY}"
+                    return self._json(route.reject_status, {"error": {"code": "BadRequest", "message": message}})
                 if route.body is not None:
                     return self._send(200, route.body, "application/json")
                 if route_name == CHAT:

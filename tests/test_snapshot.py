@@ -45,3 +45,24 @@ def test_scaled_parts_survive_validation_round_trip():
     assert again == snap
     for ours, theirs in zip(snap.breakdown + snap.details, again.breakdown + again.details):
         assert ours.model_fields_set == theirs.model_fields_set
+
+
+def test_the_history_holds_snapshots_as_rows_the_collector_untracks(runtime):
+    import gc
+
+    import cw_middleware as cw
+    from cw_middleware.snapshot import compact, expand
+
+    tools = [cw.tool({"type": "function", "function": {"name": "s"}}, source=cw.ToolSource.mcp("github"))]
+    messages = [
+        cw.message("system", [cw.segment("Be careful.", "system_prompt"), cw.segment("notes", "memory", source="AGENTS.md")]),
+        {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "x"}}]},
+    ]
+    cw.completion(model="gpt-4o", messages=messages, tools=tools, mock_response="ok", cw_context_window=50)
+    published = cw.snapshots()
+    assert published and all(s.warnings and s.details for s in published)
+    for snap in published:
+        again = expand(compact(snap), runtime.parts)
+        assert again == snap and again.model_dump() == snap.model_dump()
+    gc.collect()
+    assert not any(gc.is_tracked(row) for row in runtime._history)

@@ -42,6 +42,8 @@ class Usage:
     input_tokens: Optional[int]
     output_tokens: Optional[int] = None
     cache_read_tokens: Optional[int] = None
+    # Cache read + write where the provider reports writes (an explicit breakpoint's exact prefix count).
+    cache_prefix_tokens: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,13 @@ class Api(Protocol):
     def parse(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Parsed: ...
 
     def forward(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], parsed: Parsed, estimate: Optional[Estimate], provider: Optional[str]
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        parsed: Parsed,
+        estimate: Optional[Estimate],
+        provider: Optional[str],
+        stream_usage: bool = True,  # may a stream be asked for its usage (the stream_usage policy)
     ) -> Forward: ...
 
     def count_request(self, forward: Forward, model: str) -> dict[str, Any]: ...

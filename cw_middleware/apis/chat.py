@@ -6,14 +6,25 @@ Streams: OpenAI-family providers report a stream's usage only when asked with
 answers is ours to swallow: the caller's stream stays chunk for chunk what it
 would have been. LiteLLM ends such a stream with a usage chunk that carries no
 choices, or (1.83) one empty choice without a finish reason; both are usage-only.
+
+Asking must never turn a call LiteLLM would complete into a failure. Azure api-versions
+before 2024-08-01 (and some OpenAI-compatible servers) reject the field, so it is added
+only where the endpoint is not known to refuse it (`asks_stream_usage`), and a call refused
+with a 400/422 naming ``stream_options`` before any chunk arrived is sent again without it
+(`refused_stream_usage`, one retry), its endpoint remembered so later streams go out as
+written. ``stream_usage="never"`` (``CW_STREAM_USAGE``, or ``cw_stream_usage`` per call)
+never adds it.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..reconcile import usage_input_tokens
+from ..reconcile import usage_cache_prefix_tokens, usage_input_tokens
 from ..tags import strip_messages, strip_tools
 from .base import NOTHING, Forward, Parsed, Reading, Usage
 
@@ -21,9 +32,15 @@ if TYPE_CHECKING:
     from ..estimator import Estimate
 
 # completion() arguments the estimator reads besides the messages.
-ESTIMATE_KEYS = ("tools", "tool_choice", "response_format", "functions", "custom_llm_provider")
+ESTIMATE_KEYS = ("tools", "tool_choice", "response_format", "functions", "custom_llm_provider", "thinking")
 # Providers whose streams report usage when asked with stream_options.include_usage.
 STREAM_USAGE_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "openai_compatible", "hosted_vllm"})
+# Azure api-versions that accept stream_options: 2024-08-01-preview and later (the GA 2024-10-21 too).
+AZURE_STREAM_OPTIONS_SINCE = "2024-08-01"
+# Endpoints that refused stream_options; bounded, oldest forgotten first.
+MAX_REFUSING_ENDPOINTS = 256
+_refusing: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+_refusing_lock = threading.Lock()
 # Delta fields that make a choice carry something for the caller.
 _DELTA_FIELDS = ("content", "role", "tool_calls", "function_call", "refusal", "audio", "reasoning_content")
 
@@ -37,11 +54,17 @@ class ChatCompletions:
         return Parsed(str(model or ""), messages, {k: kwargs.get(k) for k in ESTIMATE_KEYS}, "chat")
 
     def forward(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], parsed: Parsed, estimate: Optional[Estimate], provider: Optional[str]
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        parsed: Parsed,
+        estimate: Optional[Estimate],
+        provider: Optional[str],
+        stream_usage: bool = True,
     ) -> Forward:
         out = Forward(args, kwargs)
         _strip(out, parsed, estimate)
-        if kwargs.get("stream") and kwargs.get("stream_options") is None and provider in STREAM_USAGE_PROVIDERS:
+        if stream_usage and kwargs.get("stream") and kwargs.get("stream_options") is None and asks_stream_usage(provider, kwargs):
             kwargs["stream_options"] = {"include_usage": True}
             out.hide_usage = True  # the caller did not ask for it: keep their stream as it was
         return out
@@ -65,11 +88,53 @@ class ChatCompletions:
         try:
             details = getattr(usage, "prompt_tokens_details", None)
             numbers = Usage(
-                usage_input_tokens(usage), getattr(usage, "completion_tokens", None), getattr(details, "cached_tokens", None)
+                usage_input_tokens(usage),
+                getattr(usage, "completion_tokens", None),
+                getattr(details, "cached_tokens", None),
+                usage_cache_prefix_tokens(usage),
             )
         except Exception:  # noqa: BLE001 - an odd usage block: the chunk is still recognised as usage-only
             return Reading(None, model, usage_only, unreadable=True)
         return Reading(numbers, model, usage_only)
+
+
+def _endpoint(provider: Optional[str], kwargs: Mapping[str, Any]) -> tuple[str, str, str]:
+    base = kwargs.get("api_base") or kwargs.get("base_url") or ""
+    version = kwargs.get("api_version") or ""
+    return str(provider or ""), str(base), str(version)
+
+
+def asks_stream_usage(provider: Optional[str], kwargs: Mapping[str, Any]) -> bool:
+    """Whether a stream to this endpoint may carry ``stream_options``: an OpenAI-family provider that has
+    not refused it, and for Azure an api-version that knows the field (LiteLLM's default one does)."""
+    if provider not in STREAM_USAGE_PROVIDERS:
+        return False
+    if provider == "azure":
+        version = kwargs.get("api_version") or os.environ.get("AZURE_API_VERSION") or ""
+        if isinstance(version, str) and version[:10] < AZURE_STREAM_OPTIONS_SINCE and version[:4].isdigit():
+            return False
+    if not _refusing:
+        return True
+    with _refusing_lock:
+        return _endpoint(provider, kwargs) not in _refusing
+
+
+def refused_stream_usage(exc: BaseException) -> bool:
+    """A provider's 400/422 that names ``stream_options``: the field we added, refused before any chunk."""
+    status = getattr(exc, "status_code", None)
+    if status not in (400, 422) or not isinstance(exc, Exception):
+        return False
+    try:
+        return "stream_options" in str(exc)  # read, never logged: an error body is content
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def remember_refusal(provider: Optional[str], kwargs: Mapping[str, Any]) -> None:
+    with _refusing_lock:
+        _refusing[_endpoint(provider, kwargs)] = None
+        while len(_refusing) > MAX_REFUSING_ENDPOINTS:
+            _refusing.popitem(last=False)
 
 
 def _carries_nothing_else(choices: Any) -> bool:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..contract import WarningCode
-from ..tags import TAG_KEY, strip_messages, strip_tools
+from ..tags import TAG_KEY, has_tag, strip_messages, strip_tools
 from .base import NOTHING, Forward, Parsed, Reading, Usage
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ _CALL_TYPES = {"function_call": "arguments", "custom_tool_call": "input"}
 _OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
 _TOOL_ROLES = ("tool", "function")
 _INSTRUCTIONS = {"category": "system_prompt", "source": "instructions"}
+_ADDITIONAL_TOOLS = {"category": "tools", "source": "additional_tools"}
 
 
 @dataclass
@@ -109,6 +110,11 @@ def item_as_message(item: dict[str, Any]) -> Optional[dict[str, Any]]:
             },
         }
         return {"role": "assistant", "content": None, "tool_calls": [call]}
+    if kind == "additional_tools":  # tools made available mid-conversation (tool search, deferred tools)
+        tools = [t for t in item.get("tools") or () if isinstance(t, Mapping) and t.get("type", "function") == "function"]
+        if not tools:
+            return None
+        return {"role": item.get("role") or "developer", "content": None, "tools": tools, TAG_KEY: _ADDITIONAL_TOOLS}
     if kind in _OUTPUT_TYPES:
         message = {"role": "tool", "tool_call_id": item.get("call_id", ""), "content": _output(item.get("output"))}
         if TAG_KEY in item:
@@ -204,7 +210,13 @@ class Responses:
         return Parsed(str(model or ""), shape.messages, options, "responses", shape.origins, frozenset(shape.warnings))
 
     def forward(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], parsed: Parsed, estimate: Optional[Estimate], provider: Optional[str]
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        parsed: Parsed,
+        estimate: Optional[Estimate],
+        provider: Optional[str],
+        stream_usage: bool = True,
     ) -> Forward:
         out = Forward(args, kwargs)
         items = kwargs.get("input", args[0] if args else None)
@@ -275,7 +287,8 @@ def _tagged_items(parsed: Parsed, estimate: Optional[Estimate], items: Sequence[
     """Indexes of the input items that carry a tag, from the estimate when there is one; None: check all."""
     if estimate is None or parsed.origins is None or len(parsed.origins) != len(parsed.messages):
         return None
-    return sorted({parsed.origins[i] for i in estimate.tagged_messages if parsed.origins[i] >= 0})
+    # An item read as a tagged message is not always tagged itself (additional_tools: tagged as tools by the reader).
+    return sorted({o for i in estimate.tagged_messages if (o := parsed.origins[i]) >= 0 and has_tag(items[o])})
 
 
 def _clean_item(item: Any) -> Any:

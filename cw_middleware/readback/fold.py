@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Optional
@@ -115,6 +115,27 @@ def role_of(span: Span, run_id: str, stage_id: str) -> str:
     if a.get(keys.ATTR_LATE) or span.name == keys.LATE_SNAPSHOT_SPAN:
         return SpanRole.LATE
     return SpanRole.CALL
+
+
+# The attributes `stage_pairs`, `role_of` and `RunsFold` read: an index decodes only these.
+ROUTING_KEYS = frozenset({keys.ATTR_RUN_ID, keys.ATTR_STAGE_ID})
+INDEX_KEYS = ROUTING_KEYS | {keys.ATTR_STAGE_STATE, keys.ATTR_STAGE_KIND, keys.ATTR_LATE}
+
+
+def stage_pairs(span: Span) -> set[tuple[str, str]]:
+    """Every (run_id, stage_id) whose `StageFold` this span can change (any other fold ignores it)."""
+    a = span.attributes
+    run_id, stage_id = a.get(keys.ATTR_RUN_ID), a.get(keys.ATTR_STAGE_ID)
+    out = set()
+    if isinstance(run_id, str) and isinstance(stage_id, str):
+        out.add((run_id, stage_id))
+    for event in span.events:
+        if event.name == keys.SNAPSHOT_EVENT:
+            ea = event.attributes
+            er, es = ea.get(keys.ATTR_RUN_ID, run_id), ea.get(keys.ATTR_STAGE_ID, stage_id)
+            if isinstance(er, str) and isinstance(es, str):
+                out.add((er, es))
+    return out
 
 
 def _activity_ns(span: Span) -> int:
@@ -260,11 +281,58 @@ class RunSummary:
 
 
 @dataclass
-class _StageState:
+class StageState:
+    """What a run listing keeps of one stage while folding; merging two in export order is the fold of both."""
+
     kind: Optional[str] = None
     state: Optional[Staleness] = None  # from markers and stage spans only
     first_ns: int = 0
     last_ns: int = 0
+
+    def touch(self, kind: Optional[str], state: Optional[Staleness], start_ns: int, last_ns: int) -> None:
+        if kind and not self.kind:
+            self.kind = kind
+        if state is not None:
+            self.state = state  # oldest-first: the last record wins
+        if start_ns and (not self.first_ns or start_ns < self.first_ns):
+            self.first_ns = start_ns
+        self.last_ns = max(self.last_ns, last_ns)
+
+    def merge(self, later: StageState) -> None:
+        """Fold in what spans exported after this state's spans said (an index adds a file piece by piece)."""
+        self.touch(later.kind, later.state, later.first_ns, later.last_ns)
+
+    def summary(self, stage_id: str, horizon: Horizon) -> StageSummary:
+        live = self.state is not Staleness.STORED and not horizon.expired(self.last_ns)
+        staleness = Staleness.LIVE if live else Staleness.STORED
+        return StageSummary(stage_id, self.kind, staleness, keys.from_ns(self.first_ns), keys.from_ns(self.last_ns))
+
+
+def summarize_stages(states: Iterable[tuple[str, StageState]], horizon: Horizon) -> Optional[list[StageSummary]]:
+    """A run's stage listing from its stages' states; None when it has none."""
+    out = [st.summary(stage_id, horizon) for stage_id, st in states]
+    if not out:
+        return None
+    return sorted(out, key=lambda s: (s.started_at or datetime.max.replace(tzinfo=UTC), s.stage_id))
+
+
+def summarize_runs(states: Iterable[tuple[str, str, StageState]], horizon: Horizon) -> list[RunSummary]:
+    """The list of runs from (run_id, stage_id, state) rows in any order; memory grows with the runs, not the rows."""
+    runs: dict[str, RunSummary] = {}
+    for run_id, stage_id, st in states:
+        s = st.summary(stage_id, horizon)
+        run = runs.get(run_id)
+        if run is None:
+            run = runs[run_id] = RunSummary(run_id, stages=0, live_stages=0)
+        run.stages += 1
+        run.live_stages += s.staleness is Staleness.LIVE
+        if s.started_at and (run.first_seen_at is None or s.started_at < run.first_seen_at):
+            run.first_seen_at = s.started_at
+        if s.last_seen_at and (run.last_seen_at is None or s.last_seen_at > run.last_seen_at):
+            run.last_seen_at = s.last_seen_at
+    out = list(runs.values())
+    # Newest activity first: the run a user is looking for is usually the latest.
+    return sorted(out, key=lambda r: (r.last_seen_at or datetime.min.replace(tzinfo=UTC), r.run_id), reverse=True)
 
 
 class RunFold:
@@ -273,7 +341,7 @@ class RunFold:
     def __init__(self, run_id: str, horizon: Optional[Horizon] = None) -> None:
         self.run_id = run_id
         self.horizon = horizon or Horizon()
-        self._stages: dict[str, _StageState] = {}
+        self._stages: dict[str, StageState] = {}
 
     def add(self, span: Span) -> None:
         a = span.attributes
@@ -295,24 +363,14 @@ class RunFold:
         self._touch(stage_id, kind, state, span.start_ns, _activity_ns(span))
 
     def _touch(self, stage_id: str, kind: Optional[str], state: Optional[Staleness], start_ns: int, last_ns: int) -> None:
-        st = self._stages.setdefault(stage_id, _StageState())
-        if kind and not st.kind:
-            st.kind = kind
-        if state is not None:
-            st.state = state  # oldest-first: the last record wins
-        if start_ns and (not st.first_ns or start_ns < st.first_ns):
-            st.first_ns = start_ns
-        st.last_ns = max(st.last_ns, last_ns)
+        self._stages.setdefault(stage_id, StageState()).touch(kind, state, start_ns, last_ns)
+
+    def states(self) -> dict[str, StageState]:
+        """The stages folded so far, by stage id."""
+        return self._stages
 
     def result(self) -> Optional[list[StageSummary]]:
-        if not self._stages:
-            return None
-        out = []
-        for stage_id, st in self._stages.items():
-            live = st.state is not Staleness.STORED and not self.horizon.expired(st.last_ns)
-            staleness = Staleness.LIVE if live else Staleness.STORED
-            out.append(StageSummary(stage_id, st.kind, staleness, keys.from_ns(st.first_ns), keys.from_ns(st.last_ns)))
-        return sorted(out, key=lambda s: (s.started_at or datetime.max.replace(tzinfo=UTC), s.stage_id))
+        return summarize_stages(self._stages.items(), self.horizon)
 
 
 class RunsFold:
@@ -332,25 +390,14 @@ class RunsFold:
                     fold = self._runs[run_id] = RunFold(run_id, self.horizon)
                 fold.add(span)
 
-    def result(self) -> list[RunSummary]:
-        out = []
+    def states(self) -> Iterator[tuple[str, str, StageState]]:
+        """(run_id, stage_id, state) for every stage folded so far."""
         for run_id, fold in self._runs.items():
-            stages = fold.result() or []
-            if not stages:
-                continue
-            starts = [s.started_at for s in stages if s.started_at]
-            lasts = [s.last_seen_at for s in stages if s.last_seen_at]
-            out.append(
-                RunSummary(
-                    run_id,
-                    stages=len(stages),
-                    live_stages=sum(s.staleness is Staleness.LIVE for s in stages),
-                    first_seen_at=min(starts) if starts else None,
-                    last_seen_at=max(lasts) if lasts else None,
-                )
-            )
-        # Newest activity first: the run a user is looking for is usually the latest.
-        return sorted(out, key=lambda r: (r.last_seen_at or datetime.min.replace(tzinfo=UTC), r.run_id), reverse=True)
+            for stage_id, st in fold.states().items():
+                yield run_id, stage_id, st
+
+    def result(self) -> list[RunSummary]:
+        return summarize_runs(self.states(), self.horizon)
 
 
 def fold_stage(

@@ -1,14 +1,16 @@
 """Read snapshots back from an OTLP JSON lines file (ours or a Collector's ``file`` exporter).
 
-Speed without an index: the file is memory-mapped and scanned *backwards* for
-the bytes of the stage id (C-speed ``rfind``); only the lines that contain both
-the run id and the stage id are parsed, newest first, and the scan stops as soon
-as older lines cannot change the answer (`StageFold.done`). A stage's newest data
-sits near the end of the file, so a query costs a few parsed lines whatever the
-file size; the worst case (an old, quiet stage) is one memchr-speed pass.
+Queries answer from a content-free index of the file (`file_index`), built on the
+first query and then brought up to date with only the lines appended since:
+``stages`` and ``runs`` read the index alone; ``latest`` reads, newest first, only
+the lines that name the stage, decodes only the spans of that stage, and stops as
+soon as older lines cannot change the answer (`StageFold.done`). Memory follows
+the answer, not the file; any id (non-ASCII, escaped by another writer) takes the
+same path, since the index holds decoded ids.
 
-Ids whose JSON spelling can differ between writers (non-ASCII, escapes) fall back
-to parsing every trace line: correct, only slower.
+The file is never memory-mapped: rotation by ``copytruncate`` or replacement can
+happen at any moment, and a query then starts again on what the file holds now
+(or fails with a `BackendUnavailable` naming the file if it keeps changing).
 
 A query that finds nothing checks that the file is OTLP JSON lines at all (one of
 its first lines opens with a ``resourceSpans``/``resourceMetrics``/``resourceLogs``
@@ -18,25 +20,21 @@ OTLP JSON file"), not a run that was never recorded.
 
 from __future__ import annotations
 
-import json
-import mmap
 import os
 import re
-from collections.abc import Iterator
+import threading
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Optional
 
-from .. import schema as keys
 from ..contract import StageContextWindow
 from ..errors import BackendResponseError, BackendUnavailable, ConfigError
-from .fold import Horizon, RunFold, RunsFold, RunSummary, StageFold, StageSummary
-from .otlp_json import Span, iter_spans
+from .file_index import RESTARTS, FileChanged, FileIndex
+from .fold import ROUTING_KEYS, Horizon, RunSummary, StageFold, StageSummary, stage_pairs
+from .otlp_json import Span, decode_line
 
 if TYPE_CHECKING:
     from . import ReaderOptions
 
-# Ids made only of these characters are written byte-identically by every JSON encoder we know.
-_PLAIN_ID = re.compile(r"^[A-Za-z0-9 ._@:#+=,;!~*()\[\]{}^$|?'-]+$")
-_SPAN_LINE_PREFIXES = (b'{"resourceSpans"', b'{"resource_spans"', b'{"batches"')
 # How any OTLP JSON line opens (traces, metrics, logs; camelCase or snake_case; API wrappers).
 _OTLP_LINE = re.compile(
     rb'\s*\{\s*"(?:resource(?:Spans|Metrics|Logs)|resource_(?:spans|metrics|logs)|batches|result|trace|data)"'
@@ -45,51 +43,95 @@ _SHAPE_LINES = 5  # non-empty lines looked at: a line being written, or one dama
 _SHAPE_BYTES = 1 << 20
 
 
-def _needle(value: str) -> Optional[bytes]:
-    return json.dumps(value).encode("ascii") if _PLAIN_ID.match(value) else None
-
-
 class OtlpFileReader:
     """`SnapshotReader` over one OTLP JSON lines file."""
 
-    def __init__(self, path: str, horizon: Optional[Horizon] = None) -> None:
+    CACHED_FOLDS = 256  # stages whose last answer is kept while no new line names them (polling readers)
+
+    def __init__(self, path: str, horizon: Optional[Horizon] = None, index_dir: Optional[str] = None) -> None:
         self.path = path
         self.horizon = horizon or Horizon()
+        self._index_dir = index_dir
+        self._index: Optional[FileIndex] = None
+        self._folds: OrderedDict[tuple[str, str], tuple[str, int, StageFold]] = OrderedDict()
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------ SnapshotReader
 
     def latest(self, run_id: str, stage_id: str) -> Optional[StageContextWindow]:
-        fold = StageFold(run_id, stage_id, self.horizon)
-        for span in self._spans_newest_first(run_id, stage_id):
-            fold.add(span)
-            if fold.done:
-                break
-        answer = fold.result()
-        if answer is None:
-            self._check_shape()
-        return answer
+        for _ in range(RESTARTS):
+            index = self._refreshed()
+            if index is None:
+                return None
+            try:
+                fold = self._stage_fold(index, run_id, stage_id)
+            except FileChanged:
+                index.forget()  # a line no longer matches the index: rebuild it and read again
+                continue
+            answer = fold.result() if fold is not None else None
+            if answer is None:
+                self._check_shape()
+            return answer
+        raise BackendUnavailable(
+            f"the telemetry file {self.path} kept changing while it was read (truncated or replaced during the scan); try again"
+        )
 
     def stages(self, run_id: str) -> Optional[list[StageSummary]]:
-        fold = RunFold(run_id, self.horizon)
-        lines = list(self._lines_newest_first(_needle(run_id), None))
-        for line in reversed(lines):
-            for span in self._spans(line):
-                fold.add(span)
-        found = fold.result()
+        index = self._refreshed()
+        found = index.stages(run_id, self.horizon) if index is not None else None
         if found is None:
             self._check_shape()
         return found
 
     def runs(self) -> list[RunSummary]:
-        fold = RunsFold(self.horizon)
-        lines = list(self._lines_newest_first(_needle(keys.ATTR_RUN_ID), None))
-        for line in reversed(lines):
-            for span in self._spans(line):
-                fold.add(span)
-        found = fold.result()
+        index = self._refreshed()
+        found = index.runs(self.horizon) if index is not None else []
         if not found:
             self._check_shape()
         return found
+
+    def _refreshed(self) -> Optional[FileIndex]:
+        """The index, up to date with the file; None when there is no file."""
+        with self._lock:
+            if self._index is None:
+                if not os.path.exists(self.path):
+                    return None  # no index is made for a file that does not exist (yet)
+                self._index = FileIndex(self.path, self._index_dir)
+            index = self._index
+        return index if index.refresh() else None
+
+    def _stage_fold(self, index: FileIndex, run_id: str, stage_id: str) -> Optional[StageFold]:
+        newest = index.newest_line(run_id, stage_id)
+        if newest is None:
+            return None
+        key = (run_id, stage_id)
+        with self._lock:
+            cached = self._folds.get(key)
+            if cached is not None and cached[:2] == (index.generation, newest):
+                self._folds.move_to_end(key)
+                return cached[2]  # no line naming the stage since: the same fold (result() applies today's horizon)
+        fold = StageFold(run_id, stage_id, self.horizon)
+        wanted = (run_id, stage_id)
+
+        def names_stage(span: Span) -> bool:
+            return wanted in stage_pairs(span)
+
+        for ref in index.lines_newest_first(run_id, stage_id):
+            line = index.read_line(ref)
+            try:
+                spans = decode_line(line, where=names_stage, where_keys=ROUTING_KEYS)
+            except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+                continue  # a damaged line: skip it, never fail the query
+            for span in reversed(spans):
+                fold.add(span)
+            if fold.done:
+                break
+        with self._lock:
+            self._folds[key] = (index.generation, newest, fold)
+            self._folds.move_to_end(key)
+            while len(self._folds) > self.CACHED_FOLDS:
+                self._folds.popitem(last=False)
+        return fold
 
     def _check_shape(self) -> None:
         """BackendResponseError when the file has content but none of it is OTLP JSON lines."""
@@ -110,69 +152,9 @@ class OtlpFileReader:
             )
 
     def close(self) -> None:
-        pass
-
-    # ------------------------------------------------------------ scanning
-
-    def _spans_newest_first(self, run_id: str, stage_id: str) -> Iterator[Span]:
-        run_needle = _needle(run_id)
-        for line in self._lines_newest_first(_needle(stage_id), run_needle):
-            yield from reversed(self._spans(line))
-
-    def _lines_newest_first(self, needle: Optional[bytes], also: Optional[bytes]) -> Iterator[bytes]:
-        """Trace lines containing ``needle`` (and ``also``), last line first."""
-        try:
-            f = open(self.path, "rb")
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise BackendUnavailable(f"cannot read telemetry file {self.path}: {exc.strerror}") from None
-        with f:
-            size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                return
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                yield from _scan_backwards(mm, size, needle, also)
-
-    def _spans(self, line: bytes) -> list[Span]:
-        try:
-            return list(iter_spans(json.loads(line)))
-        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
-            # A line being written right now, or a damaged one: skip it, never fail the query.
-            return []
-
-
-def _scan_backwards(mm: mmap.mmap, size: int, needle: Optional[bytes], also: Optional[bytes]) -> Iterator[bytes]:
-    end = size
-    while end > 0:
-        if needle is not None:
-            hit = mm.rfind(needle, 0, end)
-            if hit < 0:
-                return
-            start = mm.rfind(b"\n", 0, hit) + 1
-            stop = mm.find(b"\n", hit)
-            stop = size if stop < 0 else stop
-        else:
-            stop = end
-            if stop > 0 and mm[stop - 1 : stop] == b"\n":
-                stop -= 1
-            start = mm.rfind(b"\n", 0, stop) + 1
-        end = start - 1 if start > 0 else 0
-        if stop <= start:
-            if start == 0:
-                return
-            continue
-        head = mm[start : start + 24]
-        if not head.startswith(_SPAN_LINE_PREFIXES):
-            if head.lstrip().startswith(b"{") and b'"resourceMetrics"' not in head and b'"resourceLogs"' not in head:
-                pass  # an unusual but possibly trace-bearing line: let the decoder decide
-            else:
-                continue
-        if also is not None and mm.find(also, start, stop) < 0:
-            continue
-        yield mm[start:stop]
-        if start == 0:
-            return
+        if self._index is not None:
+            self._index.close()
+            self._index = None
 
 
 def open_reader(location: str, options: Optional[ReaderOptions] = None) -> OtlpFileReader:

@@ -1,4 +1,4 @@
-"""tiktoken encodings, loaded once from LiteLLM's bundled files (see _offline.py).
+"""tiktoken encodings, loaded once from LiteLLM's bundled files (see _offline.py), off the caller's thread.
 
 tiktoken's own constructors (``tiktoken_ext.openai_public``) hold each encoding's
 split pattern and special tokens and fetch the ranks by URL through tiktoken's
@@ -6,23 +6,154 @@ cache, which only ``TIKTOKEN_CACHE_DIR`` can point at LiteLLM's copies. Instead 
 constructor runs with a loader that reads LiteLLM's file (verifying tiktoken's
 expected hash): tiktoken's constants, LiteLLM's bytes, no environment variable and
 no network. Without LiteLLM's file, tiktoken's normal loading applies.
+
+Loading o200k_base costs ~0.3-0.6 s of CPU (parsing 200k ranks, then tiktoken's Rust
+``CoreBPE``), which the first LLM call must not pay. So the call path counts inside
+`without_waiting()`: an encoding that is not loaded yet raises `NotReady` (the wrapper then
+estimates that call in the background) and starts `prefetch`, a daemon thread that loads it.
+Everything else (`cw.estimate`, the background estimate) waits for the loader. The loader is
+polite: the ranks are parsed in slices with the GIL released between them, and while an LLM
+call is in flight (`set_in_flight_probe`) it holds back, for at most `MAX_HOLD_BACK` seconds,
+because tiktoken's ``CoreBPE`` build holds the GIL from start to end. After ``os.fork()`` a
+child whose parent was still loading starts its own loader (the pid is checked on each use).
 """
 
 from __future__ import annotations
 
-import base64
+import binascii
 import hashlib
+import os
+import threading
+import time
 import types
-from collections.abc import Callable
-from functools import cache, lru_cache
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Optional
 
 from .._offline import encoding_file, encoding_url
 
 loaded_from: dict[str, str] = {}  # encoding name -> the file its ranks were read from
 
+MAX_HOLD_BACK = 1.0  # seconds the loader defers to in-flight calls before it loads anyway
+_SLICE = 4096  # ranks parsed per slice; the GIL is released between slices
 
-def _ranks_from_litellm(name: str) -> Callable[..., dict[bytes, int]]:
+
+class NotReady(Exception):
+    """An encoding the caller's thread must not wait for is still loading."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+_encodings: dict[str, Any] = {}  # loaded: survives a fork, as a copy of finished objects
+_lock = threading.Lock()
+_loading: dict[str, threading.Event] = {}  # name -> set when loaded (or failed)
+_pid = os.getpid()
+_local = threading.local()
+_in_flight: Callable[[], bool] = lambda: False  # noqa: E731
+
+
+def set_in_flight_probe(probe: Callable[[], bool]) -> None:
+    """The wrapper says whether an LLM call is running: the loader then holds back (see module doc)."""
+    global _in_flight
+    _in_flight = probe
+
+
+def _after_fork() -> None:
+    """A child forked mid-load has no loader thread, and maybe a held lock: start afresh (loaded ones stay)."""
+    global _lock, _pid
+    if _pid != os.getpid():
+        _lock = threading.Lock()
+        _loading.clear()
+        _pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+@contextmanager
+def without_waiting() -> Iterator[None]:
+    """Counting on this thread raises `NotReady` instead of waiting for an encoding to load."""
+    previous = getattr(_local, "no_wait", False)
+    _local.no_wait = True
+    try:
+        yield
+    finally:
+        _local.no_wait = previous
+
+
+def ready(name: str) -> bool:
+    return name in _encodings
+
+
+def prefetch(name: str = "o200k_base") -> None:
+    """Load an encoding on a daemon thread (idempotent; restarted in a forked child)."""
+    if name in _encodings:
+        return
+    _after_fork()
+    with _lock:
+        if name in _encodings or name in _loading:
+            return
+        done = _loading[name] = threading.Event()
+    thread = threading.Thread(target=_load_into, args=(name, done, True), name=f"cw-tiktoken-{name}", daemon=True)
+    thread.start()
+
+
+def wait_ready(timeout: float) -> bool:
+    """True once no encoding is loading (flush waits here, within its timeout)."""
+    deadline = time.monotonic() + timeout
+    for done in list(_loading.values()):
+        if not done.wait(max(0.0, deadline - time.monotonic())):
+            return False
+    return True
+
+
+def encoding(encoding_name: str) -> Any:
+    """The loaded encoding; waits for a loader in progress, or loads it here (never in `without_waiting`)."""
+    enc = _encodings.get(encoding_name)
+    if enc is not None:
+        return enc
+    if getattr(_local, "no_wait", False):
+        prefetch(encoding_name)
+        raise NotReady(encoding_name)
+    _after_fork()
+    with _lock:
+        loaded = encoding_name in _encodings
+        done = _loading.get(encoding_name)
+        mine = done is None and not loaded
+        if mine:
+            done = _loading[encoding_name] = threading.Event()
+    if mine and done is not None:
+        _load_into(encoding_name, done, polite=False)
+    elif done is not None:
+        done.wait()
+    enc = _encodings.get(encoding_name)
+    if enc is None:  # the loader failed: load here, so the error (if any) is the caller's to see
+        enc = _build(encoding_name, polite=False)
+        _encodings[encoding_name] = enc
+    return enc
+
+
+def _load_into(name: str, done: threading.Event, polite: bool) -> None:
+    try:
+        _encodings[name] = _build(name, polite)
+    except Exception:  # noqa: BLE001 - encoding() retries on the caller's thread and raises there
+        pass
+    finally:
+        done.set()
+        with _lock:
+            if _loading.get(name) is done:
+                del _loading[name]
+
+
+def _hold_back(polite: bool, since: float) -> None:
+    while polite and _in_flight() and time.monotonic() - since < MAX_HOLD_BACK:
+        time.sleep(0.002)
+
+
+def _ranks_from_litellm(name: str, polite: bool) -> Callable[..., dict[bytes, int]]:
     def load(blobpath: str, expected_hash: Any = None) -> dict[bytes, int]:
         path = encoding_file(name) if blobpath == encoding_url(name) else None
         if path is None:
@@ -32,13 +163,24 @@ def _ranks_from_litellm(name: str) -> Callable[..., dict[bytes, int]]:
             raise ValueError(f"LiteLLM's copy of {name} does not match tiktoken's hash")
         loaded_from[name] = str(path)
         # The .tiktoken format: one "base64(token) rank" pair a line.
-        return {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in data.splitlines() if line)}
+        fields = data.split()
+        if len(fields) % 2:
+            raise ValueError(f"LiteLLM's copy of {name} is not a .tiktoken file")
+        ranks: dict[bytes, int] = {}
+        since = time.monotonic()
+        for start in range(0, len(fields), 2 * _SLICE):
+            chunk = fields[start : start + 2 * _SLICE]
+            ranks.update(zip(map(binascii.a2b_base64, chunk[0::2]), map(int, chunk[1::2])))
+            if polite:
+                _hold_back(polite, since)
+                time.sleep(0)  # let the caller's thread have the GIL between slices
+        _hold_back(polite, since)  # tiktoken's CoreBPE build comes next: it holds the GIL throughout
+        return ranks
 
     return load
 
 
-@cache
-def encoding(encoding_name: str) -> Any:
+def _build(encoding_name: str, polite: bool) -> Any:
     import tiktoken
     from tiktoken_ext import openai_public
 
@@ -46,35 +188,53 @@ def encoding(encoding_name: str) -> Any:
     if isinstance(constructor, types.FunctionType) and encoding_file(encoding_name) is not None:
         # The same constructor over a copy of its globals, so only this call reads LiteLLM's file.
         scoped = types.FunctionType(
-            constructor.__code__, {**constructor.__globals__, "load_tiktoken_bpe": _ranks_from_litellm(encoding_name)}
+            constructor.__code__, {**constructor.__globals__, "load_tiktoken_bpe": _ranks_from_litellm(encoding_name, polite)}
         )
         try:
             return tiktoken.Encoding(**scoped())
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, binascii.Error):
             loaded_from.pop(encoding_name, None)
     return tiktoken.get_encoding(encoding_name)
 
 
-@cache
 def encoder(encoding_name: str) -> Callable[[str], list[int]]:
     """encode_ordinary of an encoding: special-token text in a prompt counts as plain text, as providers do."""
     return encoding(encoding_name).encode_ordinary  # type: ignore[no-any-return]
 
 
 SHORT_TEXT = 64  # roles, names, recipients, separators: counted once, not once per message
+MAX_SHORT = 4096  # short texts memoised per encoding
 
 
-@cache
+_counters: dict[str, Callable[[str], int]] = {}
+
+
 def counter(encoding_name: str) -> Callable[[str], int]:
-    """Token count of a text. Short framing strings recur in every message, so they are memoised;
-    long texts are cached by the estimator (keyed by hash, holding no text)."""
-    encode = encoder(encoding_name)
+    """Token count of a text; the encoding is looked up on first use, so making rules never loads it.
 
-    @lru_cache(maxsize=4096)
-    def short(text: str) -> int:
-        return len(encode(text))
+    Short framing strings recur in every message, so they are memoised (a plain dict of
+    str -> int, cleared when full: no per-entry objects for the collector to walk); long
+    texts are cached by the estimator (keyed by hash, holding no text).
+    """
+    made = _counters.get(encoding_name)
+    if made is not None:
+        return made
+    encode: Optional[Callable[[str], list[int]]] = None
+    short: dict[str, int] = {}
 
     def count(text: str) -> int:
-        return short(text) if len(text) <= SHORT_TEXT else len(encode(text))
+        nonlocal encode
+        if len(text) <= SHORT_TEXT:
+            tokens = short.get(text)
+            if tokens is not None:
+                return tokens
+        if encode is None:
+            encode = encoder(encoding_name)  # NotReady inside without_waiting() until it is loaded
+        tokens = len(encode(text))
+        if len(text) <= SHORT_TEXT:
+            if len(short) >= MAX_SHORT:
+                short.clear()
+            short[text] = tokens
+        return tokens
 
-    return count
+    return _counters.setdefault(encoding_name, count)

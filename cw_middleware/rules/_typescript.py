@@ -25,16 +25,25 @@ from typing import Any
 _MAX_REF_DEPTH = 6
 
 
-def render_function(fn: Mapping[str, Any]) -> str:
-    """One function of the namespace, ending with the blank line that separates functions."""
+def render_function(fn: Mapping[str, Any], responses: bool = False) -> str:
+    """One function of the namespace, ending with the blank line that separates functions.
+
+    ``responses``: the Responses API's renderer trims the description, shows the
+    parameters schema's own ``title`` and ``description`` as comment lines, and does
+    not indent nested objects.
+    """
     lines = []
     description = fn.get("description")
+    if isinstance(description, str) and responses:
+        description = description.strip()
     if isinstance(description, str) and description:
         lines.append(f"// {description}")  # one comment marker, even for multi-line text
     name = fn.get("name", "")
     params = fn.get("parameters")
+    if responses and isinstance(params, Mapping):
+        lines.extend(f"// {params[key]}" for key in ("title", "description") if isinstance(params.get(key), str) and params[key])
     if isinstance(params, Mapping) and params.get("properties"):
-        body = _object(params, "", params, 0)
+        body = _object(params, "", "" if responses else "  ", params, 0)
         lines.append(f"type {name} = (_: {body}) => any;")
     else:
         lines.append(f"type {name} = () => any;")
@@ -64,7 +73,7 @@ def _default_comment(spec: Mapping[str, Any]) -> str:
     return f" // default: {json.dumps(value)}"
 
 
-def _object(schema: Mapping[str, Any], indent: str, root: Mapping[str, Any], depth: int) -> str:
+def _object(schema: Mapping[str, Any], indent: str, step: str, root: Mapping[str, Any], depth: int) -> str:
     out = ["{"]
     required = schema.get("required") or ()
     props = schema.get("properties") or {}
@@ -79,12 +88,12 @@ def _object(schema: Mapping[str, Any], indent: str, root: Mapping[str, Any], dep
         if isinstance(description, str) and description:
             out.append(f"{indent}// {description}")
         optional = "" if key in required else "?"
-        out.append(f"{indent}{key}{optional}: {_type(spec, indent, root, depth + 1)},{_default_comment(spec)}")
+        out.append(f"{indent}{key}{optional}: {_type(spec, indent, step, root, depth + 1)},{_default_comment(spec)}")
     out.append(f"{indent}}}" if indent else "}")
     return "\n".join(out)
 
 
-def _type(spec: Any, indent: str, root: Mapping[str, Any], depth: int) -> str:
+def _type(spec: Any, indent: str, step: str, root: Mapping[str, Any], depth: int) -> str:
     spec = _resolve(spec, root, depth)
     if not isinstance(spec, Mapping) or depth > _MAX_REF_DEPTH + 8:
         return "any"
@@ -95,24 +104,24 @@ def _type(spec: Any, indent: str, root: Mapping[str, Any], depth: int) -> str:
         return " | ".join(json.dumps(v, ensure_ascii=False) for v in enum)
     union = spec.get("anyOf") or spec.get("oneOf")
     if isinstance(union, list) and union:
-        return " | ".join(_type(v, indent, root, depth + 1) for v in union)
+        return " | ".join(_type(v, indent, step, root, depth + 1) for v in union)
     all_of = spec.get("allOf")
     if isinstance(all_of, list) and len(all_of) == 1:
-        return _type(all_of[0], indent, root, depth + 1)
+        return _type(all_of[0], indent, step, root, depth + 1)
     kind = spec.get("type")
     if isinstance(kind, list):
         return " | ".join(
-            _scalar(k) if k not in ("object", "array") else _type({**spec, "type": k}, indent, root, depth) for k in kind
+            _scalar(k) if k not in ("object", "array") else _type({**spec, "type": k}, indent, step, root, depth) for k in kind
         )
     if kind == "object" or (kind is None and "properties" in spec):
         if spec.get("properties"):
-            return _object(spec, indent + "  ", root, depth)
+            return _object(spec, indent + step, step, root, depth)
         return "object"
     if kind == "array":
         items = spec.get("items")
         if items is None:
             return "any[]"
-        inner = _type(items, indent, root, depth + 1)
+        inner = _type(items, indent, step, root, depth + 1)
         flat = isinstance(items, Mapping) and (items.get("anyOf") or items.get("oneOf") or isinstance(items.get("type"), list))
         return f"Array<{inner}>" if flat else f"{inner}[]"
     return _scalar(kind)

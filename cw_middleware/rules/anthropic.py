@@ -1,8 +1,9 @@
 """Anthropic: no public tokenizer; a scaled o200k count plus the documented hidden prompts.
 
 Calibration (dev set ``gt_dev.jsonl``, clean records, see benchmarks/accuracy.py):
-Claude's tokenizer splits English prose, code and JSON into ~18% more pieces
-than o200k_base, so text (and tool-definition JSON) is ``ceil(o200k * TEXT_SCALE)``.
+Claude's tokenizer (Claude 3 to Opus 4.6) splits English prose, code and JSON into
+~18% more pieces than o200k_base, so text (and tool-definition JSON) is
+``ceil(o200k * TEXT_SCALE)``.
 Framing follows the turn layout Claude models read: the system prompt sits
 before the first turn with no header of its own (``SYSTEM_FRAMING`` 0), every
 user/assistant turn opens with a "Human:"/"Assistant:"-style
@@ -13,16 +14,44 @@ is the Claude-2-era vocabulary: it needs the ``tokenizers`` package at run time 
 is no closer for Claude 3+ models, so it is not used.
 
 Any request with tools carries a hidden tool-use system prompt whose size
-Anthropic documents per model family and tool_choice ("Tool use with Claude",
-pricing table: 346 tokens for auto/none on Claude 4 / Sonnet 3.7, 264 on Haiku 3.5,
-530 on Opus 3). The 4.5+ generation bills about 500 on reported usage; older
-families land nearer the table once the text scale is applied. Tool definitions
-are the JSON of name/description/input_schema, scaled like text. Replayed
-tool_use and tool_result blocks carry their ``toolu_...`` id into the prompt:
-each id is billed as text (~15 tokens, twice per call), which accounts for the
-~40 tokens per call/result pair that arguments and results alone miss.
+Anthropic documents per model and ``tool_choice`` ("Tool use with Claude",
+pricing: e.g. 496 tokens for auto/none and 588 for any/tool on the 4.5 models,
+313 / 315 on Claude 4 / 4.1, 675 / 804 on Opus 4.7): the table below is that
+documentation, newest first, with the 4.5 sizes for names newer than it. It lands
+in ``tools`` (source ``tool_framing``). Evidence on reported usage (clean dev
+records; text counted with a reconstruction of Claude's tokenizer so only the
+hidden part remains): requests forcing a tool sit ~90 tokens above auto ones on
+the 4.5/4.6 models and ~2 above on Claude 4, as the table says; applying the
+any/tool size moved Anthropic's median APE 2.8% -> 2.1% (halves 2.6 -> 2.0,
+3.1 -> 2.2). Tool definitions are the JSON of name/description/input_schema,
+scaled like text. Replayed tool_use and tool_result blocks carry their
+``toolu_...`` id into the prompt: each id is billed as text (~15 tokens, twice per
+call), which accounts for the ~40 tokens per call/result pair that arguments and
+results alone miss.
+
+Extended thinking (``thinking={"type": "enabled", ...}``) adds a fixed hidden
+instruction of ``THINKING_PROMPT`` tokens (28-29 over the same request without it
+on Sonnet 3.7, 4, 4.5 and Haiku 4.5, whatever the budget); ``disabled`` and
+``adaptive`` add none (measured 0-1). It counts as ``other`` (source ``thinking``).
+Applying it moved p90 APE 15.2% -> 10.7% (halves 16.0 -> 11.8, 15.0 -> 10.2).
+
 Structured outputs (``output_format``) add a fixed instruction block plus the
-schema, also measured on reported usage.
+schema, also measured on reported usage; ``other`` (source ``response_format``).
+Models before the 4.5 generation have no native structured output in LiteLLM's
+model map: LiteLLM sends a ``response_format`` to them as a forced ``json_tool_call``
+tool, so it costs the any/tool prompt plus that tool's definition (still ``other``).
+
+Opus 4.7 and later (Opus 4.8, Opus 5, Sonnet 5) read text with a new tokenizer
+that Anthropic says uses 1.0-1.35x the tokens of the previous one, by content type;
+ctok's reconstruction of both vocabularies gives 1.37x (prose) and 1.37x (tool JSON)
+on the dev set's texts. Those families scale text and tool JSON by a further
+``NEW_TOKENIZER_SCALE`` (1.35): p90 APE 10.7% -> 10.2% (halves 11.8 -> 10.2,
+10.2 -> 10.2), median 2.11% -> 2.04%.
+
+Tokenizer: ctok (PyPI, MIT), an offline reconstruction of Claude's tokenizer,
+puts 95 of 98 text-only dev requests within a token of the reported count where
+o200k x 1.18 is off by up to ~10%; it needs Python 3.12 (this package supports 3.11) and is
+pure Python (~150 KB of text a second), so it is not used: see README, Accuracy.
 """
 
 from __future__ import annotations
@@ -37,39 +66,70 @@ from ._tiktoken import counter
 
 TEXT_SCALE = 1.18
 TOOL_SCALE = TEXT_SCALE  # one tokenizer ratio for prose and for JSON definitions
+# Opus 4.7 and later (Opus 4.8, Opus 5, Sonnet 5) read text with a new tokenizer: more tokens for the same text.
+NEW_TOKENIZER_SCALE = 1.35
+_NEW_TOKENIZER_FAMILIES = ("claude-opus-4-7", "claude-opus-4-8", "claude-opus-4-9", "claude-opus-5", "claude-sonnet-5")
 MESSAGE_FRAMING = 3
 SYSTEM_FRAMING = 0
 REQUEST_OVERHEAD = 3
 STRUCTURED_OUTPUT_PROMPT = 120
+# Extended thinking (``thinking={"type": "enabled", ...}``) adds a fixed hidden instruction, in Claude tokens.
+THINKING_PROMPT = 28
 
-# Hidden tool-use system prompt by family (auto/none), newest first; first prefix match wins.
-_TOOL_PROMPT_BY_FAMILY = (
-    (("claude-3-5-haiku", "claude-3-haiku"), 264),
-    (("claude-3-opus",), 530),
-    (("claude-3-sonnet",), 159),
-    (
-        (
-            "claude-3-5-sonnet",
-            "claude-3-7-sonnet",
-            "claude-sonnet-4-0",
-            "claude-sonnet-4-2",
-            "claude-opus-4-0",
-            "claude-opus-4-1",
-            "claude-opus-4-2",
-            "claude-4",
-        ),
-        300,
-    ),
+# Hidden tool-use system prompt (Anthropic's table, Claude tokens): (name prefixes, auto/none, any/tool).
+# Names are matched newest first; the first prefix match wins.
+_TOOL_PROMPT_BY_FAMILY: tuple[tuple[tuple[str, ...], int, int], ...] = (
+    (("claude-opus-5",), 286, 406),
+    (("claude-sonnet-5",), 354, 474),
+    (("claude-opus-4-8",), 290, 410),
+    (("claude-opus-4-7",), 675, 804),
+    (("claude-opus-4-6", "claude-sonnet-4-6"), 497, 589),
+    (("claude-opus-4-5", "claude-sonnet-4-5", "claude-haiku-4-5"), 496, 588),
+    (("claude-opus-4", "claude-sonnet-4", "claude-4"), 313, 315),
+    (("claude-3-7-sonnet", "claude-3-5-sonnet-2024102", "claude-3-5-sonnet-latest"), 346, 313),
+    (("claude-3-5-sonnet",), 294, 261),
+    (("claude-3-5-haiku",), 264, 355),
+    (("claude-3-opus",), 530, 281),
+    (("claude-3-sonnet",), 159, 235),
+    (("claude-3-haiku",), 264, 340),
 )
-TOOL_PROMPT_DEFAULT = 500  # Claude 4.5 and newer, and names newer than this table
+TOOL_PROMPT_DEFAULT = (496, 588)  # names newer than this table: the current generation's size
+# Families LiteLLM sends a response_format to as a forced ``json_tool_call`` tool (no native structured
+# output in its model map): the request then carries the any/tool prompt and that tool's definition.
+_TOOL_STRUCTURED_OUTPUT_FAMILIES = (
+    "claude-opus-4-0",
+    "claude-opus-4-1",
+    "claude-opus-4-2",
+    "claude-sonnet-4-0",
+    "claude-sonnet-4-2",
+    "claude-4",
+    "claude-3",
+    "claude-2",
+    "claude-instant",
+)
 
 
-def tool_prompt_tokens(model: str) -> int:
-    name = model.lower().rsplit("/", 1)[-1].removeprefix("anthropic.").removeprefix("us.anthropic.")
-    for prefixes, tokens in _TOOL_PROMPT_BY_FAMILY:
+def _bare(model: str) -> str:
+    """The model name without a route or a Bedrock region/vendor prefix."""
+    return model.lower().rsplit("/", 1)[-1].removeprefix("us.").removeprefix("eu.").removeprefix("anthropic.")
+
+
+def tool_prompt_tokens(model: str) -> tuple[int, int]:
+    """(auto/none, any/tool) sizes of the hidden tool-use system prompt for a model name."""
+    name = _bare(model)
+    for prefixes, auto, forced in _TOOL_PROMPT_BY_FAMILY:
         if name.startswith(prefixes):
-            return tokens
+            return auto, forced
     return TOOL_PROMPT_DEFAULT
+
+
+def forces_a_tool(tool_choice: Any) -> bool:
+    """True for Anthropic's ``any`` / ``tool`` choices, in LiteLLM's (OpenAI) spelling or Anthropic's own."""
+    if isinstance(tool_choice, str):
+        return tool_choice in ("required", "any")
+    if isinstance(tool_choice, Mapping):
+        return tool_choice.get("type") in ("function", "tool", "any") or "function" in tool_choice
+    return False
 
 
 def _scaled(count: Callable[[str], int], scale: float) -> Callable[[str], int]:
@@ -78,14 +138,18 @@ def _scaled(count: Callable[[str], int], scale: float) -> Callable[[str], int]:
 
 @dataclass(frozen=True)
 class AnthropicRules:
-    tool_prompt: int = TOOL_PROMPT_DEFAULT
+    tool_prompt: int = TOOL_PROMPT_DEFAULT[0]  # tool_choice auto / none (or absent)
+    forced_tool_prompt: int = TOOL_PROMPT_DEFAULT[1]  # tool_choice any / a named tool
+    structured_output_as_tool: bool = False  # LiteLLM sends response_format as a forced json_tool_call tool
     name: str = "anthropic:o200k_x1.18"
     provider: str = "anthropic"
     exact: bool = False
-    text: Callable[[str], int] = field(
-        default_factory=lambda: _scaled(counter("o200k_base"), TEXT_SCALE), repr=False, compare=False
-    )
+    scale: float = TEXT_SCALE  # Claude tokens per o200k token, for prose and tool-definition JSON alike
+    text: Callable[[str], int] = field(init=False, repr=False, compare=False)
     _raw: Callable[[str], int] = field(default_factory=lambda: counter("o200k_base"), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", _scaled(self._raw, self.scale))
 
     def message_framing(self, message: Mapping[str, Any]) -> int:
         role = message.get("role")
@@ -106,10 +170,16 @@ class AnthropicRules:
 
     def tool_definition(self, tool: Mapping[str, Any]) -> int:
         fn = tool.get("function", tool)
-        return math.ceil(self._raw(json.dumps(fn, ensure_ascii=False)) * TOOL_SCALE)
+        return math.ceil(self._raw(json.dumps(fn, ensure_ascii=False)) * self.scale)
 
     def tools_overhead(self, tools: Sequence[Mapping[str, Any]], tool_choice: Any) -> int:
-        return self.tool_prompt if tools else 0
+        if not tools:
+            return 0
+        return self.forced_tool_prompt if forces_a_tool(tool_choice) else self.tool_prompt
+
+    def thinking_overhead(self, thinking: Any) -> int:
+        """Extended thinking's hidden instruction; ``disabled`` and ``adaptive`` add none."""
+        return THINKING_PROMPT if isinstance(thinking, Mapping) and thinking.get("type") == "enabled" else 0
 
     def response_format(self, response_format: Any) -> int:
         if not isinstance(response_format, Mapping):
@@ -117,6 +187,9 @@ class AnthropicRules:
         schema = (response_format.get("json_schema") or {}).get("schema")
         if schema is None:
             return 0
+        if self.structured_output_as_tool:  # the forced tool's prompt (as if no other tools) and its definition
+            tool = {"name": "json_tool_call", "input_schema": {"type": "object", **schema}}
+            return self.forced_tool_prompt + self.tool_definition(tool)
         return STRUCTURED_OUTPUT_PROMPT + self.text(json.dumps(schema, ensure_ascii=False))
 
     def request_overhead(self, n_messages: int) -> int:
@@ -124,7 +197,11 @@ class AnthropicRules:
 
 
 def rules(model: str) -> AnthropicRules:
-    tokens = tool_prompt_tokens(model)
+    auto, forced = tool_prompt_tokens(model)
+    name = _bare(model)
+    scale = round(TEXT_SCALE * NEW_TOKENIZER_SCALE, 3) if name.startswith(_NEW_TOKENIZER_FAMILIES) else TEXT_SCALE
     # The name keys the estimator's text and tool-count caches: families with different hidden
-    # tool prompts must not share a tool count.
-    return AnthropicRules(tool_prompt=tokens, name=f"anthropic:o200k_x{TEXT_SCALE}:tp{tokens}")
+    # tool prompts or tokenizers must not share a count.
+    as_tool = name.startswith(_TOOL_STRUCTURED_OUTPUT_FAMILIES)
+    label = f"anthropic:o200k_x{scale}:tp{auto}-{forced}{':so-tool' * as_tool}"
+    return AnthropicRules(tool_prompt=auto, forced_tool_prompt=forced, scale=scale, name=label, structured_output_as_tool=as_tool)

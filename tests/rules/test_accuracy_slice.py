@@ -8,6 +8,7 @@ declaration rendering shows up here. The slice spans every provider, API, tools 
 output / tool-call history, and model generation the rules distinguish.
 """
 
+import inspect
 import json
 import os
 import runpy
@@ -28,23 +29,28 @@ SLICE = {
     "openai-chat_completions-02f9f2438918": 0.5,  # gpt-4 (cl100k)
     "openai-chat_completions-ca3c1f6b3407": 7.5,  # gpt-3.5-turbo
     "openai-chat_completions-9e7377e743e6": 0.5,  # gpt-4.1-mini
-    "openai-chat_completions-616ebcd258e5": 0.5,  # gpt-4.1-mini
-    "openai-chat_completions-12f22bc714be": 2.5,  # gpt-4o, tools
-    "openai-chat_completions-48f6d7db80a8": 4.5,  # gpt-4o-mini
+    "openai-chat_completions-12f22bc714be": 0.5,  # gpt-4o, a tool without description
+    "openai-chat_completions-48f6d7db80a8": 2.5,  # gpt-4o-mini, a parallel call without tools
     "openai-chat_completions-cafd40b655ff": 2.5,  # gpt-4o-mini tools after a gpt-5 request with the same tools
-    "openai-chat_completions-94c845b9a2e4": 0.5,  # gpt-4o, multi-turn
-    "openai-chat_completions-46b57c6ef0af": 2.0,  # gpt-4.1-mini, multi-turn
+    "openai-chat_completions-46b57c6ef0af": 1.0,  # gpt-4.1-mini, multi-turn
     "openai-chat_completions-9c6a99355400": 0.5,  # structured output with minimum/maximum
     "openai-chat_completions-0b137a202376": 0.5,  # gpt-5.4-mini tools (harmony preamble)
+    "openai-chat_completions-f0e17ce88da0": 1.0,  # o3-mini tools (no harmony preamble)
     "openai-chat_completions-26194c4b9e9c": 1.0,  # gpt-4o-mini tools
+    "openai-chat_completions-eebd39c5836d": 1.5,  # a forced function
     "openai-chat_completions-778e127181dd": 2.0,  # tool-call history
-    "openai-chat_completions-78754c5911cc": 1.0,  # tool-call history
+    "openai-chat_completions-b8afaf8cf22f": 2.0,  # a parallel call and its results
+    "openai-chat_completions-2ef507ad1d59": 1.5,  # a parallel call of three, results with names
     "openai-chat_completions-1a259f1778f5": 1.0,  # tools + structured output
     "openai-chat_completions-81037bed6569": 2.0,  # tools + schema + history
-    # OpenAI responses
+    # OpenAI responses (scored natively when the scorer can, as litellm.responses() arguments)
     "openai-responses-5a2c39710131": 0.5,  # structured output
     "openai-responses-5ae0e4d308ad": 1.0,  # tools, long instructions
     "openai-responses-d32304899a60": 2.0,  # tool-call history
+    "openai-responses-4186fc25bba7": 0.5,  # tools without instructions: no message opened for them
+    "openai-responses-7b9c05ff223f": 2.0,  # the parameters schema's title shown
+    "openai-responses-d4229e499d03": 1.5,  # a nested $ref object, not indented
+    "openai-responses-08bd5dd388f8": 4.0,  # gpt-5.4 additional_tools item
     # Anthropic
     "anthropic-count_tokens-a249c13eb2fe": 3,  # one short message
     "anthropic-messages-c3cb451c69ea": 10,  # claude-3-5-sonnet, short
@@ -54,6 +60,9 @@ SLICE = {
     "anthropic-messages-14e085f74899": 7,  # sonnet 4 tools with history
     "anthropic-messages-17e0aaf57ab2": 4,  # tools + structured output
     "anthropic-messages-f00b9eabecc6": 4,  # tools + schema + history
+    "anthropic-messages-a5f355f05b45": 3,  # extended thinking (hidden instruction)
+    "anthropic-messages-c1bfbec9f0db": 3,  # sonnet 4.5, tool_choice any (larger tool prompt)
+    "anthropic-count_tokens-4f6db21c7292": 3,  # opus 4.6, adaptive thinking + tool_choice any
     # Gemini
     "gemini-generate_content-5adfad6d3b15": 7,  # 2.5 plain text
     "gemini-generate_content-643c4a3bc151": 5,  # 2.5 long text
@@ -66,6 +75,9 @@ SLICE = {
     "gemini-generate_content-a62c240124b5": 14,  # 2.5 declaration + call
     "gemini-generate_content-9d3aef845c53": 15,  # 3-flash declaration
     "gemini-generate_content-f67a3fba71ee": 13,  # 3-pro declaration + schema
+    "gemini-generate_content-75621352543f": 8,  # Vertex AI 3-flash declaration: text values, no markers
+    "gemini-generate_content-4c91fd6699be": 4,  # Vertex AI 3-flash call + response history
+    "gemini-generate_content-7b88925bec11": 10,  # Vertex AI 2.5-pro declaration
 }
 
 
@@ -78,11 +90,17 @@ def records():
         r = json.loads(line)
         if r["id"] in SLICE:
             wanted[r["id"]] = r
-    return wanted, runpy.run_path(str(SCORER))["to_kwargs"]
+    convert = runpy.run_path(str(SCORER))["to_kwargs"]
+    native = "responses_api" in inspect.signature(convert).parameters
+
+    def to_kwargs(record):  # Responses-API records as litellm.responses() arguments where the scorer offers them
+        return convert(record, True) if native else convert(record)
+
+    return wanted, to_kwargs
 
 
 def test_slice_size():
-    assert 20 <= len(SLICE) <= 40
+    assert 20 <= len(SLICE) <= 50
 
 
 @pytest.mark.parametrize("record_id", sorted(SLICE))

@@ -123,5 +123,73 @@ def test_a_replayed_thought_signature_is_billed_on_the_gemini_api_not_on_vertex(
     # ~0.2 token a base64 character on the Gemini API; nothing on Vertex AI.
     assert 400 <= gemini_api - vertex <= 560
     assert also_vertex == vertex
-    older = [cw.estimate(model=f"{route}/gemini-2.5-flash", messages=messages).input_tokens for route in ("gemini", "vertex_ai")]
-    assert older[0] == older[1]  # Gemini 2.5 bills (next to) nothing for it
+    unsigned_call = {**messages[1]["tool_calls"][0], "provider_specific_fields": {}}
+    unsigned = [messages[0], {**messages[1], "tool_calls": [unsigned_call]}, messages[2]]
+    for route in ("gemini", "vertex_ai"):  # Gemini 2.5 bills (next to) nothing for it, on either endpoint
+        with_signature = cw.estimate(model=f"{route}/gemini-2.5-flash", messages=messages).input_tokens
+        assert with_signature == cw.estimate(model=f"{route}/gemini-2.5-flash", messages=unsigned).input_tokens
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
+
+
+def test_anthropic_tool_prompt_follows_tool_choice_as_documented():
+    # Anthropic's pricing table: 4.5 models 496 (auto/none) vs 588 (any/tool); Claude 4 313 vs 315.
+    sonnet45, sonnet4 = rules_for("anthropic/claude-sonnet-4-5"), rules_for("anthropic/claude-sonnet-4-20250514")
+    for rules, auto, forced in ((sonnet45, 496, 588), (sonnet4, 313, 315)):
+        assert rules.tools_overhead([WEATHER], None) == auto
+        assert rules.tools_overhead([WEATHER], "auto") == auto
+        assert rules.tools_overhead([WEATHER], "none") == auto
+        assert rules.tools_overhead([WEATHER], "required") == forced
+        assert rules.tools_overhead([WEATHER], {"type": "function", "function": {"name": "get_weather"}}) == forced
+    assert rules_for("anthropic/claude-opus-4-7").tools_overhead([WEATHER], "required") == 804
+    assert rules_for("bedrock/us.anthropic.claude-3-5-haiku-20241022-v1:0").tools_overhead([WEATHER], "auto") == 264
+
+
+def test_anthropic_forced_tool_is_counted_apart_from_auto():
+    kwargs = {"model": "anthropic/claude-sonnet-4-5", "messages": [{"role": "user", "content": "weather?"}], "tools": [WEATHER]}
+    auto = cw.estimate(**kwargs, tool_choice="auto")
+    forced = cw.estimate(**kwargs, tool_choice="required")  # the tool count is cached per tool_choice
+    tools = {b.category.value: b.tokens for b in forced.breakdown}["tools"]
+    assert forced.input_tokens - auto.input_tokens == 588 - 496
+    assert tools - {b.category.value: b.tokens for b in auto.breakdown}["tools"] == 588 - 496
+
+
+def test_anthropic_extended_thinking_overhead_is_other():
+    kwargs = {"model": "anthropic/claude-sonnet-4-5", "messages": [{"role": "user", "content": "think about it"}]}
+    plain = cw.estimate(**kwargs)
+    thinking = cw.estimate(**kwargs, thinking={"type": "enabled", "budget_tokens": 1024})
+    extra = thinking.input_tokens - plain.input_tokens
+    assert 20 <= extra <= 40  # measured 28-29 on reported usage
+    assert {(d.category.value, d.source): d.tokens for d in thinking.details}[("other", "thinking")] == extra
+    assert cw.estimate(**kwargs, thinking={"type": "disabled"}).input_tokens == plain.input_tokens
+    assert cw.estimate(**kwargs, thinking={"type": "adaptive"}).input_tokens == plain.input_tokens
+    # Other providers have no such instruction.
+    gemini = {"model": "gemini/gemini-2.5-flash", "messages": kwargs["messages"]}
+    assert cw.estimate(**gemini, thinking={"type": "enabled"}).input_tokens == cw.estimate(**gemini).input_tokens
+
+
+def test_gemini_on_vertex_bills_declarations_as_text_values_and_no_content_markers():
+    # The same request on both endpoints: Vertex AI reports fewer tokens (declaration text values,
+    # no per-Content marker); 2.5+ on the Gemini API renders the declaration's JSON.
+    tool = {"type": "function", "function": {"name": "get_file", "parameters": {"type": "object", "properties": {}}}}
+    messages = [{"role": "user", "content": "Use the get_file tool now."}]
+    api = cw.estimate(model="gemini/gemini-3-flash-preview", messages=messages, tools=[tool]).input_tokens
+    vertex = cw.estimate(model="vertex_ai/gemini-3-flash-preview", messages=messages, tools=[tool]).input_tokens
+    count = counter("o200k_base")
+    assert api - vertex >= 10
+    assert rules_for("vertex_ai/gemini-3-flash-preview").tool_definition(tool) == count("get_file")
+    assert rules_for("vertex_ai/gemini-2.5-flash").message_framing(messages[0]) == 0
+    assert rules_for("gemini/gemini-2.5-flash").message_framing(messages[0]) == 1
+    # Different counting, different cache names (the estimator's caches are keyed by them).
+    assert rules_for("vertex_ai/gemini-2.5-flash").name != rules_for("gemini/gemini-2.5-flash").name
+
+
+def test_anthropic_new_tokenizer_generation_counts_more_for_the_same_text():
+    # Opus 4.7 and later use a tokenizer Anthropic says costs up to 1.35x the tokens of the previous one.
+    text = "The quick brown fox jumps over the lazy dog, then checks the weather in Lyon. " * 20
+    older = rules_for("anthropic/claude-opus-4-6").text(text)
+    newer = rules_for("anthropic/claude-opus-4-8").text(text)
+    assert 1.25 <= newer / older <= 1.4
+    assert rules_for("anthropic/claude-sonnet-5").text(text) == newer
+    assert rules_for("anthropic/claude-opus-4-6").name != rules_for("anthropic/claude-opus-4-8").name

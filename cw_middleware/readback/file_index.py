@@ -1,0 +1,458 @@
+"""A content-free index of one OTLP JSON lines file: which lines name which stage, and each stage's listing state.
+
+The file reader answers from it instead of scanning the file: ``stages`` and
+``runs`` come from the index alone, and ``latest`` reads only the newest lines
+that name the stage. The index is built on the first query and then kept up to
+date incrementally: each query folds in only the lines appended since the last
+one (a ``stat`` call when nothing changed).
+
+What it holds (SQLite, one database per telemetry file): for each line that
+names a stage, its offset, length and CRC-32; for each (run id, stage id), the
+lines that name it and what a stage listing shows (kind, live/stored, first and
+last activity time). Ids, offsets, counts and times: never a snapshot's numbers,
+prompt text or any other content.
+
+Where it lives: ``$CW_INDEX_DIR``, else ``$XDG_CACHE_HOME/cw-middleware/file-index``,
+else ``~/.cache/cw-middleware/file-index`` (one ``<hash of the path>.sqlite``);
+``CW_INDEX_DIR=memory`` (or a directory that cannot be written) keeps it in
+memory, rebuilt by each process. Never beside the telemetry file: rotation
+tools match ``file.jsonl*``.
+
+Never trusted blindly: before use, its header (format and version), the file's
+device and inode, its size (never smaller than what was indexed) and the CRC-32
+of the file's first and last indexed 64 KiB must match, and every line read is
+checked against its stored length and CRC. Anything else (``copytruncate``
+rotation, a file replaced, a damaged index) rebuilds it from the start.
+
+The file may shrink or be replaced at any moment: it is read with plain reads
+(never memory-mapped, so a truncation cannot raise SIGBUS), a short read or a
+changed head means it changed under the scan, and the scan starts again; after
+`RESTARTS` tries the query fails with a `BackendUnavailable` that names the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import IO, Any, Optional
+
+from ..contract import Staleness
+from ..errors import BackendUnavailable
+from .fold import (
+    INDEX_KEYS,
+    Horizon,
+    RunsFold,
+    RunSummary,
+    StageState,
+    StageSummary,
+    stage_pairs,
+    summarize_runs,
+    summarize_stages,
+)
+from .otlp_json import decode_line
+
+FORMAT = "cw-middleware file index"
+VERSION = "1"
+RESTARTS = 3  # scans started again when the file changes under them, before the query fails
+WINDOW = 1 << 16  # bytes of the file's head and of the indexed tail whose CRC-32 must match
+CHUNK_BYTES = 32 << 20  # committed a chunk at a time: progress survives, other processes interleave
+MAX_LINE = 256 << 20  # a longer line is skipped, never held in memory (a damaged file, not an export batch)
+_SPAN_LINE_PREFIXES = (b'{"resourceSpans"', b'{"resource_spans"', b'{"batches"')
+_MEMORY = "memory"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lines (n INTEGER PRIMARY KEY, off INTEGER NOT NULL, len INTEGER NOT NULL, crc INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS stages (
+    id INTEGER PRIMARY KEY, run TEXT NOT NULL, stage TEXT NOT NULL, listed INTEGER NOT NULL DEFAULT 0,
+    kind TEXT, state TEXT, first_ns INTEGER NOT NULL DEFAULT 0, last_ns INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (run, stage));
+CREATE TABLE IF NOT EXISTS stage_lines (stage INTEGER NOT NULL, line INTEGER NOT NULL, PRIMARY KEY (stage, line)) WITHOUT ROWID;
+"""
+
+
+def index_dir_from_env(environ: Optional[dict[str, str]] = None) -> str:
+    """Where indexes live: $CW_INDEX_DIR ("memory": nowhere), else the user's cache directory."""
+    env = os.environ if environ is None else environ
+    if env.get("CW_INDEX_DIR"):
+        return env["CW_INDEX_DIR"]
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "cw-middleware", "file-index")
+
+
+@dataclass(frozen=True)
+class LineRef:
+    """Where one indexed line sits in the file."""
+
+    n: int
+    offset: int
+    length: int
+    crc: int
+
+
+class FileChanged(Exception):
+    """The file shrank, was replaced or no longer matches the index: start again."""
+
+
+class FileIndex:
+    """The index of one telemetry file. Thread-safe; several processes may share one on disk."""
+
+    def __init__(self, path: str, index_dir: Optional[str] = None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._seen: Optional[tuple[int, int, int, int]] = None  # (dev, ino, size, mtime) at the last refresh
+        self.generation = ""  # a new value each time the index is rebuilt (line numbers start again)
+        self._db = self._connect(index_dir_from_env() if index_dir is None else index_dir)
+
+    # ------------------------------------------------------------ storage
+
+    def _connect(self, index_dir: str) -> sqlite3.Connection:
+        if index_dir != _MEMORY:
+            name = hashlib.sha256(os.path.abspath(self.path).encode("utf-8", "surrogateescape")).hexdigest()[:32]
+            location = os.path.join(index_dir, f"{name}.sqlite")
+            try:
+                os.makedirs(index_dir, mode=0o700, exist_ok=True)
+                return self._open(location)
+            except (OSError, sqlite3.Error):
+                try:  # a damaged index file: it is only a cache
+                    os.remove(location)
+                    return self._open(location)
+                except (OSError, sqlite3.Error):
+                    pass  # an unwritable cache: this process keeps its own index
+        return self._open(":memory:")
+
+    @staticmethod
+    def _open(location: str) -> sqlite3.Connection:
+        db = sqlite3.connect(location, timeout=60, isolation_level=None, check_same_thread=False)
+        try:
+            if location != ":memory:":
+                os.chmod(location, 0o600)
+                db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(_SCHEMA)
+            header = dict(db.execute("SELECT k, v FROM meta WHERE k IN ('format', 'version')").fetchall())
+            if header and header != {"format": FORMAT, "version": VERSION}:
+                raise sqlite3.DatabaseError("not an index of this format")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")  # one writer at a time, across processes
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def _meta(self) -> dict[str, Any]:
+        return dict(self._db.execute("SELECT k, v FROM meta").fetchall())
+
+    # ------------------------------------------------------------ keeping up with the file
+
+    def refresh(self) -> bool:
+        """Fold in what the file gained since the last call; False when there is no file."""
+        with self._lock:
+            for _ in range(RESTARTS):
+                try:
+                    return self._catch_up()
+                except FileChanged:
+                    self._seen = None
+            raise BackendUnavailable(
+                f"the telemetry file {self.path} kept changing while it was read (truncated or replaced during the scan); "
+                "try again"
+            )
+
+    def _catch_up(self) -> bool:
+        try:
+            f = open(self.path, "rb", buffering=1 << 20)
+        except FileNotFoundError:
+            self._seen = None
+            return False
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot read telemetry file {self.path}: {exc.strerror}") from None
+        with f:
+            st = os.fstat(f.fileno())
+            seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            if seen == self._seen:
+                return True
+            while self._index_chunk(f, st.st_size):
+                pass
+            self._seen = seen
+            self.generation = str(self._meta().get("generation", ""))
+        return True
+
+    def _index_chunk(self, f: IO[bytes], size: int) -> bool:
+        """Index up to `CHUNK_BYTES` more of the file (up to ``size``) in one transaction; False when done."""
+        with self._write() as db:
+            meta = self._meta()
+            if not self._matches(meta, f):
+                self._reset(db, f)
+                meta = self._meta()
+            upto = int(meta["upto"])
+            if upto >= size:
+                return False
+            start = upto
+            head = os.pread(f.fileno(), WINDOW, 0)
+            upto, fold, pairs, line_refs = self._scan(f, upto, min(size, upto + CHUNK_BYTES), size)
+            self._store(db, fold, pairs, line_refs)
+            # Truncated and written again while we read (copytruncate, then the writer's next lines)?
+            # Then the head changed, or the file is now shorter than what we read.
+            st = os.fstat(f.fileno())
+            head_now = os.pread(f.fileno(), WINDOW, 0)
+            same = min(len(head), len(head_now))
+            if st.st_size < upto or head[:same] != head_now[:same]:
+                raise FileChanged
+            db.executemany(
+                "INSERT OR REPLACE INTO meta (k, v) VALUES (?, ?)",
+                [
+                    ("upto", upto),
+                    ("size", st.st_size),
+                    ("mtime_ns", st.st_mtime_ns),
+                    ("head_crc", self._crc_at(f, 0, min(upto, WINDOW))),
+                    *self._tail(f, upto),
+                ],
+            )
+            return start < upto < size  # more to do, unless only an unfinished last line is left
+
+    def _matches(self, meta: dict[str, Any], f: IO[bytes]) -> bool:
+        """Whether the index describes this file: header, identity, size, head and tail checksums."""
+        st = os.fstat(f.fileno())
+        if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+            return False
+        if (meta.get("dev"), meta.get("ino")) != (st.st_dev, st.st_ino):
+            return False
+        if "upto" not in meta:
+            return False
+        upto = int(meta["upto"])
+        if st.st_size < upto:
+            return False
+        if st.st_size == meta.get("size") and st.st_mtime_ns != meta.get("mtime_ns"):
+            return False  # written to without growing: rewritten in place, not appended to
+        head = min(upto, WINDOW)
+        tail_start = max(0, upto - WINDOW)
+        return self._crc_at(f, 0, head) == meta.get("head_crc") and self._crc_at(f, tail_start, upto - tail_start) == meta.get(
+            "tail_crc"
+        )
+
+    def _tail(self, f: IO[bytes], upto: int) -> list[tuple[str, int]]:
+        start = max(0, upto - WINDOW)
+        return [("tail_crc", self._crc_at(f, start, upto - start))]
+
+    @staticmethod
+    def _crc_at(f: IO[bytes], offset: int, length: int) -> int:
+        data = os.pread(f.fileno(), length, offset) if length else b""
+        if len(data) != length:
+            raise FileChanged
+        return zlib.crc32(data)
+
+    def _reset(self, db: sqlite3.Connection, f: IO[bytes]) -> None:
+        st = os.fstat(f.fileno())
+        db.execute("DELETE FROM stage_lines")
+        db.execute("DELETE FROM stages")
+        db.execute("DELETE FROM lines")
+        db.execute("DELETE FROM meta")
+        db.executemany(
+            "INSERT INTO meta (k, v) VALUES (?, ?)",
+            [
+                ("format", FORMAT),
+                ("version", VERSION),
+                ("path", os.path.abspath(self.path)),
+                ("dev", st.st_dev),
+                ("ino", st.st_ino),
+                ("upto", 0),
+                ("head_crc", zlib.crc32(b"")),
+                ("tail_crc", zlib.crc32(b"")),
+                ("generation", os.urandom(8).hex()),
+            ],
+        )
+
+    def _scan(
+        self, f: IO[bytes], upto: int, stop: int, size: int
+    ) -> tuple[int, RunsFold, dict[int, set[tuple[str, str]]], list[tuple[int, int, int]]]:
+        """Decode the lines that start in [upto, stop); (new upto, their fold, pairs by line offset, line refs)."""
+        fold = RunsFold()
+        pairs: dict[int, set[tuple[str, str]]] = {}
+        refs: list[tuple[int, int, int]] = []
+        f.seek(upto)
+        offset = upto
+        while offset < stop:
+            line, length, ended = _read_line(f)
+            if not ended and offset + length < size:
+                raise FileChanged  # the end of the file came before the size it had: it shrank
+            if not length:
+                break
+            body = line.rstrip(b"\r\n")
+            if not ended:
+                # The last line has no newline yet: indexed once it is a whole export batch, else next time.
+                found = _line_spans(body) if _looks_like_spans(body) else None
+                if not found:
+                    break
+            else:
+                found = _line_spans(body) if length <= MAX_LINE and _looks_like_spans(body) else None
+            named: set[tuple[str, str]] = set()
+            for span in found or ():
+                fold.add(span)
+                named |= stage_pairs(span)
+            if named:
+                pairs[offset] = named
+                refs.append((offset, len(body), zlib.crc32(body)))
+            offset += length
+        return offset, fold, pairs, refs
+
+    def _store(
+        self,
+        db: sqlite3.Connection,
+        fold: RunsFold,
+        pairs: dict[int, set[tuple[str, str]]],
+        refs: list[tuple[int, int, int]],
+    ) -> None:
+        ids: dict[tuple[str, str], int] = {}
+
+        def stage_row(run_id: str, stage_id: str) -> int:
+            key = (run_id, stage_id)
+            if key not in ids:
+                db.execute("INSERT OR IGNORE INTO stages (run, stage) VALUES (?, ?)", key)
+                ids[key] = db.execute("SELECT id FROM stages WHERE run = ? AND stage = ?", key).fetchone()[0]
+            return ids[key]
+
+        for run_id, stage_id, later in fold.states():
+            row_id = stage_row(run_id, stage_id)
+            st = _state(*db.execute("SELECT kind, state, first_ns, last_ns FROM stages WHERE id = ?", (row_id,)).fetchone())
+            st.merge(later)
+            db.execute(
+                "UPDATE stages SET listed = 1, kind = ?, state = ?, first_ns = ?, last_ns = ? WHERE id = ?",
+                (st.kind, st.state.value if st.state else None, _to_db(st.first_ns), _to_db(st.last_ns), row_id),
+            )
+        next_n = (db.execute("SELECT MAX(n) FROM lines").fetchone()[0] or 0) + 1
+        for offset, length, crc in refs:
+            db.execute("INSERT INTO lines (n, off, len, crc) VALUES (?, ?, ?, ?)", (next_n, offset, length, crc))
+            db.executemany(
+                "INSERT OR IGNORE INTO stage_lines (stage, line) VALUES (?, ?)",
+                [(stage_row(r, s), next_n) for r, s in pairs[offset]],
+            )
+            next_n += 1
+
+    # ------------------------------------------------------------ queries (call refresh() first)
+
+    def newest_line(self, run_id: str, stage_id: str) -> Optional[int]:
+        """The number of the newest line naming the stage (None: no line does)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT MAX(sl.line) FROM stage_lines sl JOIN stages s ON s.id = sl.stage WHERE s.run = ? AND s.stage = ?",
+                (run_id, stage_id),
+            ).fetchone()
+        return row[0] if row else None
+
+    def lines_newest_first(self, run_id: str, stage_id: str, page: int = 16) -> Iterator[LineRef]:
+        """The lines that name the stage, newest first, fetched a page at a time."""
+        before = 1 << 62
+        while True:
+            with self._lock:
+                rows = self._db.execute(
+                    "SELECT l.n, l.off, l.len, l.crc FROM stages s JOIN stage_lines sl ON sl.stage = s.id"
+                    " JOIN lines l ON l.n = sl.line WHERE s.run = ? AND s.stage = ? AND sl.line < ?"
+                    " ORDER BY sl.line DESC LIMIT ?",
+                    (run_id, stage_id, before, page),
+                ).fetchall()
+            yield from (LineRef(*row) for row in rows)
+            if len(rows) < page:
+                return
+            before = rows[-1][0]
+
+    def read_line(self, ref: LineRef) -> bytes:
+        """The line's bytes, checked against the index (FileChanged when they differ)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise FileChanged from None
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot read telemetry file {self.path}: {exc.strerror}") from None
+        try:
+            data = os.pread(fd, ref.length, ref.offset)
+        finally:
+            os.close(fd)
+        if len(data) != ref.length or zlib.crc32(data) != ref.crc:
+            raise FileChanged
+        return data
+
+    def stages(self, run_id: str, horizon: Horizon) -> Optional[list[StageSummary]]:
+        """The run's stage listing, from the index alone."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT stage, kind, state, first_ns, last_ns FROM stages WHERE run = ? AND listed = 1", (run_id,)
+            ).fetchall()
+        return summarize_stages(((stage, _state(*rest)) for stage, *rest in rows), horizon)
+
+    def runs(self, horizon: Horizon) -> list[RunSummary]:
+        """Every run, from the index alone; the rows are streamed, so memory grows with the runs, not the stages."""
+        with self._lock:
+            cursor = self._db.execute("SELECT run, stage, kind, state, first_ns, last_ns FROM stages WHERE listed = 1")
+            rows = (row for page in iter(lambda: cursor.fetchmany(4096), []) for row in page)
+            return summarize_runs(((run, stage, _state(*rest)) for run, stage, *rest in rows), horizon)
+
+    def forget(self) -> None:
+        """Make the next refresh check the file against the index in full (a line read did not match)."""
+        with self._lock:
+            self._seen = None
+            with self._write() as db:
+                db.execute("DELETE FROM meta WHERE k = 'upto'")  # fails `_matches`: rebuilt on the next refresh
+
+
+_INT64 = (1 << 63) - 1
+_BEYOND = 10**30  # a damaged time no datetime can hold: what the fold sees for one stored as _INT64
+
+
+def _to_db(time_ns: int) -> int:
+    return max(-_INT64, min(_INT64, time_ns))
+
+
+def _from_db(time_ns: int) -> int:
+    return _BEYOND if time_ns == _INT64 else time_ns
+
+
+def _state(kind: Optional[str], state: Optional[str], first_ns: int, last_ns: int) -> StageState:
+    return StageState(kind, Staleness(state) if state else None, _from_db(first_ns), _from_db(last_ns))
+
+
+def _read_line(f: IO[bytes]) -> tuple[bytes, int, bool]:
+    """(the line, or its first `MAX_LINE` bytes; its length in the file; whether it ended with a newline)."""
+    line = f.readline(MAX_LINE + 1)
+    length = len(line)
+    if line.endswith(b"\n") or length <= MAX_LINE:
+        return line, length, line.endswith(b"\n")
+    while True:  # an overlong line: skip to its end without keeping it
+        more = f.readline(1 << 20)
+        length += len(more)
+        if not more or more.endswith(b"\n"):
+            return line, length, more.endswith(b"\n")
+
+
+def _looks_like_spans(body: bytes) -> bool:
+    """Whether a line may hold spans: metrics and logs lines are never decoded."""
+    head = body[:24]
+    if head.startswith(_SPAN_LINE_PREFIXES):
+        return True
+    # An unusual but possibly trace-bearing line (a wrapper, whitespace): let the decoder decide.
+    return head.lstrip().startswith(b"{") and b'"resourceMetrics"' not in head and b'"resourceLogs"' not in head
+
+
+def _line_spans(body: bytes) -> Optional[list[Any]]:
+    """The spans of a line with the attributes the index needs; None for a broken line."""
+    try:
+        return decode_line(body, INDEX_KEYS)
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None  # a line being written right now, or a damaged one

@@ -1,0 +1,62 @@
+"""The cap on backend queries running at once, and the time box of each.
+
+A query runs on a worker thread of its own pool; the request thread waits for it at
+most ``query_timeout`` seconds (then 504). A query that outlives its request keeps
+its slot until it really ends, so runaway scans cannot pile up past ``max_queries``:
+a request that finds every slot taken for ``query_wait`` seconds gets 503 ``busy``
+with ``Retry-After``. The routes that need no backend (``/healthz``, the page, the
+OpenAPI document) never pass through here, so they stay fast while heavy queries run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Optional, TypeVar
+
+from .core import HttpError
+
+T = TypeVar("T")
+
+
+class QueryGate:
+    def __init__(self, max_queries: int, query_wait: float, query_timeout: float) -> None:
+        self._slots = threading.BoundedSemaphore(max_queries)
+        self._pool = ThreadPoolExecutor(max_workers=max_queries, thread_name_prefix="cw-serve-query")
+        self.query_wait, self.query_timeout = query_wait, query_timeout
+
+    def run(self, query: Callable[[], T], wait: Optional[float] = None) -> T:
+        """The query's result (or its exception); HttpError 503 when no slot frees in time, 504 past the time box."""
+        if not self._slots.acquire(timeout=self.query_wait if wait is None else wait):
+            raise HttpError(503, "busy", "the server is answering other queries; retry shortly", {"Retry-After": "1"})
+        try:
+            future: Future[T] = self._pool.submit(query)
+        except RuntimeError:  # the pool was shut down: the server is closing
+            self._slots.release()
+            raise HttpError(503, "closing", "the server is shutting down") from None
+        future.add_done_callback(lambda _: self._slots.release())
+        try:
+            return future.result(timeout=self.query_timeout)
+        except FutureTimeout:
+            raise HttpError(
+                504,
+                "query_timeout",
+                f"the backend query took longer than {self.query_timeout:g} s; it goes on in the background",
+                {"Retry-After": "5"},
+            ) from None
+
+    @contextlib.contextmanager
+    def slot(self, wait: float) -> Iterator[None]:
+        """Hold one slot on the caller's own thread (the run watchers' polls); HttpError 503 when none frees in time."""
+        if not self._slots.acquire(timeout=wait):
+            raise HttpError(503, "busy", "the server is answering other queries; retry shortly", {"Retry-After": "1"})
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,213 @@
+"""The OpenAPI 3.1 document of `cw-middleware serve` (``GET /openapi.json``), built from the contract's models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .core import API_PREFIX
+
+
+def _error_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+            }
+        },
+    }
+
+
+def openapi_document() -> dict[str, Any]:
+    from ..contract import StageContextWindow
+
+    window_schema = StageContextWindow.model_json_schema(ref_template="#/components/schemas/{model}")
+    defs = window_schema.pop("$defs", {})
+    id_param = {"in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 256}}
+    errors = {
+        "400": {"description": "invalid id", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+        "401": {
+            "description": "missing or wrong bearer token",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        },
+        "404": {
+            "description": "no such run or stage",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        },
+        "502": {
+            "description": "the backend answered something unreadable",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        },
+        "503": {
+            "description": "the backend could not be reached, or every query slot is taken (busy; Retry-After)",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        },
+        "504": {
+            "description": "the backend query outlived the request's time box (query_timeout; Retry-After)",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        },
+    }
+    stage_summary = {
+        "type": "object",
+        "required": ["stage_id", "staleness"],
+        "properties": {
+            "stage_id": {"type": "string"},
+            "kind": {"type": ["string", "null"]},
+            "agent_stage": {"type": ["boolean", "null"]},
+            "staleness": {"type": "string", "enum": ["live", "stored"]},
+            "started_at": {"type": ["string", "null"], "format": "date-time"},
+            "last_seen_at": {"type": ["string", "null"], "format": "date-time"},
+        },
+    }
+    run_summary = {
+        "type": "object",
+        "required": ["run_id", "stages", "live_stages"],
+        "properties": {
+            "run_id": {"type": "string"},
+            "stages": {"type": "integer", "minimum": 0},
+            "live_stages": {"type": "integer", "minimum": 0},
+            "first_seen_at": {"type": ["string", "null"], "format": "date-time"},
+            "last_seen_at": {"type": ["string", "null"], "format": "date-time"},
+        },
+    }
+    backend_errors = {k: v for k, v in errors.items() if k in ("401", "502", "503", "504")}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "cw-middleware read-back API",
+            "version": "1",
+            "description": "What filled the context window of a stage, read back from telemetry. Content-free.",
+        },
+        "paths": {
+            f"{API_PREFIX}/runs": {
+                "get": {
+                    "operationId": "listRuns",
+                    "summary": "Runs the backend holds, newest activity first",
+                    "responses": {
+                        "200": {
+                            "description": "the runs; empty when the backend holds none",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "type": "object",
+                                        "required": ["runs"],
+                                        "properties": {
+                                            "runs": {"type": "array", "items": {"$ref": "#/components/schemas/RunSummary"}}
+                                        },
+                                    }
+                                }
+                            },
+                        },
+                        **backend_errors,
+                    },
+                }
+            },
+            f"{API_PREFIX}/runs/{{run_id}}/stages/{{stage_id}}/context-window": {
+                "get": {
+                    "operationId": "getStageContextWindow",
+                    "summary": "Latest context-window snapshot of a stage",
+                    "parameters": [{"name": "run_id", **id_param}, {"name": "stage_id", **id_param}],
+                    "responses": {
+                        "200": {
+                            "description": "the stage's answer; available=false when the stage has no data",
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/StageContextWindow"}}},
+                        },
+                        **errors,
+                    },
+                }
+            },
+            f"{API_PREFIX}/runs/{{run_id}}/stages": {
+                "get": {
+                    "operationId": "listStages",
+                    "summary": "Stages of a run",
+                    "parameters": [{"name": "run_id", **id_param}],
+                    "responses": {
+                        "200": {
+                            "description": "the run's stages, oldest first",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "type": "object",
+                                        "properties": {
+                                            "run_id": {"type": "string"},
+                                            "stages": {"type": "array", "items": {"$ref": "#/components/schemas/StageSummary"}},
+                                        },
+                                    }
+                                }
+                            },
+                        },
+                        **errors,
+                    },
+                }
+            },
+            f"{API_PREFIX}/runs/{{run_id}}/events": {
+                "get": {
+                    "operationId": "streamRunEvents",
+                    "summary": "Server-Sent Events: the run's new snapshots and stage changes, as they land",
+                    "description": (
+                        "text/event-stream. On connect, the run's current state: one `stage` event per stage "
+                        "(a StageSummary plus run_id) and one `snapshot` event per stage (the StageContextWindow plus "
+                        "run_id); then one event per change. Each such event has an `id:` (a resumable position): "
+                        "send it back as the Last-Event-ID header and the stream resumes after it, nothing lost and "
+                        "nothing twice; a position the server no longer holds gets a `reset` event and the current "
+                        "state. `backend_error` events (no id) say a poll failed. Comment lines are heartbeats. "
+                        "Content-free, like every answer."
+                    ),
+                    "parameters": [
+                        {"name": "run_id", **id_param},
+                        {"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"}},
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "the event stream",
+                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        },
+                        **errors,
+                        "503": {
+                            "description": "the backend could not be reached, or too many streams are open (Retry-After)",
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+                        },
+                    },
+                }
+            },
+            "/": {
+                "get": {
+                    "operationId": "livePage",
+                    "summary": "The live page: runs, stages and each stage's context window (HTML; asks for the token)",
+                    "security": [{}],
+                    "responses": {"200": {"description": "the page", "content": {"text/html": {}}}},
+                }
+            },
+            "/runs/{run_id}": {
+                "get": {
+                    "operationId": "liveRunPage",
+                    "summary": "The live page of one run (the same HTML; the script reads the run id from the path)",
+                    "security": [{}],
+                    "parameters": [{"name": "run_id", **id_param}],
+                    "responses": {"200": {"description": "the page", "content": {"text/html": {}}}},
+                }
+            },
+            "/healthz": {
+                "get": {
+                    "operationId": "health",
+                    "summary": "Liveness: answers without the token and without touching the backend",
+                    "security": [{}],
+                    "responses": {"200": {"description": "ok", "content": {"application/json": {}}}},
+                }
+            },
+        },
+        "components": {
+            "schemas": {
+                **defs,
+                "StageContextWindow": window_schema,
+                "StageSummary": stage_summary,
+                "RunSummary": run_summary,
+                "Error": _error_schema(),
+            },
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{}, {"bearer": []}],
+    }

@@ -1,0 +1,66 @@
+"""The live page: ``GET /`` (the runs), ``GET /runs/{run_id}`` (one run), ``GET /static/{name}``.
+
+Plain HTML, CSS and JavaScript shipped in the package (``static/``, package data), no
+build step and nothing fetched from elsewhere: the Content-Security-Policy allows
+only this origin. The page holds no data of its own, so it is served without the
+token; its script asks for the token when the API answers 401, keeps it in the tab
+(memory and sessionStorage, never a URL) and sends it as ``Authorization: Bearer``,
+also on the event stream, which it reads with fetch streaming (EventSource cannot
+send headers). Without streaming it polls the JSON API instead.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from .core import Exchange, HttpError, Route
+
+_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+}
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def _load() -> dict[str, bytes]:
+    """Every shipped static file by name, read once (a few kilobytes)."""
+    folder = resources.files(__package__) / "static"
+    return {f.name: f.read_bytes() for f in folder.iterdir() if f.is_file() and _suffix(f.name) in _TYPES}
+
+
+def _suffix(name: str) -> str:
+    return "." + name.rsplit(".", 1)[-1] if "." in name else ""
+
+
+FILES = _load()
+
+
+def _send(ex: Exchange, name: str) -> None:
+    data = FILES.get(name)
+    if data is None:
+        raise HttpError(404, "no_route", "no such file")
+    ex.send_bytes(200, _TYPES[_suffix(name)], data, HEADERS)
+
+
+def _index(ex: Exchange, _: list[str]) -> None:
+    _send(ex, "index.html")
+
+
+def _static(ex: Exchange, params: list[str]) -> None:
+    _send(ex, params[0])
+
+
+ROUTES = [
+    Route("/", _index, auth=False),
+    Route("/runs/{run_id}", _index, auth=False),
+    Route("/static/{name}", _static, auth=False),
+]

@@ -1,0 +1,521 @@
+/* The live page of cw-middleware serve: runs, stages, and what fills each stage's context window.
+
+   Data comes from the JSON API (/api/v1/...) and, on a run's page, from its event stream
+   (/api/v1/runs/{run_id}/events), read with fetch streaming so the bearer token travels as an
+   Authorization header (EventSource cannot send one); Last-Event-ID resumes after a drop.
+   Without streaming it polls the JSON API every 2 s. The token is asked for when the API
+   answers 401 and kept in this tab only (memory and sessionStorage), never in a URL.
+   Everything shown is set with textContent: ids and source labels are never parsed as HTML. */
+(function () {
+  "use strict";
+
+  var CATEGORIES = ["system_prompt", "tools", "mcp_tools", "skills", "memory", "conversation", "other"];
+  var LABEL = {
+    system_prompt: "System prompt", tools: "Tools", mcp_tools: "MCP tools", skills: "Skills",
+    memory: "Memory", conversation: "Conversation", other: "Other"
+  };
+  var GLYPH = { system_prompt: "S", tools: "T", mcp_tools: "M", skills: "K", memory: "Y", conversation: "C", other: "O" };
+  var METHOD = {
+    local_estimate: "Estimated locally with the model's tokenizer, before the provider answered.",
+    response_usage_scaled_breakdown: "Total from the input tokens the provider reported for the call; categories scaled from the local estimate to match it.",
+    provider_api_scaled_breakdown: "Total from the provider's token-count API; categories scaled from the local estimate to match it."
+  };
+  var REASON = {
+    not_agent_stage: "this stage does not call a model",
+    not_observed: "no snapshot has been recorded for this stage yet",
+    provider_unconfigured: "the provider cannot be asked for a count"
+  };
+  var TOP_SOURCES = 8;
+  var POLL_MS = 2000;
+  var STORAGE_KEY = "cw-middleware-token";
+  var fmt = window.cwFormat;
+
+  var token = null;
+  try { token = window.sessionStorage.getItem(STORAGE_KEY); } catch (e) { token = null; }
+
+  var state = {
+    runId: null, stages: {}, order: [], windows: {}, timelines: {}, selected: null,
+    lastEventId: null, abort: null, pollTimer: null, streamFailures: 0, updates: 0
+  };
+
+  function $(id) { return document.getElementById(id); }
+
+  function el(tag, attrs, text) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function setConn(kind, text) {
+    var c = $("conn");
+    c.dataset.state = kind;
+    c.textContent = text;
+  }
+
+  function notice(text) {
+    var n = $("notice");
+    n.hidden = !text;
+    n.textContent = text || "";
+  }
+
+  function markUpdated() {
+    state.updates += 1;
+    document.body.dataset.updates = String(state.updates);
+    document.body.dataset.updatedAt = String(Date.now());
+  }
+
+  // ------------------------------------------------------------------ HTTP
+
+  function headers(extra) {
+    var h = extra || {};
+    if (token) h.Authorization = "Bearer " + token;
+    return h;
+  }
+
+  function Unauthorized() { this.name = "Unauthorized"; }
+
+  function api(path) {
+    return fetch(path, { headers: headers({ Accept: "application/json" }), cache: "no-store" }).then(function (r) {
+      if (r.status === 401) throw new Unauthorized();
+      return r.json().then(function (body) {
+        if (!r.ok) {
+          var err = new Error((body.error && body.error.message) || ("HTTP " + r.status));
+          err.status = r.status;
+          throw err;
+        }
+        return body;
+      });
+    });
+  }
+
+  function failed(err) {
+    if (err instanceof Unauthorized) return showSignIn(token ? "That token was not accepted." : "");
+    if (err && err.status === 404) return notice(err.message);
+    notice("The server could not answer: " + (err && err.message ? err.message : "connection failed"));
+    setConn("offline", "offline");
+  }
+
+  // ------------------------------------------------------------------ sign in
+
+  function showSignIn(message) {
+    stopLive();
+    ["runs", "run"].forEach(function (id) { $(id).hidden = true; });
+    $("signin").hidden = false;
+    $("signin-error").textContent = message || "";
+    setConn("offline", "sign in needed");
+    $("token").focus();
+  }
+
+  $("signin-form").addEventListener("submit", function (event) {
+    event.preventDefault();
+    token = $("token").value;
+    $("token").value = "";
+    try { window.sessionStorage.setItem(STORAGE_KEY, token); } catch (e) { /* memory only */ }
+    $("signin").hidden = true;
+    route();
+  });
+
+  // ------------------------------------------------------------------ runs
+
+  function showRuns() {
+    $("runs").hidden = false;
+    document.title = "Runs · cw-middleware";
+    var load = function () {
+      api("/api/v1/runs").then(function (body) {
+        notice("");
+        setConn("polling", "updated every 2 s");
+        renderRuns(body.runs);
+        markUpdated();
+      }).catch(failed);
+    };
+    load();
+    state.pollTimer = window.setInterval(load, POLL_MS);
+  }
+
+  function renderRuns(runs) {
+    var tbody = $("runs-table").querySelector("tbody");
+    tbody.textContent = "";
+    $("runs-empty").hidden = runs.length > 0;
+    runs.forEach(function (r) {
+      var tr = el("tr");
+      var td = el("td");
+      td.appendChild(el("a", { href: "/runs/" + encodeURIComponent(r.run_id) }, r.run_id));
+      tr.appendChild(td);
+      tr.appendChild(el("td", { "class": "num" }, r.stages));
+      tr.appendChild(el("td", { "class": "num" }, r.live_stages));
+      tr.appendChild(el("td", {}, r.last_seen_at ? new Date(r.last_seen_at).toLocaleString() : "?"));
+      tbody.appendChild(tr);
+    });
+  }
+
+  // ------------------------------------------------------------------ one run
+
+  function showRun(runId) {
+    state.runId = runId;
+    $("run").hidden = false;
+    $("run-title").textContent = "Run " + runId;
+    document.title = runId + " · cw-middleware";
+    var wanted = /^#stage=(.+)$/.exec(window.location.hash);
+    if (wanted) state.selected = decodeURIComponent(wanted[1]);
+    api("/api/v1/runs/" + encodeURIComponent(runId) + "/stages").then(function (body) {
+      body.stages.forEach(function (s) { onStage(s, false); });
+      renderStages();
+      if (window.ReadableStream && window.TextDecoderStream) stream(); else startPolling();
+    }).catch(failed);
+  }
+
+  function onStage(summary, render) {
+    var id = summary.stage_id;
+    if (!(id in state.stages)) state.order.push(id);
+    state.stages[id] = summary;
+    if (render !== false) renderStages();
+  }
+
+  function onSnapshot(win) {
+    var id = win.stage_id;
+    var previous = state.windows[id];
+    state.windows[id] = win;
+    if (win.available) {
+      var line = state.timelines[id] || (state.timelines[id] = []);
+      var key = win.generated_at + "#" + win.event_seq;
+      if (!line.length || line[line.length - 1].key !== key) {
+        line.push({ key: key, tokens: win.input_tokens, method: win.count_method, at: win.generated_at });
+        if (line.length > 60) line.shift();
+      }
+    }
+    if (!state.selected) state.selected = defaultStage();
+    if (id === state.selected || !previous) renderStage();
+  }
+
+  function defaultStage() {
+    var best = null;
+    state.order.forEach(function (id) {
+      var s = state.stages[id];
+      if (s.agent_stage === false) return;
+      if (!best || (s.last_seen_at || "") >= (state.stages[best].last_seen_at || "")) best = id;
+    });
+    return best || state.order[0] || null;
+  }
+
+  function select(id, focus) {
+    state.selected = id;
+    history.replaceState(null, "", "#stage=" + encodeURIComponent(id));
+    renderStages(focus);
+    if (state.windows[id]) renderStage();
+    else api(windowPath(id)).then(function (w) { onSnapshot(w); markUpdated(); }).catch(failed);
+  }
+
+  function windowPath(id) {
+    return "/api/v1/runs/" + encodeURIComponent(state.runId) + "/stages/" + encodeURIComponent(id) + "/context-window";
+  }
+
+  function renderStages(focusSelected) {
+    if (!state.selected) state.selected = defaultStage();
+    var ul = $("stages");
+    ul.textContent = "";
+    state.order.forEach(function (id, i) {
+      var s = state.stages[id];
+      var li = el("li");
+      var b = el("button", { type: "button", "data-stage": id, "aria-current": id === state.selected ? "true" : "false" });
+      b.appendChild(el("span", { "class": "id" }, id));
+      b.appendChild(el("span", { "class": "badge " + s.staleness }, s.staleness + (s.kind && s.kind !== "agent" ? " · " + s.kind : "")));
+      b.addEventListener("click", function () { select(id); });
+      b.addEventListener("keydown", function (event) {
+        var step = { ArrowDown: 1, ArrowUp: -1 }[event.key];
+        if (event.key === "Home") step = -i;
+        if (event.key === "End") step = state.order.length - 1 - i;
+        if (step === undefined) return;
+        event.preventDefault();
+        var next = state.order[Math.max(0, Math.min(state.order.length - 1, i + step))];
+        select(next, true);
+      });
+      li.appendChild(b);
+      ul.appendChild(li);
+      if (focusSelected && id === state.selected) b.focus();
+    });
+  }
+
+  function renderStage() {
+    var box = $("stage");
+    var id = state.selected;
+    var w = id ? state.windows[id] : null;
+    box.textContent = "";
+    if (!w) {
+      box.appendChild(el("p", { "class": "empty" }, id ? "Waiting for this stage's first snapshot." : "No stages yet."));
+      return;
+    }
+    box.appendChild(el("h3", {}, "Stage " + id));
+    if (!w.available) {
+      box.appendChild(el("p", { "class": "empty", "data-field": "unavailable" },
+        "No context-window data: " + (REASON[w.unavailable_reason] || w.unavailable_reason || "unavailable") + "."));
+      renderWarnings(box, w);
+      return;
+    }
+    var total = w.input_tokens || 0;
+    var windowSize = w.context_window_tokens;
+    var model = w.model || "?";
+    if (w.provider && model.toLowerCase().indexOf(w.provider.toLowerCase() + "/") !== 0) model = w.provider + "/" + model;
+    var usage = el("p", { "class": "usage", "data-field": "usage" });
+    usage.appendChild(el("strong", { "data-field": "model" }, model));
+    usage.appendChild(document.createTextNode("  "));
+    usage.appendChild(el("span", { "data-field": "input_tokens", "data-tokens": total }, fmt.tokens(total)));
+    usage.appendChild(document.createTextNode(windowSize
+      ? " / " + fmt.tokens(windowSize) + " tokens (" + fmt.percent(total, windowSize) + ")" : " tokens (window unknown)"));
+    box.appendChild(usage);
+
+    var tokens = {};
+    (w.breakdown || []).forEach(function (b) { tokens[b.category] = b.tokens; });
+    var scale = Math.max(windowSize || 0, total) || 1;
+    var description = CATEGORIES.filter(function (c) { return tokens[c]; }).map(function (c) {
+      return LABEL[c] + " " + fmt.tokens(tokens[c]) + " tokens";
+    });
+    if (windowSize) description.push("free space " + fmt.tokens(Math.max(windowSize - total, 0)) + " tokens");
+    var bar = el("div", { "class": "bar", role: "img", "aria-label": "Context window: " + description.join(", ") });
+    CATEGORIES.forEach(function (c) {
+      if (!tokens[c]) return;
+      var seg = el("span", { "data-category": c, title: LABEL[c] + ": " + fmt.tokens(tokens[c]) + " tokens" });
+      seg.style.width = (100 * tokens[c] / scale) + "%";
+      seg.style.background = "var(--" + c + ")";
+      if (100 * tokens[c] / scale >= 3) seg.textContent = GLYPH[c];
+      bar.appendChild(seg);
+    });
+    if (windowSize && windowSize > total) {
+      var free = el("span", { "class": "free", title: "Free space" });
+      free.style.width = (100 * (windowSize - total) / scale) + "%";
+      bar.appendChild(free);
+    }
+    box.appendChild(el("p", { "class": "meta" }, "The window, to scale:"));
+    box.appendChild(bar);
+    // The same tokens as shares of the input: readable when the request fills a sliver of a large window.
+    var mix = el("div", { "class": "bar", role: "img", "aria-label": "Input by category: " + CATEGORIES.filter(function (c) {
+      return tokens[c];
+    }).map(function (c) { return LABEL[c] + " " + fmt.percent(tokens[c], total || 1); }).join(", ") });
+    CATEGORIES.forEach(function (c) {
+      if (!tokens[c]) return;
+      var seg = el("span", { "data-category": c, title: LABEL[c] + ": " + fmt.percent(tokens[c], total || 1) + " of the input" });
+      seg.style.width = (100 * tokens[c] / (total || 1)) + "%";
+      seg.style.background = "var(--" + c + ")";
+      if (100 * tokens[c] / (total || 1) >= 3) seg.textContent = GLYPH[c];
+      mix.appendChild(seg);
+    });
+    box.appendChild(el("p", { "class": "meta" }, "The input, by category:"));
+    box.appendChild(mix);
+    if (windowSize && total > windowSize) {
+      box.appendChild(el("p", { "class": "error" }, "Does not fit: " + fmt.tokens(total) + " input tokens exceed the " +
+        fmt.tokens(windowSize) + "-token window by " + fmt.tokens(total - windowSize) + "; the provider will reject or truncate this request."));
+    }
+
+    var table = el("table", { "data-field": "breakdown" });
+    table.appendChild(el("caption", { "class": "sr-only" }, "Tokens per category"));
+    var head = el("tr");
+    ["Category", "Tokens", windowSize ? "Of the window" : "Of the input"].forEach(function (t, i) {
+      head.appendChild(el("th", { scope: "col", "class": i ? "num" : "" }, t));
+    });
+    var thead = el("thead");
+    thead.appendChild(head);
+    table.appendChild(thead);
+    var tbody = el("tbody");
+    CATEGORIES.forEach(function (c) {
+      var n = tokens[c] || 0;
+      var tr = el("tr", { "data-category": c });
+      var name = el("th", { scope: "row" });
+      var sw = el("span", { "class": "swatch", "aria-hidden": "true" }, GLYPH[c]);
+      sw.style.background = "var(--" + c + ")";
+      name.appendChild(sw);
+      name.appendChild(document.createTextNode(LABEL[c]));
+      tr.appendChild(name);
+      tr.appendChild(el("td", { "class": "num", "data-tokens": n }, fmt.tokens(n)));
+      tr.appendChild(el("td", { "class": "num" }, fmt.percent(n, windowSize || total || 1)));
+      tbody.appendChild(tr);
+    });
+    if (windowSize) {
+      var freeN = Math.max(windowSize - total, 0);
+      var tr = el("tr", { "data-category": "free" });
+      var name = el("th", { scope: "row" });
+      name.appendChild(el("span", { "class": "swatch free-swatch", "aria-hidden": "true" }, "·"));
+      name.appendChild(document.createTextNode("Free space"));
+      tr.appendChild(name);
+      tr.appendChild(el("td", { "class": "num", "data-tokens": freeN }, fmt.tokens(freeN)));
+      tr.appendChild(el("td", { "class": "num" }, fmt.percent(freeN, windowSize)));
+      tbody.appendChild(tr);
+    }
+    table.appendChild(tbody);
+    box.appendChild(table);
+
+    var meta = el("p", { "class": "meta", "data-field": "count_method" });
+    meta.textContent = (METHOD[w.count_method] || w.count_method || "") + " " +
+      (w.staleness === "live" ? "The stage is still running." : "The stage has ended; this is its last snapshot.") +
+      (w.generated_at ? " Taken " + new Date(w.generated_at).toLocaleString() + "." : "");
+    box.appendChild(meta);
+
+    if (w.details && w.details.length) {
+      box.appendChild(el("h4", {}, "Top sources"));
+      var dt = el("table", { "data-field": "details" });
+      var dh = el("tr");
+      ["Source", "Category", "Tokens"].forEach(function (t, i) { dh.appendChild(el("th", { scope: "col", "class": i === 2 ? "num" : "" }, t)); });
+      var dthead = el("thead");
+      dthead.appendChild(dh);
+      dt.appendChild(dthead);
+      var dbody = el("tbody");
+      w.details.slice(0, TOP_SOURCES).forEach(function (d) {
+        var tr = el("tr");
+        tr.appendChild(el("td", {}, d.source));
+        tr.appendChild(el("td", {}, LABEL[d.category] || d.category));
+        tr.appendChild(el("td", { "class": "num", "data-tokens": d.tokens }, fmt.tokens(d.tokens)));
+        dbody.appendChild(tr);
+      });
+      dt.appendChild(dbody);
+      box.appendChild(dt);
+      if (w.details.length > TOP_SOURCES) box.appendChild(el("p", { "class": "meta" }, "… " + (w.details.length - TOP_SOURCES) + " more"));
+    }
+    renderWarnings(box, w);
+    renderTimeline(box, id);
+  }
+
+  function renderWarnings(box, w) {
+    if (!w.warnings || !w.warnings.length) return;
+    box.appendChild(el("h4", {}, "Warnings"));
+    var ul = el("ul", { "class": "warnings", "data-field": "warnings" });
+    w.warnings.forEach(function (x) {
+      var li = el("li");
+      li.appendChild(el("code", {}, x.code));
+      li.appendChild(document.createTextNode(": " + x.message));
+      ul.appendChild(li);
+    });
+    box.appendChild(ul);
+  }
+
+  function renderTimeline(box, id) {
+    var line = state.timelines[id] || [];
+    if (!line.length) return;
+    var wrap = el("div", { "class": "timeline" });
+    wrap.appendChild(el("h4", {}, "Input tokens per snapshot (since this page opened)"));
+    var max = Math.max.apply(null, line.map(function (p) { return p.tokens || 0; })) || 1;
+    var NS = "http://www.w3.org/2000/svg";
+    var svg = document.createElementNS(NS, "svg");
+    var width = 400, height = 100, slot = width / Math.max(line.length, 10);
+    svg.setAttribute("viewBox", "0 0 " + width + " " + height);
+    svg.setAttribute("role", "img");
+    svg.setAttribute("aria-label", "Input tokens of the last " + line.length + " snapshots: " +
+      line.map(function (p) { return fmt.tokens(p.tokens || 0); }).join(", "));
+    line.forEach(function (p, i) {
+      var h = Math.max(1, (height - 4) * (p.tokens || 0) / max);
+      var r = document.createElementNS(NS, "rect");
+      r.setAttribute("x", String(i * slot + 1));
+      r.setAttribute("y", String(height - h));
+      r.setAttribute("width", String(Math.max(1, slot - 2)));
+      r.setAttribute("height", String(h));
+      r.setAttribute("class", p.method || "");
+      var t = document.createElementNS(NS, "title");
+      t.textContent = fmt.tokens(p.tokens || 0) + " tokens (" + (p.method || "") + ")";
+      r.appendChild(t);
+      svg.appendChild(r);
+    });
+    wrap.appendChild(svg);
+    box.appendChild(wrap);
+  }
+
+  // ------------------------------------------------------------------ live updates
+
+  function dispatch(kind, data, id) {
+    if (id) state.lastEventId = id;
+    if (kind === "stage") onStage(data);
+    else if (kind === "snapshot") onSnapshot(data);
+    else if (kind === "backend_error") { notice("The backend failed to answer: " + data.error.message); return; }
+    else if (kind === "reset") return;
+    else return;
+    notice("");
+    markUpdated();
+  }
+
+  function parseBlock(block) {
+    var kind = "message", data = [], id = null;
+    block.split("\n").forEach(function (line) {
+      if (!line || line.charAt(0) === ":") return;
+      var i = line.indexOf(":");
+      var field = i < 0 ? line : line.slice(0, i);
+      var value = i < 0 ? "" : line.slice(i + 1).replace(/^ /, "");
+      if (field === "event") kind = value;
+      else if (field === "data") data.push(value);
+      else if (field === "id") id = value;
+    });
+    if (data.length) dispatch(kind, JSON.parse(data.join("\n")), id);
+  }
+
+  function stream() {
+    var ctrl = new AbortController();
+    state.abort = ctrl;
+    var h = headers({ Accept: "text/event-stream" });
+    if (state.lastEventId) h["Last-Event-ID"] = state.lastEventId;
+    fetch("/api/v1/runs/" + encodeURIComponent(state.runId) + "/events", { headers: h, signal: ctrl.signal, cache: "no-store" })
+      .then(function (r) {
+        if (r.status === 401) throw new Unauthorized();
+        if (!r.ok || !r.body) { var e = new Error("HTTP " + r.status); e.status = r.status; throw e; }
+        state.streamFailures = 0;
+        stopPolling();
+        setConn("live", "live");
+        var reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+        var buffer = "";
+        function pump() {
+          return reader.read().then(function (chunk) {
+            if (chunk.done) throw new Error("the stream ended");
+            buffer += chunk.value;
+            var i;
+            while ((i = buffer.indexOf("\n\n")) >= 0) {
+              parseBlock(buffer.slice(0, i));
+              buffer = buffer.slice(i + 2);
+            }
+            return pump();
+          });
+        }
+        return pump();
+      })
+      .catch(function (err) {
+        if (ctrl.signal.aborted) return;
+        if (err instanceof Unauthorized) return showSignIn("That token was not accepted.");
+        state.streamFailures += 1;
+        if (state.streamFailures >= 3) startPolling();
+        else setConn("offline", "reconnecting");
+        window.setTimeout(function () { if (state.abort === ctrl) stream(); }, state.streamFailures >= 3 ? 15000 : 2000);
+      });
+  }
+
+  function startPolling() {
+    if (state.pollTimer) return;
+    setConn("polling", "polling every 2 s (no event stream)");
+    var tick = function () {
+      api("/api/v1/runs/" + encodeURIComponent(state.runId) + "/stages").then(function (body) {
+        body.stages.forEach(function (s) { onStage(s, false); });
+        renderStages();
+        return state.selected ? api(windowPath(state.selected)) : null;
+      }).then(function (w) {
+        if (w && JSON.stringify(w) !== JSON.stringify(state.windows[w.stage_id])) { onSnapshot(w); markUpdated(); }
+      }).catch(failed);
+    };
+    tick();
+    state.pollTimer = window.setInterval(tick, POLL_MS);
+  }
+
+  function stopPolling() {
+    if (state.pollTimer) window.clearInterval(state.pollTimer);
+    state.pollTimer = null;
+  }
+
+  function stopLive() {
+    stopPolling();
+    if (state.abort) state.abort.abort();
+    state.abort = null;
+  }
+
+  // ------------------------------------------------------------------ routing
+
+  function route() {
+    stopLive();
+    var match = /^\/runs\/([^/]+)\/?$/.exec(window.location.pathname);
+    if (match) showRun(decodeURIComponent(match[1]));
+    else showRuns();
+  }
+
+  route();
+})();

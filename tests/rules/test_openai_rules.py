@@ -1,0 +1,169 @@
+"""OpenAI's counting rules: tool choice, Responses-API tool rendering, tool results, additional tools."""
+
+from pydantic import BaseModel
+
+import cw_middleware as cw
+from cw_middleware.apis.responses import RESPONSES
+from cw_middleware.rules import rules_for
+from cw_middleware.rules.openai import render_tool
+from cw_middleware.wrapper import _local_estimate, get_runtime
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "  Weather for a city.\n    ",
+    "parameters": {
+        "title": "get_weather_args",
+        "description": "Typed arguments.",
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+CHAT_TOOL = {"type": "function", "function": WEATHER}
+FLAT_TOOL = {"type": "function", **WEATHER}
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+def test_a_forced_function_costs_its_name_in_tools():
+    def tools(choice, name="get_weather"):
+        tool = {"type": "function", "function": {**WEATHER, "name": name}}
+        return cw.estimate(model="openai/gpt-4o", messages=ASK, tools=[tool], tool_choice=choice).tokens("tools")
+
+    forced = {"type": "function", "function": {"name": "get_weather"}}
+    assert tools(forced) > tools("auto") == tools(None) == tools("required")
+    long_name = "get_the_weather_for_a_city_today"
+    longer = tools({"type": "function", "function": {"name": long_name}}, long_name) - tools("auto", long_name)
+    assert longer > tools(forced) - tools("auto")
+    # the Responses API's spelling of the same choice costs the same
+    flat = cw.estimate(
+        model="openai/gpt-4o", input=ASK, tools=[FLAT_TOOL], tool_choice={"type": "function", "name": "get_weather"}
+    )
+    auto = cw.estimate(model="openai/gpt-4o", input=ASK, tools=[FLAT_TOOL], tool_choice="auto")
+    assert flat.tokens("tools") - auto.tokens("tools") == tools(forced) - tools("auto")
+
+
+def test_responses_shows_the_schema_title_and_description_and_trims_the_function_description():
+    chat = render_tool(CHAT_TOOL)
+    responses = render_tool(FLAT_TOOL, responses=True)
+    assert "get_weather_args" not in chat and "Typed arguments." not in chat
+    assert responses.startswith("// Weather for a city.\n// get_weather_args\n// Typed arguments.\ntype get_weather = (_: {")
+    assert chat.startswith("//   Weather for a city.\n")
+
+
+def test_responses_opens_no_message_for_the_tool_block():
+    chat = cw.estimate(model="openai/gpt-4o", messages=ASK, tools=[CHAT_TOOL])
+    responses = cw.estimate(model="openai/gpt-4o", input=ASK, tools=[FLAT_TOOL])
+    rules = rules_for("openai/gpt-4o", api="responses")
+    shown = rules.text(render_tool(FLAT_TOOL, responses=True)) - rules.text(render_tool(CHAT_TOOL))
+    assert shown > 0
+    # the chat block opens a system message and carries a "# Tools" header; the Responses block neither
+    assert chat.tokens("tools") - (responses.tokens("tools") - shown) >= 6
+    assert chat.tokens("conversation") == responses.tokens("conversation")
+
+
+def test_a_tool_results_name_is_not_billed_but_a_users_is():
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    history = [*ASK, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    result = {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+
+    def total(messages):
+        return cw.estimate(model="openai/gpt-4o", messages=messages, tools=[CHAT_TOOL]).input_tokens
+
+    assert total([*history, {**result, "name": "get_weather"}]) == total([*history, result])
+    assert total([{**ASK[0], "name": "alice_smith"}]) > total(ASK)
+
+
+def test_results_of_one_parallel_call_cost_less_each():
+    def call(i):
+        return {"id": f"c{i}", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+
+    rules = rules_for("openai/gpt-4o")
+    entry = rules.text(',{"recipient_name":"functions.get_weather","parameters":{"city":"Paris"}}')
+    # one more call adds its entry to the multi_tool_use.parallel JSON, less what its result saves
+    assert rules.tool_calls([call(1), call(2), call(3)]) - rules.tool_calls([call(1), call(2)]) < entry
+
+
+def test_additional_tools_item_counts_as_tools_and_reaches_the_provider_unchanged():
+    extra = {"type": "additional_tools", "role": "developer", "tools": [FLAT_TOOL]}
+    items = [*ASK, extra]
+    for model in ("openai/gpt-4o", "openai/gpt-5"):
+        with_extra = cw.estimate(model=model, input=items)
+        without = cw.estimate(model=model, input=ASK)
+        assert with_extra.tokens("tools") > 0 == without.tokens("tools")
+        assert ("tools", "additional_tools") in {(d.category.value, d.source) for d in with_extra.details}
+        assert with_extra.tokens("conversation") == without.tokens("conversation")
+    # a reasoning model reads the channel rules for function calls with the tools: a larger cost
+    assert cw.estimate(model="openai/gpt-5", input=items).tokens("tools") > cw.estimate(
+        model="openai/gpt-4o", input=items
+    ).tokens("tools")
+    kwargs = {"model": "openai/gpt-4o", "input": items}
+    parsed, estimate = _local_estimate(get_runtime(), RESPONSES, (), kwargs)
+    forward = RESPONSES.forward((), dict(kwargs), parsed, estimate, "openai")
+    assert forward.kwargs["input"] is items
+
+
+def test_only_gpt_5_and_later_read_harmonys_function_call_preamble():
+    tools = [CHAT_TOOL]
+    gpt5, o3 = rules_for("openai/gpt-5-mini"), rules_for("openai/o3-mini")
+    assert o3.layout == gpt5.layout == "harmony"
+    assert gpt5.tools_overhead(tools, None) - o3.tools_overhead(tools, None) > 50
+    assert gpt5.name != o3.name  # the estimator caches tool counts by rules name
+
+
+def test_a_function_without_description_bills_less_than_its_rendering():
+    rules = rules_for("openai/gpt-4o")
+    bare = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "description"}}
+    assert rules.tool_definition(bare) < rules.text(render_tool(bare))
+    assert rules.tool_definition(CHAT_TOOL) == rules.text(render_tool(CHAT_TOOL))
+    no_params = {"type": "function", "function": {"name": "ping"}}
+    assert rules.tool_definition(no_params) == rules.text(render_tool(no_params))
+
+
+def test_responses_does_not_indent_nested_objects():
+    nested = {
+        "type": "function",
+        "name": "plan",
+        "parameters": {
+            "type": "object",
+            "properties": {"step": {"type": "object", "properties": {"text": {"type": "string", "description": "What."}}}},
+        },
+    }
+    assert "\n  // What.\n  text?: string," in render_tool(nested)
+    assert "\n// What.\ntext?: string," in render_tool(nested, responses=True)
+
+
+def test_gpt_5_calls_cost_a_commentary_channel_header_the_o_series_do_not():
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+    gpt5, o3, gpt4o = rules_for("openai/gpt-5-mini"), rules_for("openai/o3-mini"), rules_for("openai/gpt-4o")
+    assert gpt5.tool_calls([call]) > o3.tool_calls([call]) == gpt4o.tool_calls([call])
+
+
+def test_responses_lays_the_block_out_as_chat_when_a_schema_comes_without_instructions():
+    class Answer(BaseModel):
+        city: str
+
+    schema = {"type": "json_schema", "name": "answer", "schema": Answer.model_json_schema()}
+
+    def tools(**kwargs):
+        return cw.estimate(model="openai/gpt-4o", input=ASK, tools=[FLAT_TOOL], **kwargs).tokens("tools")
+
+    assert tools(text={"format": schema}) > tools()
+    assert tools(text_format=Answer) == tools(text={"format": schema})
+    assert tools(text={"format": schema}, instructions="Be brief.") == tools(instructions="Be brief.")
+
+
+def test_a_responses_function_call_item_costs_more_than_a_chat_call_on_chat_layout_models():
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+    chat = [*ASK, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    items = [*ASK, {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Paris"}'}]
+
+    def conversation(model):
+        return (
+            cw.estimate(model=model, messages=chat).tokens("conversation"),
+            cw.estimate(model=model, input=items).tokens("conversation"),
+        )
+
+    as_chat, as_items = conversation("openai/gpt-4o")
+    assert as_items > as_chat
+    as_chat, as_items = conversation("openai/gpt-5")
+    assert as_items == as_chat

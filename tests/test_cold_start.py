@@ -1,0 +1,166 @@
+"""The first calls of a process never wait for a tokenizer to load (issue 11, item 5).
+
+Each test runs a fresh Python process (the encodings are per process): its first call
+returns before o200k_base is loaded, the call's local estimate arrives later from the
+deferred worker with the numbers a warm estimate gives, on the call's own span, and
+`cw.flush()` waits for it. A child forked while the parent is still loading loads for
+itself. A bad tag still raises on the caller's call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PRELUDE = """
+import json, os, sys, time
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import litellm
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import cw_middleware as cw
+from cw_middleware.rules import _tiktoken
+spans = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(spans))
+cw.configure(export="none", tracer_provider=provider)
+MEMORY = cw.segment("# AGENTS.md\\n- test first", "memory", source="AGENTS.md")
+MESSAGES = [
+    cw.message("system", [cw.segment("You are careful.", "system_prompt"), MEMORY]),
+    {"role": "user", "content": "Fix the failing test, then run the suite."},
+]
+SEARCH = {"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}
+TOOLS = [cw.tool(SEARCH, source=cw.ToolSource.mcp("github"))]
+"""
+
+
+def _run(body: str, timeout: float = 60) -> dict:
+    code = PRELUDE + textwrap.dedent(body)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_first_call_returns_before_the_tokenizer_and_its_estimate_follows():
+    out = _run(
+        """
+        sent = []
+        def spy(*a, **k):
+            sent.append(json.dumps(k["messages"]))
+            return litellm.completion(*a, **k)
+        import cw_middleware.wrapper as w
+        w.original = lambda name: spy
+        resp = cw.completion(model="gpt-4o", messages=MESSAGES, tools=TOOLS, mock_response="On it.")
+        loaded_at_return = _tiktoken.ready("o200k_base")
+        seen_at_return = len(cw.snapshots())
+        flushed = cw.flush(10.0)
+        snaps = cw.snapshots()
+        warm = cw.estimate(model="gpt-4o", messages=MESSAGES, tools=TOOLS)
+        span = [s for s in spans.get_finished_spans() if s.name.startswith("chat")][0]
+        events = [e for e in span.events if e.name == "agent.context_window.snapshot"]
+        print(json.dumps({
+            "reply": resp.choices[0].message.content, "loaded_at_return": loaded_at_return,
+            "seen_at_return": seen_at_return, "flushed": flushed,
+            "methods": [s.count_method.value for s in snaps],
+            "tokens": [[b.tokens for b in s.breakdown] for s in snaps], "warm": [b.tokens for b in warm.breakdown],
+            "details": [[d.source, d.tokens] for d in snaps[0].details],
+            "warm_details": [[d.source, d.tokens] for d in warm.details],
+            "events": len(events), "span_ms": (span.end_time - span.start_time) / 1e6,
+            "tag_sent": any("cw_tag" in m for m in sent),
+        }))
+        """
+    )
+    assert out["reply"] == "On it."
+    assert out["loaded_at_return"] is False and out["seen_at_return"] == 0
+    assert out["flushed"] is True
+    assert out["methods"] == ["local_estimate", "local_estimate"]  # the estimate, then the (mocked) call's end
+    assert out["tokens"][0] == out["warm"] == out["tokens"][1] and sum(out["warm"]) > 0
+    assert out["details"] == out["warm_details"] and "AGENTS.md" in [source for source, _ in out["details"]]
+    assert out["events"] == 2  # both on the call's span, which ended when the call did
+    assert out["span_ms"] < 1000
+    assert out["tag_sent"] is False
+
+
+def test_a_stream_and_a_second_call_during_loading_are_estimated_in_order():
+    out = _run(
+        """
+        stream = cw.completion(model="gpt-4o", messages=MESSAGES, stream=True, mock_response="one two three")
+        chunks = [c.choices[0].delta.content for c in stream if c.choices]
+        untagged = [{"role": "system", "content": [{"type": "text", "text": "x"}]}, MESSAGES[1]]
+        bare = [c.choices[0].delta.content for c in litellm.completion(
+            model="gpt-4o", messages=untagged, stream=True, mock_response="one two three") if c.choices]
+        cw.completion(model="claude-sonnet-4-5", messages=MESSAGES, mock_response="ok")
+        cw.flush(10.0)
+        snaps = cw.snapshots()
+        print(json.dumps({"same_chunks": chunks == bare, "models": [s.model for s in snaps],
+                          "sums": [sum(b.tokens for b in s.breakdown) == s.input_tokens for s in snaps],
+                          "seq": [s.event_seq for s in snaps]}))
+        """
+    )
+    assert out["same_chunks"] is True
+    assert out["models"][:2] == ["gpt-4o", "gpt-4o"] and out["models"][2:] == ["claude-sonnet-4-5", "claude-sonnet-4-5"]
+    assert all(out["sums"]) and out["seq"] == sorted(out["seq"])
+
+
+def test_a_bad_tag_raises_on_the_first_call_too():
+    out = _run(
+        """
+        try:
+            bad = [{"role": "user", "content": "x", "cw_tag": {"category": "nope"}}]
+            cw.completion(model="gpt-4o", messages=bad, mock_response="x")
+            raised = None
+        except cw.TagError as exc:
+            raised = type(exc).__name__
+        print(json.dumps({"raised": raised, "loaded": _tiktoken.ready("o200k_base")}))
+        """
+    )
+    assert out == {"raised": "TagError", "loaded": False}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_child_forked_while_the_parent_loads_loads_for_itself():
+    out = _run(
+        """
+        cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="ok")  # starts the loader, returns at once
+        assert not _tiktoken.ready("o200k_base")
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="child")
+                ok = cw.flush(20.0)
+                snaps = cw.snapshots()
+                result = {"ok": ok, "n": len(snaps), "tokens": snaps[-1].input_tokens if snaps else None}
+            except BaseException as exc:
+                result = {"error": repr(exc)}
+            os.write(w, json.dumps(result).encode())
+            os._exit(0)
+        os.close(w)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+        child = json.loads(os.read(r, 65536) or b'{"error": "child hung"}')
+        cw.flush(10.0)
+        child["parent_tokens"] = cw.snapshots()[-1].input_tokens
+        print(json.dumps(child))
+        """
+    )
+    assert "error" not in out, out
+    # The child counts its own call (and, its parent's queued estimate being the parent's, only its own).
+    assert out["ok"] is True and out["n"] == 2 and out["tokens"] == out["parent_tokens"] > 0

@@ -1,0 +1,376 @@
+"""The live page in a real browser: Debian's chromium driven by chromium-driver through selenium.
+
+`cw-middleware serve` runs as its own process on a telemetry file that a real agent (LiteLLM with
+mock_response, through `cw.completion`) keeps writing; the browser reaches it through a recording
+proxy, so everything on the wire is searched for the prompt canary and the token. The page must
+show the HTTP API's numbers, formatted as `show` formats them (the JavaScript rule is checked
+against render.py's), update without a reload, ask for the token instead of showing data, and be
+usable from the keyboard with text alternatives for its charts.
+
+Needs chromium and chromedriver (.ci/steps/50-chromium): skipped without them, failed under
+CW_CI=1. ~15 s. With CW_SCREENSHOT=PATH the first test saves the page there (README's picture).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+from embedded_helpers import embedded_runtime
+from servers import require_binary
+
+import cw_middleware as cw
+from cw_middleware.render import format_percent, format_tokens
+
+CANARY = "CANARY-page-91d2e7"
+RUN = "run-page-1"
+TOKEN = "page-t0ken-5ecret"  # noqa: S105 - a test token
+HINT = "apt-get install -y --no-install-recommends chromium chromium-driver; CI: .ci/steps/50-chromium"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Recorder:
+    """A TCP proxy on 127.0.0.1 that forwards to the server and keeps every byte both ways."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.sent = bytearray()  # browser -> server
+        self.received = bytearray()  # server -> browser
+        self.lock = threading.Lock()
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self._pump, args=(client, upstream, self.sent), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, self.received), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, record: bytearray) -> None:
+        try:
+            while chunk := src.recv(65536):
+                with self.lock:
+                    record.extend(chunk)
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.closed = True
+        self.listener.close()
+
+
+class Serve:
+    """``python -m cw_middleware serve`` on a free port, stopped by PID."""
+
+    def __init__(self, backend: str, token: str | None = None) -> None:
+        argv = [sys.executable, "-m", "cw_middleware", "serve", "--backend", backend, "--port", "0"]
+        env = {k: v for k, v in os.environ.items() if k != "CW_SERVE_TOKEN"}
+        if token:
+            env["CW_SERVE_TOKEN"] = token  # from the environment: never on a command line others can read
+        self.process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 20
+        line = ""
+        while time.monotonic() < deadline:
+            line = self.process.stderr.readline() if self.process.stderr else ""
+            found = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
+            if found:
+                self.url = found.group(1)
+                break
+            if self.process.poll() is not None:
+                raise RuntimeError(f"serve exited: {line}")
+        else:
+            raise RuntimeError("serve did not start in 20 s")
+        self.token = token
+
+    def api(self, path: str):
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        with urllib.request.urlopen(urllib.request.Request(self.url + path, headers=headers), timeout=10) as r:
+            return json.loads(r.read())
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+class Agent:
+    """Real calls through cw.completion (LiteLLM, mock_response) into the served file."""
+
+    def __init__(self, runtime) -> None:
+        self.runtime = runtime
+        self.turn = 0
+        self.history: list[dict] = [
+            cw.message("system", f"You review code. {CANARY}"),
+            cw.message("user", f"Project notes {CANARY} " + "note " * 300, category=cw.Category.MEMORY, source="AGENTS.md"),
+        ]
+
+    TOOLS = [
+        cw.tool({"type": "function", "function": {"name": "read_file", "description": f"Read a file. {CANARY} " + "text " * 80}}),
+        cw.tool(
+            {"type": "function", "function": {"name": "create_issue", "description": f"Open an issue. {CANARY} " + "x " * 300}},
+            cw.ToolSource.mcp("github"),
+        ),
+    ]
+
+    def call(self, stage: str = "review@1") -> None:
+        self.turn += 1
+        self.history.append({"role": "user", "content": f"step {self.turn} {CANARY} " + "word " * 150})
+        with cw.stage(RUN, stage):
+            reply = cw.completion(
+                model="gpt-4o",
+                messages=list(self.history),
+                tools=self.TOOLS,
+                mock_response=f"done {self.turn}",
+                cw_context_window=8000,  # a small window, so the bar to scale shows it filling
+            )
+        self.history.append({"role": "assistant", "content": reply.choices[0].message.content})
+        self.runtime.flush(5.0)
+
+
+def _driver():
+    chromium = require_binary("chromium", HINT)
+    chromedriver = require_binary("chromedriver", HINT)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1200,1300"):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+
+
+@pytest.fixture
+def browser():
+    driver = _driver()
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def written(tmp_path):
+    path = tmp_path / "telemetry.jsonl"
+    with embedded_runtime(export=f"file:{path}") as runtime:
+        agent = Agent(runtime)
+        with cw.stage(RUN, "plan@1"):
+            cw.completion(model="gpt-4o", messages=[{"role": "user", "content": f"plan {CANARY}"}], mock_response="ok")
+        runtime.flush(5.0)
+        agent.call()
+        yield agent, f"file:{path}"
+
+
+@pytest.fixture
+def served(written):
+    started = []
+
+    def start(token=None):
+        server = Serve(written[1], token)
+        proxy = Recorder(("127.0.0.1", int(server.url.rsplit(":", 1)[1])))
+        started.append((server, proxy))
+        return server, proxy
+
+    yield written[0], start
+    for server, proxy in started:
+        proxy.close()
+        server.stop()
+
+
+def _wait(driver, predicate, timeout=10.0, what="the page"):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(lambda d: predicate(d), f"{what} did not settle")
+
+
+def _shown(driver) -> dict:
+    """What the page shows for the selected stage: exact numbers (data-tokens) and their text."""
+    return driver.execute_script(
+        """
+        const q = (s) => document.querySelector(s);
+        const total = q('[data-field=input_tokens]');
+        if (!total) return null;
+        const rows = {};
+        document.querySelectorAll('[data-field=breakdown] tbody tr').forEach((tr) => {
+          const cell = tr.querySelector('[data-tokens]');
+          rows[tr.dataset.category] = [Number(cell.dataset.tokens), cell.textContent];
+        });
+        return {total: Number(total.dataset.tokens), text: total.textContent, usage: q('[data-field=usage]').textContent,
+                rows: rows, stage: q('#stage h3').textContent, updates: Number(document.body.dataset.updates || 0)};
+        """
+    )
+
+
+def _assert_matches_api(shown: dict, answer: dict) -> None:
+    assert shown["total"] == answer["input_tokens"] and shown["text"] == format_tokens(answer["input_tokens"])
+    window = answer["context_window_tokens"]
+    expected_usage = f"{format_tokens(window)} tokens ({format_percent(answer['input_tokens'], window)})"
+    assert shown["usage"].endswith(expected_usage), (shown["usage"], expected_usage)
+    for item in answer["breakdown"]:
+        assert shown["rows"][item["category"]] == [item["tokens"], format_tokens(item["tokens"])], item
+    free = window - answer["input_tokens"]
+    assert shown["rows"]["free"] == [free, format_tokens(free)]
+
+
+def test_the_page_shows_the_apis_numbers_and_updates_live(served, browser):
+    agent, start = served
+    server, proxy = start()
+    browser.get(f"{proxy.url}/runs/{RUN}#stage=review%401")
+    _wait(browser, lambda d: (_shown(d) or {}).get("stage") == "Stage review@1")
+    api = server.api(f"/api/v1/runs/{RUN}/stages/review@1/context-window")
+    _assert_matches_api(_shown(browser), api)
+    assert browser.find_element("id", "conn").text == "live"
+
+    browser.execute_script("window.__not_reloaded = true")
+    review = f"/api/v1/runs/{RUN}/stages/review@1/context-window"
+    for _ in range(2):
+        agent.call()
+        expected = server.api(review)
+        _wait(browser, lambda d, n=expected["input_tokens"]: _shown(d)["total"] == n, what="the new snapshot")
+        _assert_matches_api(_shown(browser), expected)
+    assert browser.execute_script("return window.__not_reloaded") is True
+    assert len(browser.find_elements("css selector", ".timeline rect")) >= 3
+
+    # Text alternatives and the keyboard.
+    bars = browser.find_elements("css selector", ".bar[role=img]")
+    assert bars and all("Conversation" in b.get_attribute("aria-label") for b in bars)
+    assert "Input tokens of the last" in browser.find_element("css selector", ".timeline svg").get_attribute("aria-label")
+    buttons = browser.find_elements("css selector", "#stages button")
+    assert [b.get_attribute("data-stage") for b in buttons] == ["plan@1", "review@1"]
+    from selenium.webdriver.common.keys import Keys
+
+    buttons[1].send_keys(Keys.ARROW_UP)
+    _wait(browser, lambda d: (_shown(d) or {}).get("stage") == "Stage plan@1", what="the keyboard selection")
+    focused = browser.switch_to.active_element
+    assert focused.get_attribute("data-stage") == "plan@1" and focused.get_attribute("aria-current") == "true"
+    _assert_matches_api(_shown(browser), server.api(f"/api/v1/runs/{RUN}/stages/plan@1/context-window"))
+    focused.send_keys(Keys.ARROW_DOWN)
+    _wait(browser, lambda d: (_shown(d) or {}).get("stage") == "Stage review@1")
+
+    if os.environ.get("CW_SCREENSHOT"):
+        browser.set_window_size(1200, 1250)
+        browser.save_screenshot(os.environ["CW_SCREENSHOT"])
+
+    browser.get(proxy.url + "/")
+    _wait(browser, lambda d: d.find_elements("css selector", "#runs-table tbody a"))
+    assert browser.find_element("css selector", "#runs-table tbody a").text == RUN
+
+    dom = browser.page_source + browser.execute_script("return document.body.innerText")
+    assert CANARY not in dom and "word word" not in dom
+    with proxy.lock:
+        wire = bytes(proxy.sent + proxy.received)
+    assert b"/api/v1/runs/run-page-1/events" in wire and b"event: snapshot" in wire  # the stream went through the proxy
+    assert CANARY.encode() not in wire and b"word word" not in wire
+
+
+def test_a_page_without_the_token_asks_for_it_and_keeps_it_out_of_urls(served, browser):
+    agent, start = served
+    server, proxy = start(token=TOKEN)
+    browser.get(f"{proxy.url}/runs/{RUN}")
+    _wait(browser, lambda d: d.find_element("id", "signin").is_displayed(), what="the sign-in prompt")
+    assert _shown(browser) is None and browser.find_elements("css selector", "#stages button") == []
+    assert not browser.find_element("id", "run").is_displayed()
+
+    field = browser.find_element("id", "token")
+    field.send_keys("wrong")
+    browser.find_element("css selector", "#signin-form button").click()
+    _wait(browser, lambda d: "not accepted" in d.find_element("id", "signin-error").text)
+    assert _shown(browser) is None
+
+    field.send_keys(TOKEN)
+    browser.find_element("css selector", "#signin-form button").click()
+    _wait(browser, lambda d: (_shown(d) or {}).get("stage") == "Stage review@1")
+    _assert_matches_api(_shown(browser), server.api(f"/api/v1/runs/{RUN}/stages/review@1/context-window"))
+    _wait(browser, lambda d: d.find_element("id", "conn").text == "live", what="the authorised stream")
+    before = _shown(browser)["total"]
+    agent.call()
+    _wait(browser, lambda d: _shown(d)["total"] > before, what="the new snapshot over the authorised stream")
+
+    assert TOKEN not in browser.current_url
+    urls = browser.execute_script("return performance.getEntries().map((e) => e.name)")
+    assert urls and not any(TOKEN in u for u in urls)
+    with proxy.lock:
+        sent = bytes(proxy.sent)
+    request_lines = [line for line in sent.split(b"\r\n") if re.match(rb"^[A-Z]+ /", line)]
+    assert request_lines and not any(TOKEN.encode() in line for line in request_lines)
+    assert sent.count(f"Authorization: Bearer {TOKEN}".encode()) >= 2  # the API calls and the stream carried it
+    assert browser.execute_script("return sessionStorage.getItem('cw-middleware-token')") == TOKEN
+    assert CANARY.encode() not in sent + bytes(proxy.received)
+
+
+def test_the_pages_number_format_is_shows(served, browser):
+    """format.js against render.py on edge values (exact ties round half to even in both) and random ones."""
+    _, start = served
+    server, _ = start()
+    browser.get(server.url + "/")
+    _wait(browser, lambda d: d.execute_script("return !!window.cwFormat"))
+    rng = random.Random(7)
+    numbers = [0, 1, 999, 1000, 9999, 10000, 10049, 10050, 10051, 10250, 10750, 12345, 99949, 99950, 99999, 100000]
+    numbers += [999949, 999950, 999999, 1000000, 1049999, 1050000, 1250000, 1350000, 2500000, 12345678, 2**31]
+    numbers += [rng.randrange(0, 10**k) for k in range(2, 10) for _ in range(60)]
+    pairs = [(49, 400), (1, 8), (3, 8), (721, 128000), (1, 3), (2, 3), (127279, 128000), (5, 2000), (0, 5)]
+    pairs += [(rng.randrange(0, w + 1), w) for w in (8000, 128000, 200000, 1047576) for _ in range(60)]
+    got = browser.execute_script(
+        "return [arguments[0].map(cwFormat.tokens), arguments[1].map((p) => cwFormat.percent(p[0], p[1]))]", numbers, pairs
+    )
+    assert got[0] == [format_tokens(n) for n in numbers]
+    assert got[1] == [format_percent(a, b) for a, b in pairs]
+
+
+def test_the_page_ships_in_the_wheel_and_nothing_loads_from_elsewhere(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
+        + ["-w", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    wheel = next(tmp_path.glob("cw_middleware-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    static = ROOT / "cw_middleware" / "serve" / "static"
+    shipped = {f"cw_middleware/serve/static/{p.name}" for p in static.iterdir() if p.is_file()}
+    assert {"cw_middleware/serve/static/index.html", "cw_middleware/serve/static/app.js"} <= shipped <= names
+    for path in static.iterdir():
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"(?:src|href)=\"(?:https?:)?//|url\((?:https?:)?//|@import", text), path.name
+        assert not re.search(r"fetch\(\s*['\"]https?:", text), path.name
+
+
+def test_without_streaming_the_page_polls_and_still_updates(served, browser):
+    agent, start = served
+    server, _ = start()
+    # A browser without fetch streaming (TextDecoderStream missing): the page must fall back to polling.
+    browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": "delete window.TextDecoderStream;"})
+    browser.get(f"{server.url}/runs/{RUN}#stage=review%401")
+    _wait(browser, lambda d: (_shown(d) or {}).get("stage") == "Stage review@1")
+    assert "polling" in browser.find_element("id", "conn").text
+    agent.call()
+    expected = server.api(f"/api/v1/runs/{RUN}/stages/review@1/context-window")
+    _wait(browser, lambda d: _shown(d)["total"] == expected["input_tokens"], timeout=10, what="the polled snapshot")
+    _assert_matches_api(_shown(browser), expected)
