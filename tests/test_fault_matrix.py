@@ -35,7 +35,7 @@ from providers import provider  # noqa: F401 - the fixture
 CHILD = Path(__file__).with_name("fault_child.py")
 FLUSH_TIMEOUT = 2.0
 EXIT_BOUND = 2.0  # CW_EXIT_TIMEOUT's default: what cw may add to a process's exit
-SLACK = 0.5  # a loaded CI machine
+SLACK = 1.0  # a loaded CI machine (load 10 on 2 cores while these ran)
 
 
 @dataclass
@@ -135,6 +135,8 @@ def _spec(case: Case, tmp: Path, n: int) -> dict[str, Any]:
         "flushes": 2,
         "fifo_reader": fifo,
         "bare": case.bare,
+        # A fresh bare process exits when the others do (after their flushes and exit hook).
+        "exit_with_others": 3 * FLUSH_TIMEOUT if case.bare and case.fresh else 0.0,
     }
 
 
@@ -259,12 +261,12 @@ def test_exit_is_bounded(matrix, name):
 def test_fresh_process_exit_is_bounded(matrix, name):
     """The whole exit of a process of its own: cw's hook, then a teardown like bare LiteLLM's.
 
-    Teardown is CPU (freeing LiteLLM's heap, ~1.5-3 s here); these processes tear down side by
-    side on a shared machine while the bare one did alone, hence the factor. Before the fix a
-    process with a stalled FIFO never exited.
+    Teardown is CPU (freeing LiteLLM's heap, ~1.5-3 s here); the bare process exits at the same
+    time as these, but on a shared machine the load changes by the second, hence the margin.
+    Before the fix a process with a stalled FIFO never exited.
     """
     o, bare = matrix[name], matrix["bare-litellm-fresh"]
-    assert o.exit_seconds <= o.hook_seconds + 3 * bare.exit_seconds + 2.0, (o.exit_seconds, o.hook_seconds, bare.exit_seconds)
+    assert o.exit_seconds <= o.hook_seconds + 3 * bare.exit_seconds + 4.0, (o.exit_seconds, o.hook_seconds, bare.exit_seconds)
 
 
 @pytest.mark.parametrize("name", FAULT_NAMES + FRESH_FAULTS)
