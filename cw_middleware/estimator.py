@@ -50,7 +50,10 @@ from .tags import MESSAGE_ROLES, TAG_KEY, UNKNOWN_ROLE_LABEL, Tag, has_tag, mcp_
 _TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 _DEFAULT_SOURCE = {"system": "system", "developer": "developer"}
 
-MAX_TEXT_CACHE = 65_536  # per generation; two generations are kept
+# The cache budget (README, Performance): about 12 MB for the text cache at its cap (two
+# generations of 32,768 keyed counts, no text), plus the frozen copies of MAX_CONVERSATIONS
+# conversations (their strings are the caller's), MAX_TOOL_SETS tool sets and MAX_DUMPS dumps.
+MAX_TEXT_CACHE = 32_768  # per generation; two generations are kept
 MAX_CONVERSATIONS = 32
 MAX_TOOL_SETS = 4  # per rules name
 MAX_DUMPS = 4096

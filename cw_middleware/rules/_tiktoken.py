@@ -182,7 +182,12 @@ def _ranks_from_litellm(name: str, polite: bool) -> Callable[..., dict[bytes, in
 
 def _build(encoding_name: str, polite: bool) -> Any:
     import tiktoken
+    from tiktoken import registry
     from tiktoken_ext import openai_public
+
+    shared = getattr(registry, "ENCODINGS", {}).get(encoding_name)
+    if shared is not None:  # LiteLLM (or the host) loaded it already: the same ranks, no second copy
+        return shared
 
     constructor = getattr(openai_public, encoding_name, None)
     if isinstance(constructor, types.FunctionType) and encoding_file(encoding_name) is not None:
