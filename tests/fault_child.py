@@ -12,7 +12,8 @@ A scenario (a JSON object): ``name``, ``out`` (result file), ``log`` (the child'
 ``flush_timeout``, ``flushes``, ``barrier`` (``{"dir", "n"}``: wait for all ``n`` scenarios
 before flushing), ``fifo_reader`` (open this FIFO for reading and never read:
 a telemetry file whose writes block once the pipe is full), ``bare`` (no cw_middleware at
-all: the process-exit baseline).
+all: the process-exit baseline; ``exit_with_others``: seconds it waits after the barrier,
+so that it exits beside the others).
 
 The result file holds the calls' outcome compared with bare LiteLLM's, each flush's
 duration and answer, thread counts, ``last_statement_at`` (the wall time of the scenario's
@@ -83,6 +84,7 @@ def run(spec: dict[str, Any]) -> None:
     else:
         litellm.completion(model="gpt-4o", messages=MESSAGES, mock_response="ok")
         _barrier(spec)
+        time.sleep(spec.get("exit_with_others", 0.0))  # exit when the cw processes do: the same load
     result["last_statement_at"] = time.time()
     with open(spec["out"], "w") as f:
         json.dump(result, f)

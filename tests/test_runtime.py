@@ -71,3 +71,23 @@ def test_the_reply_dump_cache_is_the_estimators_own_and_bounded():
         small.estimate("gpt-4o", [*MSGS, r])
     assert len(small._dumps) <= 2  # noqa: SLF001
     assert small.estimate("gpt-4o", history).total == first == other.estimate("gpt-4o", history).total
+
+
+def test_late_count_failures_are_kept_for_a_bounded_number_of_stages():
+    """A provider count failing after its call ended rides on the stage's next snapshot; stages never called again fall out."""
+    from cw_middleware.contract import WarningCode
+    from cw_middleware.runtime import MAX_TRACKED_STAGES
+    from cw_middleware.telemetry import StageInfo
+
+    rt = Runtime(resolve(export="none", environ={}))
+    stages = [StageInfo("run-many", f"stage-{i}") for i in range(MAX_TRACKED_STAGES + 5_000)]
+    for stage in stages:
+        rt.defer_warning(stage, WarningCode.PROVIDER_COUNT_TIMEOUT)
+    assert len(rt._pending) == MAX_TRACKED_STAGES  # noqa: SLF001 - the bound is the point
+    assert rt.take_deferred(stages[0]) == set()  # the oldest stage's warning was dropped
+    assert rt.take_deferred(stages[-1]) == {WarningCode.PROVIDER_COUNT_TIMEOUT}
+    # A stage that failed again moves to the young end and is kept.
+    rt.defer_warning(stages[5_001], WarningCode.PROVIDER_COUNT_FAILED)
+    for stage in stages[:4_000]:
+        rt.defer_warning(stage, WarningCode.PROVIDER_COUNT_TIMEOUT)
+    assert rt.take_deferred(stages[5_001]) == {WarningCode.PROVIDER_COUNT_TIMEOUT, WarningCode.PROVIDER_COUNT_FAILED}
