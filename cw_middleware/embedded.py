@@ -399,14 +399,14 @@ class _Guard:
     def forked_copy(self) -> bool:
         return os.getpid() != self._pid  # the parent's exporter, copied by fork: never used in the child
 
-    def export(self, send: Callable[[], Any], success: Any) -> bool:
-        """Run one export; exceptions and failures are the destination's (said once), never raised."""
+    def export(self, signal: str, send: Callable[[], Any], success: Any) -> bool:
+        """Run one export of ``signal`` ("span", "metric", "log"); failures are the destination's (said once), never raised."""
         try:
             with _inside_export():
                 ok = send() == success
-            why = "export failed; the exporter's own lines: logger cw_middleware.export at DEBUG"
+            why = f"{signal} export failed; the exporter's own lines: logger cw_middleware.export at DEBUG"
         except Exception as exc:  # noqa: BLE001
-            ok, why = False, type(exc).__name__
+            ok, why = False, f"{signal} export: {type(exc).__name__}"
         if ok:
             self.health.succeeded()
         else:
@@ -430,7 +430,7 @@ class _GuardedSpanExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._guard.forked_copy:
             return SpanExportResult.SUCCESS
-        ok = self._guard.export(lambda: self._inner.export(spans), SpanExportResult.SUCCESS)
+        ok = self._guard.export("span", lambda: self._inner.export(spans), SpanExportResult.SUCCESS)
         return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
     def shutdown(self) -> None:
@@ -453,7 +453,7 @@ class _GuardedMetricExporter(MetricExporter):
         if self._guard.forked_copy:
             return MetricExportResult.SUCCESS
         ok = self._guard.export(
-            lambda: self._inner.export(metrics_data, timeout_millis=timeout_millis), MetricExportResult.SUCCESS
+            "metric", lambda: self._inner.export(metrics_data, timeout_millis=timeout_millis), MetricExportResult.SUCCESS
         )
         return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
 
@@ -476,7 +476,7 @@ def _guarded_log_exporter(inner: Any, health: _Health) -> Any:
         def export(self, batch: Sequence[Any]) -> LogRecordExportResult:
             if self._guard.forked_copy:
                 return LogRecordExportResult.SUCCESS
-            ok = self._guard.export(lambda: inner.export(batch), LogRecordExportResult.SUCCESS)
+            ok = self._guard.export("log", lambda: inner.export(batch), LogRecordExportResult.SUCCESS)
             return LogRecordExportResult.SUCCESS if ok else LogRecordExportResult.FAILURE
 
         def shutdown(self) -> None:

@@ -1,6 +1,6 @@
 """``GET /api/v1/runs/{run_id}/events``: Server-Sent Events of new snapshots and stage changes, on the
 file backend and on the Jaeger reader (its api_v3 stand-in); resumption with Last-Event-ID loses
-nothing and repeats nothing; heartbeats, the stream cap, errors, the token, no content. (~15 s)"""
+nothing and repeats nothing; heartbeats, the stream cap, errors, the token, no content. (~25 s)"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The HTTP core under hostile or unlucky clients: idle and slow sockets, load, odd methods and ids,
 non-ASCII tokens, heavy queries, a reader failing mid-scan. Each answer is our JSON error, the
-server stays up and its threads stay bounded. (~15 s)"""
+server stays up and its threads stay bounded. (~25 s on a loaded 2-core machine)"""
 
 from __future__ import annotations
 
@@ -219,8 +219,8 @@ def test_2000_requests_over_20_threads(serve):
     p50, p99 = statistics.median(times), times[int(len(times) * 0.99)]
     print(f"\n2,000 requests over 20 threads: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, max {times[-1] * 1000:.1f} ms")
     assert statuses.count(200) == 2000, {s: statuses.count(s) for s in set(statuses)}
-    # A client may open its next connection before the server's thread for the last one has ended.
-    assert peak[0] <= 20 + 4 and threading.active_count() - before <= 20 + server.limits.max_queries + 2
+    # 20 clients hold at most 20 connections; a few more threads may be finishing a connection whose answer was sent.
+    assert peak[0] <= 25 and threading.active_count() - before <= 25 + server.limits.max_queries + 2
 
 
 # ---------------------------------------------------------------- heavy queries, failing readers

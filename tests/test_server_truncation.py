@@ -1,6 +1,6 @@
 """`serve` stays up while its telemetry file is truncated and rewritten under a scan (copytruncate
 rotation): every answer is JSON (200, 404 or a 502/503 error), never a dead process. The server
-runs as its own process, so a crash is seen as one. (~5 s)"""
+runs as its own process, so a crash is seen as one. (~25 s)"""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -31,9 +32,8 @@ import cw_middleware as cw
 from cw_middleware.readback import file_index
 from cw_middleware.readback.otlp_file import OtlpFileReader
 
-ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
-NON_ASCII_RUN = "rün-k1-3-ü"  # a run of the big file's second copy (benchmarks/readback_1gb.py names them)
+NON_ASCII_RUN = "rün-k1-3-ü"  # a run of the large file's second copy (see the `large_file` fixture)
 
 # Runs inside the process under test: truncates the file once that process scans it, then appends
 # `refill` (the writer going on after copytruncate), and leaves a marker file saying it did.
@@ -73,38 +73,9 @@ sys.exit(code)
 """
 
 
-@pytest.fixture(scope="module")
-def big_file(tmp_path_factory) -> dict[str, str]:
-    """A ~120 MB telemetry file from the real writer, and its second copy (a small file of some of its runs) as the refill."""
-    folder = tmp_path_factory.mktemp("big")
-    path = folder / "telemetry.jsonl"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "readback_1gb.py"),
-            "generate",
-            str(path),
-            "--mb",
-            "120",
-            "--seed-calls",
-            "650",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    info = json.loads(done.stdout)
-    refill = folder / "refill.jsonl"
-    with open(path, "rb") as f:
-        f.seek(int(info["seed_bytes"]))
-        refill.write_bytes(f.read(int(info["seed_bytes"])))
-    return {"path": str(path), "refill": str(refill)}
-
-
-def _work_copy(big_file, tmp_path) -> Path:
+def _work_copy(large_file, tmp_path) -> Path:
     work = tmp_path / "telemetry.jsonl"
-    work.write_bytes(Path(big_file["path"]).read_bytes())
+    shutil.copyfile(large_file["path"], work)
     return work
 
 
@@ -112,9 +83,10 @@ def _harness(work: Path, refill: str, *argv: str, env: dict[str, str] | None = N
     return [sys.executable, "-c", HARNESS, str(work), refill, str(8 << 20), *argv]
 
 
-def test_show_survives_copytruncate_during_a_scan(big_file, tmp_path):
-    work = _work_copy(big_file, tmp_path)
-    argv = _harness(work, big_file["refill"], "show", NON_ASCII_RUN, "stage-3@1", "--backend", f"file:{work}")
+@pytest.mark.slow
+def test_show_survives_copytruncate_during_a_scan(large_file, tmp_path):
+    work = _work_copy(large_file, tmp_path)
+    argv = _harness(work, large_file["refill"], "show", NON_ASCII_RUN, "stage-3@1", "--backend", f"file:{work}")
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode != -signal.SIGBUS and done.returncode >= 0, f"killed by signal {-done.returncode}"
     assert os.path.exists(str(work) + ".truncated")  # the truncation did land during the scan
@@ -144,10 +116,11 @@ def _get(url: str) -> tuple[int, dict]:
         return exc.code, json.loads(exc.read())
 
 
-def test_serve_stays_up_when_the_file_is_truncated_during_a_scan(big_file, tmp_path):
-    work = _work_copy(big_file, tmp_path)
+@pytest.mark.slow
+def test_serve_stays_up_when_the_file_is_truncated_during_a_scan(large_file, tmp_path):
+    work = _work_copy(large_file, tmp_path)
     port = _free_port()
-    argv = _harness(work, big_file["refill"], "serve", "--backend", f"file:{work}", "--port", str(port))
+    argv = _harness(work, large_file["refill"], "serve", "--backend", f"file:{work}", "--port", str(port))
     server = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -324,9 +297,8 @@ def test_the_index_holds_ids_offsets_counts_and_times_only(tmp_path, file_index_
     (db,) = [p for p in Path(file_index_dir).glob("*.sqlite") if _indexed_path(p) == str(path)]
     with sqlite3.connect(db) as conn:
         stage_texts = {v for row in conn.execute("SELECT * FROM stages") for v in row if isinstance(v, str)}
-        line_texts = [
-            v for t in ("lines", "stage_lines") for row in conn.execute(f"SELECT * FROM {t}") for v in row if isinstance(v, str)
-        ]
+        line_rows = [*conn.execute("SELECT * FROM lines"), *conn.execute("SELECT * FROM stage_lines")]
+        line_texts = [v for row in line_rows for v in row if isinstance(v, str)]
         meta = dict(conn.execute("SELECT k, v FROM meta").fetchall())
     assert stage_texts == {"run-a", "s@1", "agent", "stored"} and line_texts == []
     generation = meta.pop("generation")
