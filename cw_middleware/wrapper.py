@@ -12,6 +12,7 @@ proceeds as LiteLLM would run it.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -65,6 +66,16 @@ class _InFlight:
 
 
 _IN_FLIGHT = _InFlight()
+
+
+def _in_flight_after_fork() -> None:
+    # A child starts with none of its parent's calls, and a lock another thread held at fork time stays held.
+    global _in_flight, _in_flight_lock
+    _in_flight, _in_flight_lock = 0, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_flight_after_fork)
 
 # ---------------------------------------------------------------- entry points
 

@@ -87,7 +87,10 @@ def main(path: str, n: int, mode: str) -> None:
         asyncio.run(calls_until_stopped(k))
 
     sync = litellm.completion if BARE else cw.completion
-    sync(model="gpt-4o", messages=_messages(-1), mock_response="ok")  # LiteLLM imported, tokenizer loaded
+    sync(model="gpt-4o", messages=_messages(-1), mock_response="ok")  # LiteLLM imported
+    # The first call's estimate waits in the background for the tokenizer; flush waits for it, so the
+    # children inherit it loaded (a child forked mid-load loads its own: tests/test_cold_start.py).
+    cw.flush(10.0)
     threads = [threading.Thread(target=load, args=(k,), daemon=True) for k in range(4)]
     for t in threads:
         t.start()

@@ -93,6 +93,12 @@ def prefetch(name: str = "o200k_base") -> None:
     if name in _encodings:
         return
     _after_fork()
+    # Imported here, on the caller's thread (~25 ms once): a module half-imported by the loader when
+    # the process forks would stay locked in the child, whose own loader would then wait forever.
+    import tiktoken.load  # noqa: F401
+    import tiktoken.registry  # noqa: F401
+    from tiktoken_ext import openai_public  # noqa: F401
+
     with _lock:
         if name in _encodings or name in _loading:
             return
