@@ -164,7 +164,9 @@ class Deferred:
         return True
 
     def wait_idle(self, timeout: float) -> bool:
-        """True once every queued job has run (flush waits here, within its timeout)."""
+        """True once every queued job has run (flush and `snapshots` wait here, within their timeout)."""
+        if threading.current_thread() is self._thread:
+            return not self._jobs  # a job waiting for the jobs would wait for itself
         with self._cond:
             return self._cond.wait_for(lambda: not self._jobs and not self._busy, timeout=max(timeout, 0.0))
 

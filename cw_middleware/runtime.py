@@ -56,6 +56,9 @@ logger = logging.getLogger("cw_middleware")
 MAX_TRACKED_STAGES = 10_000
 
 
+SNAPSHOTS_WAIT = 5.0  # the most `snapshots()` waits for estimates deferred behind a loading tokenizer
+
+
 class Runtime:
     def __init__(
         self,
@@ -108,7 +111,14 @@ class Runtime:
         except Exception as exc:  # noqa: BLE001 - telemetry must never break the caller
             self.log.warning("telemetry", f"cw_middleware: could not record a snapshot ({type(exc).__name__})")
 
-    def snapshots(self) -> list[Snapshot]:
+    def snapshots(self, wait: float = SNAPSHOTS_WAIT) -> list[Snapshot]:
+        """The recent snapshots, oldest first.
+
+        A call made while its tokenizer was still loading publishes its local estimate a little
+        after it returns; this first waits (at most ``wait`` seconds) for such estimates, so a call
+        that has returned is listed, as it is once the tokenizers are warm.
+        """
+        self.estimator.deferred.wait_idle(wait)
         with self._lock:
             rows = list(self._history)
         return [expand(row, self.parts) for row in rows]

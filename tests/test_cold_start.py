@@ -62,7 +62,8 @@ def test_the_first_call_returns_before_the_tokenizer_and_its_estimate_follows():
         w.original = lambda name: spy
         resp = cw.completion(model="gpt-4o", messages=MESSAGES, tools=TOOLS, mock_response="On it.")
         loaded_at_return = _tiktoken.ready("o200k_base")
-        seen_at_return = len(cw.snapshots())
+        from cw_middleware.runtime import get_runtime
+        seen_at_return = len(get_runtime().snapshots(wait=0))  # cw.snapshots() would wait for it
         flushed = cw.flush(10.0)
         snaps = cw.snapshots()
         warm = cw.estimate(model="gpt-4o", messages=MESSAGES, tools=TOOLS)
@@ -164,3 +165,18 @@ def test_a_child_forked_while_the_parent_loads_loads_for_itself():
     assert "error" not in out, out
     # The child counts its own call (and, its parent's queued estimate being the parent's, only its own).
     assert out["ok"] is True and out["n"] == 2 and out["tokens"] == out["parent_tokens"] > 0
+
+
+def test_snapshots_right_after_the_first_call_list_its_estimate():
+    # The README's and the demo's pattern: a fresh process, one call, then `cw.snapshots()[-1]`.
+    out = _run(
+        """
+        resp = cw.completion(model="gpt-4o", messages=MESSAGES, tools=TOOLS, mock_response="done")
+        latest = cw.snapshots()[-1]
+        print(json.dumps({"content": resp.choices[0].message.content, "memory": latest.tokens("memory"),
+                          "method": latest.count_method.value}))
+        """
+    )
+    assert out["content"] == "done"
+    assert out["memory"] > 0
+    assert out["method"] in ("local_estimate", "response_usage_scaled_breakdown")
