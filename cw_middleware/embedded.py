@@ -16,9 +16,12 @@ opened unless asked). It serves its own registry, not prometheus_client's global
 so an application's own Prometheus metrics are neither mixed in nor disturbed. Spans
 (and log events) still go where ``export`` says.
 
-Export never reaches the call path: spans go through a bounded
-``BatchSpanProcessor`` (full queue: dropped, the SDK warns) and metrics through a
-``PeriodicExportingMetricReader``; the file is written on their worker threads.
+Export never reaches the call path: spans go through a bounded batching processor
+(full queue: dropped, counted, said once a minute), for the file cw's own
+`_CompactSpanProcessor`, which queues spans as tuples the garbage collector ignores,
+not as SDK objects it would promote (issue 11 #4), and for OTLP the SDK's
+``BatchSpanProcessor``; metrics go through a ``PeriodicExportingMetricReader``; the
+file is written on their worker threads.
 
 Faults are bounded and said once. A destination that fails (a dead or erroring
 collector, a full disk, a path that cannot be written, a FIFO nobody reads) or does
@@ -40,6 +43,7 @@ would still send is dropped.
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import dataclasses
 import json
@@ -53,6 +57,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from opentelemetry import trace
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.metrics import (
     Counter,
     Histogram,
@@ -71,8 +76,11 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Status, StatusCode
 
 from ._log import RateLimitedLog
 from .config import Config
@@ -580,6 +588,203 @@ def _scrape_endpoint(config: Config) -> Optional[ScrapeEndpoint]:
     return endpoint
 
 
+# ---------------------------------------------------------------- the file pipeline's span processor
+
+
+_Record = tuple[Any, ...]  # a finished span as nested tuples of str/int/float/bool/None (see `_compact`)
+
+
+def _context_record(context: Optional[trace.SpanContext]) -> Optional[tuple[Any, ...]]:
+    if context is None:
+        return None
+    return (context.trace_id, context.span_id, context.is_remote, int(context.trace_flags), tuple(context.trace_state.items()))
+
+
+def _context_from(record: Optional[tuple[Any, ...]]) -> Optional[trace.SpanContext]:
+    if record is None:
+        return None
+    trace_id, span_id, is_remote, flags, state = record
+    return trace.SpanContext(trace_id, span_id, is_remote, trace.TraceFlags(flags), trace.TraceState(list(state)))
+
+
+def _attributes_record(attributes: Any, dropped: int) -> tuple[tuple[tuple[str, Any], ...], int]:
+    return tuple(attributes.items()) if attributes else (), dropped
+
+
+def _attributes_from(record: tuple[tuple[tuple[str, Any], ...], int]) -> BoundedAttributes:
+    items, dropped = record
+    attributes = BoundedAttributes(attributes=dict(items), immutable=True)
+    attributes.dropped = dropped
+    return attributes
+
+
+def _bounded(items: list[Any], dropped: int) -> BoundedList:
+    bounded = BoundedList.from_seq(None, items)
+    bounded.dropped = dropped
+    return bounded
+
+
+class _CompactSpanProcessor(SpanProcessor):
+    """The file pipeline's batching span processor: it queues finished spans as tuples, never as SDK objects.
+
+    The SDK's ``BatchSpanProcessor`` keeps each ``ReadableSpan`` (its attribute dicts and
+    locks, its events, their attributes) queued until the next export, up to a second and
+    hundreds of calls later: long enough for the collector to promote those graphs to its
+    oldest generation, and the promotions are what make it run full collections, each a
+    walk of the application's whole heap on whichever thread allocates next (issue 11 #4,
+    ``benchmarks/gc_pauses.py``). Here ``on_end`` copies the span into nested tuples of
+    immutable values (`_compact`), which the collector stops tracking at its first pass,
+    so a queue of them costs it nothing, and the span's own objects die with the call.
+    The worker thread turns each record back into a ``ReadableSpan`` and encodes it with
+    the one encoder (`encode_spans_json`), a span a line: the lines the readers read, as
+    the SDK processor's exporter wrote them (a line holds a batch of any size).
+
+    As the SDK's: a bounded queue (full: the span is dropped, counted, said once a minute,
+    the caller never waits), a batch leaves at least every ``schedule_delay_millis`` or
+    as soon as ``max_export_batch_size`` spans wait. ``force_flush`` exports on the calling
+    thread (the pipeline bounds it, `_OffThread`). A forked child's copy queues nothing:
+    the child builds a pipeline of its own (`Pipeline.for_child`).
+    """
+
+    def __init__(
+        self,
+        sink: _JsonLinesFile,
+        max_queue_size: int,
+        schedule_delay_millis: float,
+        max_export_batch_size: int,
+    ) -> None:
+        self._sink = sink
+        self._max_queue_size = max_queue_size
+        self._delay = schedule_delay_millis / 1000
+        self._batch_size = max_export_batch_size
+        self._queue: collections.deque[_Record] = collections.deque()
+        self._origins: list[tuple[Resource, Optional[InstrumentationScope]]] = []
+        self._origins_lock = threading.Lock()
+        self._export_lock = threading.Lock()
+        self._dropped = 0
+        self._closed = False
+        self._pid = os.getpid()
+        self._wake = threading.Event()
+        self._worker = threading.Thread(target=self._work, name="cw-span-export", daemon=True)
+        self._worker.start()
+
+    @property
+    def dropped(self) -> int:
+        """Spans dropped because the queue was full."""
+        return self._dropped
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        pass
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self._closed or os.getpid() != self._pid:
+            return  # shut down, or the parent's processor copied by fork (the child has its own)
+        if len(self._queue) >= self._max_queue_size:
+            self._dropped += 1
+            _warn(
+                "span-queue",
+                f"cw_middleware: the telemetry queue is full ({self._max_queue_size} spans waiting for "
+                f"{self._sink.path}); spans are dropped ({self._dropped} so far), the LLM calls proceed",
+            )
+            return
+        self._queue.append(self._compact(span))
+        if len(self._queue) >= self._batch_size and not self._wake.is_set():
+            self._wake.set()
+
+    def _compact(self, span: ReadableSpan) -> _Record:
+        """The span as nested tuples of immutable values; resource and scope by their index in `_origins`."""
+        events = tuple((e.name, e.timestamp, _attributes_record(e.attributes, e.dropped_attributes)) for e in span.events)
+        links = tuple(
+            (_context_record(link.context), _attributes_record(link.attributes, link.dropped_attributes)) for link in span.links
+        )
+        status = span.status
+        return (
+            self._origin(span.resource, span.instrumentation_scope),
+            span.name,
+            _context_record(span.context),
+            _context_record(span.parent),
+            span.kind.value,
+            span.start_time,
+            span.end_time,
+            _attributes_record(span.attributes, span.dropped_attributes),
+            events,
+            span.dropped_events,
+            links,
+            span.dropped_links,
+            (status.status_code.value, status.description),
+        )
+
+    def _origin(self, resource: Resource, scope: Optional[InstrumentationScope]) -> int:
+        for index, (known_resource, known_scope) in enumerate(self._origins):
+            if known_resource is resource and known_scope is scope:
+                return index
+        with self._origins_lock:  # a tracer provider has one resource and a scope per tracer: a short list
+            self._origins.append((resource, scope))
+            return len(self._origins) - 1
+
+    def _readable(self, record: _Record) -> ReadableSpan:
+        origin, name, context, parent, kind, start, end, attributes, events, dropped_events, links, dropped_links, status = record
+        resource, scope = self._origins[origin]
+        return ReadableSpan(
+            name=name,
+            context=_context_from(context),
+            parent=_context_from(parent),
+            resource=resource,
+            attributes=_attributes_from(attributes),
+            events=_bounded([Event(n, _attributes_from(a), t) for n, t, a in events], dropped_events),
+            links=_bounded(
+                [trace.Link(_context_from(c) or trace.INVALID_SPAN_CONTEXT, _attributes_from(a)) for c, a in links], dropped_links
+            ),
+            kind=trace.SpanKind(kind),
+            status=Status(StatusCode(status[0]), status[1]),
+            start_time=start,
+            end_time=end,
+            instrumentation_scope=scope,
+        )
+
+    def _work(self) -> None:
+        while not self._closed:
+            self._wake.wait(self._delay)
+            self._wake.clear()
+            if not self._closed:
+                self._export()
+        self._export()
+
+    def _export(self) -> bool:
+        """Write everything queued, a span a line; False when a line could not be encoded or written."""
+        ok = True
+        with self._export_lock:
+            while self._queue:
+                lines = []
+                for _ in range(min(self._batch_size, len(self._queue))):
+                    # One span at a time: its SDK objects and the encoder's dicts then live for one
+                    # span's encoding, too briefly to be promoted (8 spans a line promoted ~1.8x as
+                    # many objects per call, 32 ~2.3x: benchmarks/gc_pauses.py, issue 11 #4).
+                    try:
+                        lines.append(encode_spans_json([self._readable(self._queue.popleft())]))
+                    except Exception as exc:  # noqa: BLE001 - never into the worker, never into the app
+                        _warn("encode", f"cw_middleware: could not encode spans ({type(exc).__name__})")
+                        ok = False
+                if lines:
+                    ok = self._sink.append(b"".join(lines)) and ok
+        return ok
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        if os.getpid() != self._pid:
+            return True  # the parent's copy: its spans are the parent's to write, its lock may be held
+        if self._closed:
+            return False
+        return self._export()
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        if self._worker.is_alive() and os.getpid() == self._pid:
+            self._worker.join()
+
+
 # ---------------------------------------------------------------- the pipeline
 
 
@@ -589,7 +794,7 @@ class Pipeline:
     meter_provider: MeterProvider
     flush: Callable[[float], bool]  # bounded by its timeout, whatever the exporter does
     shutdown: Callable[..., None]  # shutdown(timeout=config.exit_timeout), bounded likewise
-    span_processor: Optional[BatchSpanProcessor]
+    span_processor: Optional[SpanProcessor]  # the file pipeline's `_CompactSpanProcessor`, else the SDK's batcher
     logger_provider: Any = None  # only with config.log_events
     metrics_endpoint: Optional[ScrapeEndpoint] = None  # only with metrics="prometheus:..."
     for_child: Callable[[], Pipeline] = lambda: _no_pipeline()  # in a forked child: a pipeline of its own
@@ -618,21 +823,26 @@ def install(
         health = _Health(where, f"cannot export telemetry to {where}")
     release_logs = _hold_exporter_logs(e for e in (otlp_spans, otlp_metrics) if e is not None)
 
-    processor: Optional[BatchSpanProcessor] = None
+    processor: Optional[SpanProcessor] = None
     sdk_tracer: Optional[TracerProvider] = None
     if config.export != "none" or span_exporter is not None:
-        if span_exporter is None:
-            if sink is not None:
-                span_exporter = OtlpJsonFileSpanExporter(sink.path, sink)
-            else:
+        if span_exporter is None and sink is not None:
+            processor = _CompactSpanProcessor(
+                sink,
+                max_queue_size=config.export_queue_size,
+                max_export_batch_size=min(512, config.export_queue_size),
+                schedule_delay_millis=config.export_interval_ms,
+            )
+        else:
+            if span_exporter is None:
                 assert otlp_spans is not None and health is not None
                 span_exporter = _GuardedSpanExporter(otlp_spans, health)
-        processor = BatchSpanProcessor(
-            span_exporter,
-            max_queue_size=config.export_queue_size,
-            max_export_batch_size=min(512, config.export_queue_size),
-            schedule_delay_millis=config.export_interval_ms,
-        )
+            processor = BatchSpanProcessor(
+                span_exporter,
+                max_queue_size=config.export_queue_size,
+                max_export_batch_size=min(512, config.export_queue_size),
+                schedule_delay_millis=config.export_interval_ms,
+            )
         sdk_tracer = TracerProvider(resource=resource, shutdown_on_exit=False)  # the Runtime closes it at exit
         sdk_tracer.add_span_processor(processor)
     tracer_provider: trace.TracerProvider = sdk_tracer if sdk_tracer is not None else trace.NoOpTracerProvider()
