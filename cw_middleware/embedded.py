@@ -597,7 +597,8 @@ _Record = tuple[Any, ...]  # a finished span as nested tuples of str/int/float/b
 def _context_record(context: Optional[trace.SpanContext]) -> Optional[tuple[Any, ...]]:
     if context is None:
         return None
-    return (context.trace_id, context.span_id, context.is_remote, int(context.trace_flags), tuple(context.trace_state.items()))
+    state = tuple(context.trace_state.items()) if context.trace_state else ()
+    return (context.trace_id, context.span_id, context.is_remote, int(context.trace_flags), state)
 
 
 def _context_from(record: Optional[tuple[Any, ...]]) -> Optional[trace.SpanContext]:
@@ -608,17 +609,25 @@ def _context_from(record: Optional[tuple[Any, ...]]) -> Optional[trace.SpanConte
 
 
 def _attributes_record(attributes: Any, dropped: int) -> tuple[tuple[tuple[str, Any], ...], int]:
-    return tuple(attributes.items()) if attributes else (), dropped
+    if not attributes:
+        return (), dropped
+    # BoundedAttributes' own items() goes key by key through a lock in Python (~50x slower on
+    # the caller's thread); the dict it wraps holds the same, already validated and immutable.
+    return tuple(getattr(attributes, "_dict", attributes).items()), dropped
 
 
-def _attributes_from(record: tuple[tuple[tuple[str, Any], ...], int]) -> BoundedAttributes:
+def _attributes_from(record: tuple[tuple[tuple[str, Any], ...], int]) -> Any:
     items, dropped = record
+    if not dropped:
+        return dict(items)  # what the encoder reads; BoundedAttributes would validate every value again
     attributes = BoundedAttributes(attributes=dict(items), immutable=True)
     attributes.dropped = dropped
     return attributes
 
 
-def _bounded(items: list[Any], dropped: int) -> BoundedList:
+def _bounded(items: list[Any], dropped: int) -> Any:
+    if not dropped:
+        return items
     bounded = BoundedList.from_seq(None, items)
     bounded.dropped = dropped
     return bounded
@@ -706,7 +715,8 @@ class _CompactSpanProcessor(SpanProcessor):
             span.kind.value,
             span.start_time,
             span.end_time,
-            _attributes_record(span.attributes, span.dropped_attributes),
+            # ReadableSpan.attributes wraps them in a read-only proxy: items() would be the slow path again.
+            _attributes_record(getattr(span, "_attributes", None) or span.attributes, span.dropped_attributes),
             events,
             span.dropped_events,
             links,
