@@ -668,7 +668,7 @@ class _CompactSpanProcessor(SpanProcessor):
         self._batch_size = max_export_batch_size
         self._queue: collections.deque[_Record] = collections.deque()
         self._origins: list[tuple[Resource, Optional[InstrumentationScope]]] = []
-        self._origins_lock = threading.Lock()
+        self._origins_lock = threading.Lock()  # also guards the drop count
         self._export_lock = threading.Lock()
         self._dropped = 0
         self._closed = False
@@ -689,7 +689,8 @@ class _CompactSpanProcessor(SpanProcessor):
         if self._closed or os.getpid() != self._pid:
             return  # shut down, or the parent's processor copied by fork (the child has its own)
         if len(self._queue) >= self._max_queue_size:
-            self._dropped += 1
+            with self._origins_lock:
+                self._dropped += 1
             _warn(
                 "span-queue",
                 f"cw_middleware: the telemetry queue is full ({self._max_queue_size} spans waiting for "
