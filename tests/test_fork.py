@@ -71,9 +71,8 @@ print(json.dumps({"hooks": [m for m in registered if m.startswith("cw_middleware
 
 def test_one_at_fork_hook_owns_the_childs_reset():
     """runtime.py is the one owner: a second hook elsewhere would run in an order nobody chose."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _ONE_HOOK], capture_output=True, text=True, timeout=120, env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    )
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    proc = subprocess.run([sys.executable, "-c", _ONE_HOOK], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["hooks"] == ["cw_middleware.runtime"]
