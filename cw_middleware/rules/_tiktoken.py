@@ -37,7 +37,7 @@ from .._offline import encoding_file, encoding_url
 loaded_from: dict[str, str] = {}  # encoding name -> the file its ranks were read from
 
 MAX_HOLD_BACK = 1.0  # seconds the loader defers to in-flight calls before it loads anyway
-_SLICE = 4096  # ranks parsed per slice; the GIL is released between slices
+_SLICE_BYTES = 64 * 1024  # of the ranks file parsed per slice (~4k ranks); the GIL is released between slices
 
 
 class NotReady(Exception):
@@ -60,19 +60,26 @@ class _CallsInFlight:
 
     def __init__(self) -> None:
         self.count = 0
-        self._lock = threading.Lock()
+        self._idle = threading.Condition(threading.Lock())
 
     def __enter__(self) -> None:
-        with self._lock:
+        with self._idle:
             self.count += 1
 
     def __exit__(self, *exc: Any) -> None:
-        with self._lock:
+        with self._idle:
             self.count -= 1
+            if self.count == 0:
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> None:
+        """Until no call is in flight, or `timeout` seconds (a waiter woken, not one polling the GIL away)."""
+        with self._idle:
+            self._idle.wait_for(lambda: self.count == 0, timeout=max(timeout, 0.0))
 
     def reset(self) -> None:
         # A child starts with none of its parent's calls, and a lock another thread held at fork time stays held.
-        self.count, self._lock = 0, threading.Lock()
+        self.count, self._idle = 0, threading.Condition(threading.Lock())
 
 
 CALLS_IN_FLIGHT = _CallsInFlight()
@@ -175,8 +182,8 @@ def _load_into(name: str, done: threading.Event, polite: bool) -> None:
 
 
 def _hold_back(polite: bool, since: float) -> None:
-    while polite and CALLS_IN_FLIGHT.count > 0 and time.monotonic() - since < MAX_HOLD_BACK:
-        time.sleep(0.002)
+    if polite:
+        CALLS_IN_FLIGHT.wait_idle(MAX_HOLD_BACK - (time.monotonic() - since))
 
 
 def _ranks_from_litellm(name: str, polite: bool) -> Callable[..., dict[bytes, int]]:
@@ -184,19 +191,26 @@ def _ranks_from_litellm(name: str, polite: bool) -> Callable[..., dict[bytes, in
         path = encoding_file(name) if blobpath == encoding_url(name) else None
         if path is None:
             raise FileNotFoundError(blobpath)
+        since = time.monotonic()
+        # Before any work: reading, hashing and splitting the file hold the GIL for tens of ms, and
+        # a prefetch starts inside the first call, which must not share the interpreter with them.
+        _hold_back(polite, since)
         data = path.read_bytes()
         if expected_hash and hashlib.sha256(data).hexdigest() != expected_hash:
             raise ValueError(f"LiteLLM's copy of {name} does not match tiktoken's hash")
         loaded_from[name] = str(path)
-        # The .tiktoken format: one "base64(token) rank" pair a line.
-        fields = data.split()
-        if len(fields) % 2:
-            raise ValueError(f"LiteLLM's copy of {name} is not a .tiktoken file")
+        # The .tiktoken format: one "base64(token) rank" pair a line. Split a slice of whole lines at a
+        # time: one split of the whole file would hold the GIL for tens of ms in a single C call.
         ranks: dict[bytes, int] = {}
-        since = time.monotonic()
-        for start in range(0, len(fields), 2 * _SLICE):
-            chunk = fields[start : start + 2 * _SLICE]
-            ranks.update(zip(map(binascii.a2b_base64, chunk[0::2]), map(int, chunk[1::2])))
+        pos, size = 0, len(data)
+        while pos < size:
+            end = data.find(b"\n", min(pos + _SLICE_BYTES, size))
+            end = size if end < 0 else end + 1
+            fields = data[pos:end].split()
+            if len(fields) % 2:
+                raise ValueError(f"LiteLLM's copy of {name} is not a .tiktoken file")
+            ranks.update(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2])))
+            pos = end
             if polite:
                 _hold_back(polite, since)
                 time.sleep(0)  # let the caller's thread have the GIL between slices
