@@ -37,8 +37,9 @@ import os
 import sqlite3
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import IO, Any, Optional
 
@@ -78,6 +79,22 @@ CREATE TABLE IF NOT EXISTS stage_lines (stage INTEGER NOT NULL, line INTEGER NOT
 """
 
 
+# (path, bytes indexed so far, the file's size): told after each chunk a refresh indexes. Unset in the
+# library (it says nothing); the CLI sets it around a query to say that a first query is indexing.
+Progress = Callable[[str, int, int], None]
+_progress: ContextVar[Optional[Progress]] = ContextVar("cw_middleware_index_progress", default=None)
+
+
+@contextmanager
+def reporting_progress(callback: Progress) -> Iterator[None]:
+    """Within the block (this thread or task), index builds tell ``callback`` how far they are."""
+    token = _progress.set(callback)
+    try:
+        yield
+    finally:
+        _progress.reset(token)
+
+
 def index_dir_from_env(environ: Optional[dict[str, str]] = None) -> str:
     """Where indexes live: $CW_INDEX_DIR ("memory": nowhere), else the user's cache directory."""
     env = os.environ if environ is None else environ
@@ -109,6 +126,7 @@ class FileIndex:
         self._lock = threading.Lock()
         self._seen: Optional[tuple[int, int, int, int]] = None  # (dev, ino, size, mtime) at the last refresh
         self.generation = ""  # a new value each time the index is rebuilt (line numbers start again)
+        self._upto = 0  # bytes of the file indexed, as of the last chunk
         self._db = self._connect(index_dir_from_env() if index_dir is None else index_dir)
 
     # ------------------------------------------------------------ storage
@@ -193,8 +211,10 @@ class FileIndex:
             seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
             if seen == self._seen:
                 return True
+            report = _progress.get()
             while self._index_chunk(f, st.st_size):
-                pass
+                if report is not None:
+                    report(self.path, self._upto, st.st_size)
             self._seen = seen
             self.generation = str(self._meta().get("generation", ""))
         return True
@@ -206,7 +226,7 @@ class FileIndex:
             if not self._matches(meta, f):
                 self._reset(db, f)
                 meta = self._meta()
-            upto = int(meta["upto"])
+            upto = self._upto = int(meta["upto"])
             if upto >= size:
                 return False
             start = upto
@@ -230,6 +250,7 @@ class FileIndex:
                     *self._tail(f, upto),
                 ],
             )
+            self._upto = upto
             return start < upto < size  # more to do, unless only an unfinished last line is left
 
     def _matches(self, meta: dict[str, Any], f: IO[bytes]) -> bool:
