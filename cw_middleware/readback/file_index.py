@@ -471,12 +471,20 @@ def _lines(f: IO[bytes], start: int, stop: int) -> Iterator[tuple[int, Optional[
             parts.append(more)
             pending += len(more)
             ended = b"\n" in more
-        if ended or pending <= MAX_LINE:
-            buf, i = b"".join(parts), 0
-            if not ended:  # the end of the file
-                yield offset, _body(buf, 0, len(buf)), len(buf), False
-                return
+        if ended:  # copy only the line that straddles the blocks; the rest of the last block stays as read
+            buf = parts.pop()
+            i = 0
+            if len(parts) > 1 or parts[0]:
+                nl = buf.find(b"\n")
+                line = b"".join([*parts, buf[: nl + 1]])
+                yield offset, _body(line, 0, len(line) - 1), len(line), True
+                offset += len(line)
+                i = nl + 1
             continue
+        if pending <= MAX_LINE:  # the end of the file: an unended last line
+            buf = b"".join(parts)
+            yield offset, _body(buf, 0, len(buf)), len(buf), False
+            return
         del parts  # an overlong line: read on to its end without keeping it
         while True:
             more = f.read(1 << 20)

@@ -340,6 +340,19 @@ def _only(span: Span, keys: Collection[str]) -> Span:
     return span
 
 
+def _loads(line: Any) -> Any:
+    """`json.loads` of a line (bytes or a view of them); a byte that is not UTF-8 reads as U+FFFD.
+
+    So a damaged byte costs only the value it sits in, in both decoders: the typed one skips
+    values it does not decode without looking at their bytes.
+    """
+    data = bytes(line)
+    try:
+        return json.loads(data)
+    except UnicodeDecodeError:
+        return json.loads(data.decode("utf-8", "replace"))
+
+
 def decode_line(
     line: bytes,
     keys: Optional[Collection[str]] = None,
@@ -360,7 +373,7 @@ def decode_line(
         doc = None
     groups = (doc.resourceSpans or doc.resource_spans or doc.batches) if doc is not None else None
     if not groups:
-        spans = list(iter_spans(json.loads(line)))
+        spans = list(iter_spans(_loads(line)))
         if where is not None:
             spans = [s for s in spans if where(s)]
         return spans if keys is None else [_only(s, keys) for s in spans]

@@ -119,14 +119,19 @@ def lines(draw) -> bytes:
     text = json.dumps(doc, ensure_ascii=draw(st.booleans()), separators=draw(st.sampled_from([(",", ":"), (", ", ": ")])))
     if draw(st.booleans()):  # escapes a writer may use for plain characters
         text = text.replace('"agent.run.id"', '"agent\\u002erun.id"').replace("stage.id", "stage\\u002eid").replace("/", "\\/")
-    damage = draw(st.sampled_from(["none", "none", "none", "truncated", "attributes as a map", "not JSON"]))
+    damage = draw(st.sampled_from(["none", "none", "none", "truncated", "attributes as a map", "not JSON", "not UTF-8"]))
     if damage == "truncated":
         text = text[: draw(st.integers(0, len(text)))]
     elif damage == "attributes as a map":
         text = text.replace('"attributes": [', '"attributes": {"x": 1}, "ignored": [', 1)
     elif damage == "not JSON":
         text = text.replace("{", "[", 1)
-    return text.encode("utf-8", "surrogatepass")
+    data = text.encode("utf-8", "surrogatepass")
+    if damage == "not UTF-8":  # a byte no UTF-8 text holds, inside some string (an id, a name or a skipped value)
+        quotes = [i for i, c in enumerate(data) if c == 34]
+        at = quotes[draw(st.integers(0, len(quotes) - 1))] + 1 if quotes else 0
+        data = data[:at] + b"\xff" + data[at:]
+    return data
 
 
 def _snake(doc: Any) -> Any:
@@ -223,6 +228,11 @@ def _file_lines(seed: int) -> list[bytes]:
     for name in sorted(os.listdir(RECORDED)):
         if name.endswith(".jsonl"):
             out.extend((RECORDED / name).read_bytes().splitlines())
+    out.append(json.dumps({"result": {"resourceSpans": [{"scopeSpans": [{"spans": [TOLERANT_SPAN]}]}]}}).encode())
+    out.append(
+        json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [dict(TOLERANT_SPAN, attributes=TOLERANT_MAP)]}]}]}).encode()
+    )
+    out.append(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [TOLERANT_SPAN]}]}]}).encode().replace(b"t-", b"t-\xff"))
     for k in range(40):
         doc = {
             "resourceSpans": [
@@ -269,6 +279,17 @@ def _file_lines(seed: int) -> list[bytes]:
     return out
 
 
+TOLERANT_SPAN = {
+    "name": "agent.stage agent",
+    "startTimeUnixNano": 7,
+    "attributes": [
+        {"key": "agent.run.id", "value": {"stringValue": "run-t-1"}},
+        {"key": "agent.stage.id", "value": {"stringValue": "t@1"}},
+    ],
+}
+TOLERANT_MAP = {"agent.run.id": "run-t-2", "agent.stage.id": "t@2"}  # a plain map: some tools write one
+
+
 @pytest.mark.parametrize("block", [64, 1000, 1 << 20])
 def test_a_file_indexed_through_the_block_reader_holds_what_the_full_decode_names(tmp_path, monkeypatch, block):
     path = tmp_path / "t.jsonl"
@@ -312,6 +333,7 @@ def test_a_file_indexed_through_the_block_reader_holds_what_the_full_decode_name
     }
     assert got_states == want_states and len(want_states) > 20
     assert any(run == "rün-b-ü" for run, _ in want_states) and any(run == 'r"c' for run, _ in want_states)
+    assert {("run-t-1", "t@1"), ("run-t-2", "t@2"), ("run-t-\ufffd1", "t@1")} <= set(want_states)
 
 
 def test_an_overlong_line_is_skipped_and_the_next_line_indexed(tmp_path, monkeypatch):
