@@ -170,6 +170,38 @@ def test_the_fast_read_of_a_line_equals_the_full_decode(line):
     assert fast(line) == full(line)
 
 
+# Attribute lists written compactly, as the SDK and the Collector do, with elements built to trip a
+# reader that looks at bytes: keys nested in values, extra or missing members, the wanted key as a
+# plain string, members in another order, junk elements.
+wanted_keys = st.sampled_from(["agent.run.id", "agent.stage.id", "agent.stage.state", "x"])
+tricky_elements = st.one_of(
+    st.builds(lambda k, v: {"key": k, "value": v}, wanted_keys, any_values),
+    st.builds(
+        lambda k, v, e, w: {"key": k, "value": v, e: w}, wanted_keys, any_values, wanted_keys | st.just("value"), any_values
+    ),
+    st.builds(lambda k, v: {"value": v, "key": k}, wanted_keys, any_values),
+    st.builds(lambda k: {"key": k}, wanted_keys),
+    st.builds(lambda k, v: {"key": "x", "value": {"arrayValue": {"values": [{"key": k, "value": v}]}}}, wanted_keys, any_values),
+    st.builds(lambda k, v: {"key": "x", "value": {"key": k, "value": v}}, wanted_keys, any_values),
+    st.builds(lambda k, v: {"key": "x", "value": {"kvlistValue": {"values": [{"key": k, "value": v}]}}}, wanted_keys, any_values),
+    st.builds(lambda k: {"key": "x", "value": {"stringValue": k}}, wanted_keys),
+    st.sampled_from([5, "agent.run.id", None, [], {"key": [1]}, {"key": 5, "value": {}}, {}]),
+    st.builds(lambda k, v: [{"key": k, "value": v}], wanted_keys, any_values),
+)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(tricky_elements, max_size=6), st.lists(tricky_elements, max_size=3))
+def test_tricky_compact_attribute_lists_read_the_same_both_ways(span_attributes, event_attributes):
+    span = {
+        "name": "s",
+        "attributes": span_attributes,
+        "events": [{"name": "agent.context_window.snapshot", "attributes": event_attributes}],
+    }
+    line = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}, separators=(",", ":"), ensure_ascii=False)
+    assert fast(line.encode()) == full(line.encode())
+
+
 def test_recorded_collector_and_sdk_lines_read_the_same_both_ways():
     lines = [
         line
