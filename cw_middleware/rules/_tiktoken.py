@@ -13,9 +13,11 @@ Loading o200k_base costs ~0.3-0.6 s of CPU (parsing 200k ranks, then tiktoken's 
 estimates that call in the background) and starts `prefetch`, a daemon thread that loads it.
 Everything else (`cw.estimate`, the background estimate) waits for the loader. The loader is
 polite: the ranks are parsed in slices with the GIL released between them, and while an LLM
-call is in flight (`set_in_flight_probe`) it holds back, for at most `MAX_HOLD_BACK` seconds,
-because tiktoken's ``CoreBPE`` build holds the GIL from start to end. After ``os.fork()`` a
-child whose parent was still loading starts its own loader (the pid is checked on each use).
+call is in flight (the wrapper runs each one inside `CALLS_IN_FLIGHT`) it holds back, for at
+most `MAX_HOLD_BACK` seconds, because tiktoken's ``CoreBPE`` build holds the GIL from start to
+end. After ``os.fork()`` a child whose parent was still loading starts its own loader
+(`after_fork_in_child`, which runtime.py's one at-fork hook calls; the pid is also checked on
+each use, for a child forked before that hook was registered).
 """
 
 from __future__ import annotations
@@ -51,26 +53,39 @@ _lock = threading.Lock()
 _loading: dict[str, threading.Event] = {}  # name -> set when loaded (or failed)
 _pid = os.getpid()
 _local = threading.local()
-_in_flight: Callable[[], bool] = lambda: False  # noqa: E731
 
 
-def set_in_flight_probe(probe: Callable[[], bool]) -> None:
-    """The wrapper says whether an LLM call is running: the loader then holds back (see module doc)."""
-    global _in_flight
-    _in_flight = probe
+class _CallsInFlight:
+    """LLM calls between their start and LiteLLM's return; the loader holds back while any runs."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.count += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._lock:
+            self.count -= 1
+
+    def reset(self) -> None:
+        # A child starts with none of its parent's calls, and a lock another thread held at fork time stays held.
+        self.count, self._lock = 0, threading.Lock()
 
 
-def _after_fork() -> None:
+CALLS_IN_FLIGHT = _CallsInFlight()
+
+
+def after_fork_in_child() -> None:
     """A child forked mid-load has no loader thread, and maybe a held lock: start afresh (loaded ones stay)."""
     global _lock, _pid
+    CALLS_IN_FLIGHT.reset()
     if _pid != os.getpid():
         _lock = threading.Lock()
         _loading.clear()
         _pid = os.getpid()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
 
 
 @contextmanager
@@ -84,6 +99,11 @@ def without_waiting() -> Iterator[None]:
         _local.no_wait = previous
 
 
+def _after_fork_if_pid_changed() -> None:
+    if _pid != os.getpid():
+        after_fork_in_child()
+
+
 def ready(name: str) -> bool:
     return name in _encodings
 
@@ -92,7 +112,7 @@ def prefetch(name: str = "o200k_base") -> None:
     """Load an encoding on a daemon thread (idempotent; restarted in a forked child)."""
     if name in _encodings:
         return
-    _after_fork()
+    _after_fork_if_pid_changed()
     # Imported here, on the caller's thread (~25 ms once): a module half-imported by the loader when
     # the process forks would stay locked in the child, whose own loader would then wait forever.
     import tiktoken.load  # noqa: F401
@@ -124,7 +144,7 @@ def encoding(encoding_name: str) -> Any:
     if getattr(_local, "no_wait", False):
         prefetch(encoding_name)
         raise NotReady(encoding_name)
-    _after_fork()
+    _after_fork_if_pid_changed()
     with _lock:
         loaded = encoding_name in _encodings
         done = _loading.get(encoding_name)
@@ -155,7 +175,7 @@ def _load_into(name: str, done: threading.Event, polite: bool) -> None:
 
 
 def _hold_back(polite: bool, since: float) -> None:
-    while polite and _in_flight() and time.monotonic() - since < MAX_HOLD_BACK:
+    while polite and CALLS_IN_FLIGHT.count > 0 and time.monotonic() - since < MAX_HOLD_BACK:
         time.sleep(0.002)
 
 
