@@ -3,6 +3,7 @@
     python benchmarks/readback_1gb.py [--mb 1024] [--file PATH] [--keep] [--no-baseline]
     python benchmarks/readback_1gb.py generate PATH [--mb N] [--seed-calls N]
     python benchmarks/readback_1gb.py query PATH QUERY [--baseline]      (one query, one JSON line)
+    python benchmarks/readback_1gb.py build PATH                         (a cold index build alone, one JSON line)
 
 The file is written once into a temporary directory (or PATH): a seed through the real embedded
 pipeline (Telemetry -> BatchSpanProcessor -> OTLP JSON lines, 512 spans a line, two snapshots a
@@ -15,6 +16,10 @@ Each query runs in a fresh process (peak RSS is that process's high-water mark, 
 index directory (the first query builds the index), ``warm`` in a new process with the index on disk,
 ``again`` the same query a second time in that process (what `serve` pays per request), and the
 baseline (`baseline_file_reader.py`, the reader before the index) in its own process.
+
+Before the queries, the cold index build alone (a fresh process, an empty index directory) against
+the floor of reading the file once: ``cat FILE > /dev/null`` and a Python loop of 8 MB reads, in
+the same run (the file is in the page cache by then: what is measured is the CPU cost).
 """
 
 from __future__ import annotations
@@ -152,6 +157,31 @@ def query(path: str, call: list[str], baseline: bool, repeat: int) -> dict[str, 
     return {"seconds": seconds, "peak_rss_mb": round(peak_rss_mb()), "rss_before_mb": round(rss_before), "answer": answer}
 
 
+def build(path: str) -> dict[str, object]:
+    """A cold index build alone, in this process (the caller gives it an empty CW_INDEX_DIR)."""
+    from cw_middleware.readback.file_index import FileIndex
+
+    started, cpu = time.perf_counter(), time.process_time()
+    index = FileIndex(path)
+    index.refresh()
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
+    index.close()
+    return {"seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2), "peak_rss_mb": round(peak_rss_mb())}
+
+
+def read_floor(path: str) -> dict[str, float]:
+    """Seconds to read the file once: `cat` to /dev/null, and a Python loop of 8 MB reads."""
+    started = time.perf_counter()
+    with open(os.devnull, "wb") as sink:
+        subprocess.run(["cat", path], stdout=sink, check=True)
+    cat = time.perf_counter() - started
+    started = time.perf_counter()
+    with open(path, "rb", buffering=0) as f:
+        while f.read(8 << 20):
+            pass
+    return {"cat": round(cat, 2), "python": round(time.perf_counter() - started, 2)}
+
+
 def peak_rss_mb() -> float:
     """This process's peak RSS. Not ru_maxrss: Linux carries that over from the parent through vfork and exec."""
     try:
@@ -180,6 +210,9 @@ def main() -> int:
         p.add_argument("--seed-calls", type=int, default=5000)
         a = p.parse_args(sys.argv[2:])
         print(json.dumps(generate(a.path, a.mb, a.seed_calls)))
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "build":
+        print(json.dumps(build(sys.argv[2])))
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "query":
         p = argparse.ArgumentParser(prog="readback_1gb.py query")
@@ -212,9 +245,22 @@ def main() -> int:
         print(f"wrote {info['bytes'] / 1e6:.0f} MB in {info['seconds']} s ({info['copies']} copies of the seed): {path}")
 
     env = {k: v for k, v in os.environ.items() if k != "CW_INDEX_DIR"}
+    index_dir = os.path.join(workdir, "index")
+    floor = read_floor(path)  # first: it brings the file into the page cache for what follows
+    floor = read_floor(path)
+    shutil.rmtree(index_dir, ignore_errors=True)
+    argv = [sys.executable, os.path.abspath(__file__), "build", path]
+    done = subprocess.run(argv, env={**env, "CW_INDEX_DIR": index_dir}, capture_output=True, text=True, check=True)
+    cold = json.loads(done.stdout.strip().splitlines()[-1])
+    after = read_floor(path)
+    reads = min(floor["python"], after["python"]), min(floor["cat"], after["cat"])
+    print(
+        f"cold index build: {cold['seconds']} s ({cold['cpu_seconds']} s CPU), peak RSS {cold['peak_rss_mb']} MB; "
+        f"reading the file once: {reads[0]} s in Python, {reads[1]} s with cat: the build is "
+        f"{cold['seconds'] / max(reads[0], 1e-3):.0f}x the Python read"
+    )
     print(f"{'query':<32} {'cold s':>8} {'warm s':>8} {'again s':>8} {'RSS MB':>7} {'base s':>8} {'base MB':>8} {'x':>7}  answer")
     for label, call in queries(int(info["copies"]), int(info["runs_per_copy"])).items():
-        index_dir = os.path.join(workdir, "index")
         shutil.rmtree(index_dir, ignore_errors=True)
         env["CW_INDEX_DIR"] = index_dir
         cold = _subprocess_query(path, call, env)

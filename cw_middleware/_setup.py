@@ -11,6 +11,10 @@ process, with no content, as a warning: an application that installed its own
 providers receives the snapshots (the ``export`` setting is then not installed),
 and ``OTEL_SDK_DISABLED=true``, the user's explicit OpenTelemetry opt-out, is
 honoured (nothing is exported; ``cw.snapshots()`` and ``cw.estimate()`` still work).
+
+The embedded pipeline (and with it the OpenTelemetry SDK, ~40 ms) is imported with the
+package, not when the first call configures: a short-lived worker's first LLM call is the
+one that must not wait (issue 11, item 5). The read side pays that once at start-up.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from opentelemetry import metrics, trace
 
 from ._log import RateLimitedLog
 from .config import Config
+from .embedded import install as install_embedded
 
 logger = logging.getLogger("cw_middleware")
 _once = RateLimitedLog(interval=math.inf)  # each of these warnings once per process, however often configure() runs
@@ -88,9 +93,7 @@ def choose_providers(
                 cfg.metrics,
             )
         return Providers(None, None, logger_provider)
-    from .embedded import install
-
-    return _embedded(install(cfg), logger_provider)
+    return _embedded(install_embedded(cfg), logger_provider)
 
 
 def _embedded(pipeline: Any, logger_provider: Any) -> Providers:

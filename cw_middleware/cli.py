@@ -19,9 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
-from collections.abc import Sequence
-from typing import Any, Optional
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import IO, Any, Optional
 
 EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_BACKEND = 0, 2, 3, 4
 
@@ -166,6 +169,51 @@ def _open_reader(args: argparse.Namespace) -> Any:
     return reader(args.backend)
 
 
+# A first query on a big telemetry file builds its index (readback/file_index.py): say so on stderr,
+# live on a terminal once the build has run `TERMINAL_AFTER` seconds, else in one line after `LOG_AFTER`.
+TERMINAL_AFTER, LOG_AFTER = 0.3, 1.0
+
+
+class _IndexingNote:
+    """Tells on stderr how far an index build is: one line, updated in place on a terminal."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.terminal = stream.isatty()
+        self.started = time.monotonic()
+        self.shown = False
+
+    def __call__(self, path: str, done: int, total: int) -> None:
+        waited = time.monotonic() - self.started
+        if waited < (TERMINAL_AFTER if self.terminal else LOG_AFTER) or (self.shown and not self.terminal):
+            return
+        size = f"{total / 1e6:.0f}" if total >= 10e6 else f"{total / 1e6:.1f}"
+        line = f"indexing {100 * done // max(total, 1)}% of {size} MB: {path} (the first query on this file)"
+        if self.terminal:  # one line, rewritten: never wider than the terminal
+            self.stream.write(f"\r{line[: shutil.get_terminal_size().columns - 1]}\x1b[K")
+        else:
+            self.stream.write(f"{line}\n")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown and self.terminal:
+            self.stream.write("\r\x1b[K")  # the answer follows on a clean line
+            self.stream.flush()
+
+
+@contextmanager
+def _indexing_note() -> Iterator[None]:
+    from .readback.file_index import reporting_progress
+
+    note = _IndexingNote(sys.stderr)
+    try:
+        with reporting_progress(note):
+            yield
+    finally:
+        note.close()
+
+
 def _read_errors(fn: Any) -> Any:
     """CLI error mapping: bad input 2, not found 3, backend failure 4; messages, never tracebacks."""
 
@@ -228,7 +276,7 @@ def _file_hint(args: argparse.Namespace) -> str:
 
 @_read_errors
 def _cmd_runs(args: argparse.Namespace) -> int:
-    with _open_reader(args) as reader:
+    with _open_reader(args) as reader, _indexing_note():
         runs = reader.runs()
     if args.json:
         print(json.dumps({"runs": [r.as_dict() for r in runs]}, indent=2))
@@ -246,7 +294,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 
 @_read_errors
 def _cmd_show(args: argparse.Namespace) -> int:
-    with _open_reader(args) as reader:
+    with _open_reader(args) as reader, _indexing_note():
         answer = reader.context_window(args.run_id, args.stage_id)
     if args.json:
         print(answer.model_dump_json(indent=2))
@@ -259,7 +307,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 @_read_errors
 def _cmd_stages(args: argparse.Namespace) -> int:
-    with _open_reader(args) as reader:
+    with _open_reader(args) as reader, _indexing_note():
         stages = reader.stages(args.run_id)
     if args.json:
         print(json.dumps({"run_id": args.run_id, "stages": [s.as_dict() for s in stages]}, indent=2))

@@ -20,17 +20,16 @@ Everything here is synchronous and pure apart from the caches; the wrapper calls
 it on the request path, so it must stay cheap. Until a tokenizer is loaded (see
 ``rules/_tiktoken.py``), the wrapper hands a call's estimate to `Deferred`, one daemon
 worker per Estimator that runs such estimates in order once the encoding is there.
-After ``os.fork()`` every Estimator gets fresh locks in the child, and its deferred
-queue (the parent's calls) is dropped.
+After ``os.fork()`` the runtime gives the child an Estimator of its own (runtime.py
+owns the process's one at-fork hook): the parent's locks, caches and deferred queue
+(the parent's calls) stay behind.
 """
 
 from __future__ import annotations
 
 import logging
 import operator
-import os
 import threading
-import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -143,9 +142,6 @@ class Deferred:
 
     def __init__(self, max_jobs: int = MAX_DEFERRED) -> None:
         self._max = max_jobs
-        self._reset()
-
-    def _reset(self) -> None:
         self._cond = threading.Condition()
         self._jobs: deque[Callable[[], None]] = deque()
         self._busy = False
@@ -186,21 +182,6 @@ class Deferred:
                 logger.warning("cw_middleware: a deferred estimate failed (%s)", type(exc).__name__)
 
 
-_estimators: weakref.WeakSet[Estimator] = weakref.WeakSet()
-
-
-def _reinit_after_fork() -> None:
-    # A lock held by another thread at fork time stays held forever in the child; the parent's
-    # queued estimates are the parent's to publish.
-    for estimator in list(_estimators):
-        estimator._lock = threading.Lock()
-        estimator.deferred._reset()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reinit_after_fork)
-
-
 class Estimator:
     """Counts requests with bounded, content-addressed caches. Thread-safe."""
 
@@ -217,7 +198,6 @@ class Estimator:
         self._n_conversations = 0
         self._tools: dict[str, list[_ToolsCount]] = {}
         self.deferred = Deferred()
-        _estimators.add(self)
 
     # ------------------------------------------------------------ public
 

@@ -40,12 +40,16 @@ def instrument() -> None:
 
     Idempotent and thread-safe. Calls that look the function up on the module at
     call time are observed (frameworks, the Router); a reference bound before this
-    call (``from litellm import completion`` at import time) is not. Starts loading the
-    o200k_base tokenizer in the background, so the first observed call does not wait for it.
+    call (``from litellm import completion`` at import time) is not. This is the process's
+    set-up moment, so the first observed call pays for neither: the runtime (and with it the
+    telemetry pipeline and its OpenTelemetry SDK import) is built here, and the o200k_base
+    tokenizer starts loading in the background.
     """
     litellm = _offline.litellm()
     from .rules import _tiktoken
+    from .runtime import get_runtime
 
+    get_runtime()  # never raises: a bad environment leaves telemetry off, with one warning
     _tiktoken.prefetch("o200k_base")
 
     with _lock:

@@ -13,9 +13,10 @@ The Runtime is also the one owner of what must change when the process does:
   2 s by default) and stops the pipeline; the exit hook and `configure()` (for the
   runtime it replaces) call it, and a backend that does not answer costs no more.
 * ``os.fork()``: in the child, every lock, cache, queue and worker thread the parent's
-  threads may have been using is made anew (`_after_fork_in_child`): the estimator, the
-  provider counter, the logs' locks, and the embedded telemetry pipeline, which gets a
-  pipeline of the child's own. A fork while other threads are inside cw (gunicorn,
+  threads may have been using is made anew (`_after_fork_in_child`, the process's only
+  ``os.register_at_fork`` hook): the estimator, the provider counter, the logs' locks,
+  the tokenizer loader and its count of calls in flight, and the embedded telemetry
+  pipeline, which gets a pipeline of the child's own. A fork while other threads are inside cw (gunicorn,
   Celery prefork, multiprocessing) leaves the child's next call free to run.
   multiprocessing's children end with ``os._exit`` after its own finalizers, not
   atexit: one of those closes the child's runtime too.
@@ -41,6 +42,7 @@ from ._setup import Providers, choose_providers
 from .config import Config, ProviderCountPolicy, resolve
 from .contract import Snapshot, WarningCode
 from .estimator import Estimator
+from .rules import _tiktoken
 from .snapshot import CompactSnapshot, SnapshotParts, compact, expand
 from .telemetry import CallTelemetry, StageInfo, Telemetry
 
@@ -296,9 +298,11 @@ atexit.register(_close_at_exit)
 
 
 def _after_fork_in_child() -> None:
+    """The process's one at-fork hook: every module's state that threads may hold, made anew in the child."""
     global _runtime_lock
     _runtime_lock = threading.Lock()
     _log.after_fork_in_child()
+    _tiktoken.after_fork_in_child()
     current = _runtime
     if current is not None:
         current._after_fork_in_child()

@@ -12,7 +12,6 @@ proceeds as LiteLLM would run it.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
@@ -39,43 +38,6 @@ OPTION_CONTEXT_WINDOW = "cw_context_window"
 OPTION_PROVIDER_COUNT = "cw_provider_count"
 OPTION_STREAM_USAGE = "cw_stream_usage"
 _OPTIONS = (OPTION_CONTEXT_WINDOW, OPTION_PROVIDER_COUNT, OPTION_STREAM_USAGE)
-
-# Calls between their start and LiteLLM's return: the tokenizer loader holds back while any runs
-# (its last step holds the GIL throughout, see rules/_tiktoken.py).
-_in_flight = 0
-_in_flight_lock = threading.Lock()
-
-
-def _calls_in_flight() -> bool:
-    return _in_flight > 0
-
-
-_tiktoken.set_in_flight_probe(_calls_in_flight)
-
-
-class _InFlight:
-    def __enter__(self) -> None:
-        global _in_flight
-        with _in_flight_lock:
-            _in_flight += 1
-
-    def __exit__(self, *exc: Any) -> None:
-        global _in_flight
-        with _in_flight_lock:
-            _in_flight -= 1
-
-
-_IN_FLIGHT = _InFlight()
-
-
-def _in_flight_after_fork() -> None:
-    # A child starts with none of its parent's calls, and a lock another thread held at fork time stays held.
-    global _in_flight, _in_flight_lock
-    _in_flight, _in_flight_lock = 0, threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_in_flight_after_fork)
 
 # ---------------------------------------------------------------- entry points
 
@@ -107,7 +69,7 @@ async def aresponses(*args: Any, **kwargs: Any) -> Any:
 def _forward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if forwarding():
         return original(name)(*args, **_without_options(kwargs))
-    with _IN_FLIGHT:
+    with _tiktoken.CALLS_IN_FLIGHT:
         call = _Call.start(API_OF[name], args, kwargs)
         while True:
             try:
@@ -125,7 +87,7 @@ def _forward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 async def _aforward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if forwarding():
         return await original(name)(*args, **_without_options(kwargs))
-    with _IN_FLIGHT:
+    with _tiktoken.CALLS_IN_FLIGHT:
         call = _Call.start(API_OF[name], args, kwargs)
         while True:
             try:

@@ -33,13 +33,15 @@ def test_bad_export_is_a_usage_error(capsys, runtime):
 
 
 def test_serve_path_never_imports_heavy_modules(tmp_path):
+    # LiteLLM (seconds) and tiktoken stay out; the OpenTelemetry SDK (~40 ms) comes with the
+    # package, so a worker's first LLM call does not import it (_setup.py says why).
     code = (
         "import sys\n"
         "import cw_middleware as cw\n"
         "from cw_middleware.server import make_server\n"
         f"s = make_server(cw.reader('file:{tmp_path}/t.jsonl'), '127.0.0.1', 0)\n"
         "s.server_close()\n"
-        "print(sorted(m for m in ('litellm', 'tiktoken', 'opentelemetry.sdk') if m in sys.modules))\n"
+        "print(sorted(m for m in ('litellm', 'tiktoken') if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

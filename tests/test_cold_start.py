@@ -180,3 +180,50 @@ def test_snapshots_right_after_the_first_call_list_its_estimate():
     assert out["content"] == "done"
     assert out["memory"] > 0
     assert out["method"] in ("local_estimate", "response_usage_scaled_breakdown")
+
+
+def _fresh(code: str, export: str = "none") -> dict:
+    """A process of its own, configured from its environment only (no PRELUDE)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "CW_EXPORT": export}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("way_in", ["swap import", "instrument()"])
+def test_the_first_call_imports_no_telemetry_code(tmp_path, way_in):
+    """The embedded pipeline's SDK comes with the package; instrument() also builds the runtime up front."""
+    out = _fresh(
+        f"""
+        import json, sys
+        import litellm
+        import cw_middleware as cw
+        if {way_in == "instrument()"}:
+            cw.instrument()
+        call = litellm.completion if {way_in == "instrument()"} else cw.completion
+        before = set(sys.modules)  # a provider's counting rules still load with its first call: ~2 ms each
+        reply = call(model="gpt-4o", messages=[{{"role": "user", "content": "hi"}}], mock_response="ok")
+        during = sorted(m for m in set(sys.modules) - before if m.startswith(("opentelemetry", "cw_middleware.embedded")))
+        cw.flush(10.0)
+        print(json.dumps({{"during": during, "reply": reply.choices[0].message.content, "snapshots": len(cw.snapshots())}}))
+        """,
+        export=f"file:{tmp_path / 'telemetry.jsonl'}",  # the embedded default's pipeline, which imports the SDK
+    )
+    assert out == {"during": [], "reply": "ok", "snapshots": 2}
+
+
+def test_the_loader_reads_nothing_while_a_call_is_in_flight():
+    """Reading, hashing and splitting the ranks file hold the GIL: a prefetch started inside a call waits first."""
+    out = _fresh(
+        """
+        import json, time
+        from cw_middleware.rules import _tiktoken
+        with _tiktoken.CALLS_IN_FLIGHT:
+            _tiktoken.prefetch("o200k_base")
+            time.sleep(0.3)
+            read_in_flight = dict(_tiktoken.loaded_from)
+        ready = _tiktoken.wait_ready(30.0) and _tiktoken.ready("o200k_base")
+        print(json.dumps({"read_in_flight": read_in_flight, "ready": ready, "read": "o200k_base" in _tiktoken.loaded_from}))
+        """
+    )
+    assert out == {"read_in_flight": {}, "ready": True, "read": True}

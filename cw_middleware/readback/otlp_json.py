@@ -16,6 +16,12 @@ exporters write, which decodes attribute values only for the keys asked for and
 creates few objects for the garbage collector to walk; anything that shape does
 not fit (wrappers, damaged values) goes through the tolerant decoder above, so
 both paths give the same spans.
+
+`index_spans` is the narrowest read, for building an index: span names, times and
+the attributes asked for, with every other attribute value skipped undecoded at
+C speed (a ``msgspec.Raw`` slice); trace and span ids are not read at all. It
+gives, for those fields, what `decode_line` gives (it falls back to it for any
+line its shape does not fit).
 """
 
 from __future__ import annotations
@@ -75,7 +81,14 @@ def normalize_id(value: Any) -> str:
 
 
 def any_value(value: Any) -> Any:
-    """Decode an OTLP AnyValue; unknown shapes decode to None."""
+    """Decode an OTLP AnyValue; unknown shapes decode to None (a damaged value never fails its line)."""
+    try:
+        return _any_value(value)
+    except (ValueError, TypeError, AttributeError, OverflowError):
+        return None
+
+
+def _any_value(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
     for camel, snake in (("stringValue", "string_value"), ("boolValue", "bool_value")):
@@ -84,8 +97,7 @@ def any_value(value: Any) -> Any:
     if "intValue" in value or "int_value" in value:
         return _int(_get(value, "intValue", "int_value"))
     if "doubleValue" in value or "double_value" in value:
-        raw = _get(value, "doubleValue", "double_value")
-        return float(raw) if raw is not None else None
+        return _float(_get(value, "doubleValue", "double_value"))
     if "arrayValue" in value or "array_value" in value:
         arr = _get(value, "arrayValue", "array_value", {}) or {}
         return [any_value(v) for v in arr.get("values", [])]
@@ -215,6 +227,13 @@ def _pick(camel: Any, snake: Any) -> Any:
     return None if value is _UNSET else value
 
 
+def _float(raw: Any) -> Optional[float]:
+    try:
+        return float(raw) if raw is not None else None
+    except (ValueError, TypeError):
+        return None  # a damaged value ("abc"): None, as an unknown shape is, never a failed line
+
+
 def _typed_value(v: Optional[_AnyValue]) -> Any:
     """`any_value` for a typed AnyValue, the same precedence."""
     if v is None:
@@ -226,8 +245,7 @@ def _typed_value(v: Optional[_AnyValue]) -> Any:
     if v.intValue is not _UNSET or v.int_value is not _UNSET:
         return _int(_pick(v.intValue, v.int_value))
     if v.doubleValue is not _UNSET or v.double_value is not _UNSET:
-        raw = _pick(v.doubleValue, v.double_value)
-        return float(raw) if raw is not None else None
+        return _float(_pick(v.doubleValue, v.double_value))
     if v.arrayValue is not _UNSET or v.array_value is not _UNSET:
         arr = _pick(v.arrayValue, v.array_value)
         return [_typed_value(x) for x in arr.values] if arr is not None else []
@@ -322,6 +340,19 @@ def _only(span: Span, keys: Collection[str]) -> Span:
     return span
 
 
+def _loads(line: Any) -> Any:
+    """`json.loads` of a line (bytes or a view of them); a byte that is not UTF-8 reads as U+FFFD.
+
+    So a damaged byte costs only the value it sits in, in both decoders: the typed one skips
+    values it does not decode without looking at their bytes.
+    """
+    data = bytes(line)
+    try:
+        return json.loads(data)
+    except UnicodeDecodeError:
+        return json.loads(data.decode("utf-8", "replace"))
+
+
 def decode_line(
     line: bytes,
     keys: Optional[Collection[str]] = None,
@@ -342,7 +373,7 @@ def decode_line(
         doc = None
     groups = (doc.resourceSpans or doc.resource_spans or doc.batches) if doc is not None else None
     if not groups:
-        spans = list(iter_spans(json.loads(line)))
+        spans = list(iter_spans(_loads(line)))
         if where is not None:
             spans = [s for s in spans if where(s)]
         return spans if keys is None else [_only(s, keys) for s in spans]
@@ -358,3 +389,98 @@ def decode_line(
                     continue
                 out.append(_typed_span(raw, keys, writer))
     return out
+
+
+# ---------------------------------------------------------------- one line, for an index
+
+
+class _RawKeyValue(msgspec.Struct, gc=False):
+    key: str
+    value: msgspec.Raw = msgspec.Raw(b"null")  # decoded only for the keys asked for
+
+
+class _IndexEvent(msgspec.Struct, gc=False):
+    name: str = ""
+    timeUnixNano: _Int = None
+    time_unix_nano: _Int = None
+    attributes: list[_RawKeyValue] = []
+
+
+class _IndexSpan(msgspec.Struct, gc=False):
+    # `_Span` without the ids; every field kept has `_Span`'s type, so a line fails here when it fails there.
+    name: str = ""
+    startTimeUnixNano: _Int = None
+    start_time_unix_nano: _Int = None
+    endTimeUnixNano: _Int = None
+    end_time_unix_nano: _Int = None
+    attributes: list[_RawKeyValue] = []
+    events: list[_IndexEvent] = []
+
+
+class _IndexScope(msgspec.Struct, gc=False):
+    spans: list[_IndexSpan] = []
+
+
+class _IndexResource(msgspec.Struct, gc=False):
+    attributes: list[_RawKeyValue] = []  # read for its shape only: the tolerant decoder fails a line whose list is not one
+
+
+class _IndexResourceSpans(msgspec.Struct, gc=False):
+    resource: Optional[_IndexResource] = None
+    scopeSpans: list[_IndexScope] = []
+    scope_spans: list[_IndexScope] = []
+    instrumentationLibrarySpans: list[_IndexScope] = []
+    instrumentation_library_spans: list[_IndexScope] = []
+
+
+class _IndexLine(msgspec.Struct, gc=False):
+    resourceSpans: list[_IndexResourceSpans] = []
+    resource_spans: list[_IndexResourceSpans] = []
+    batches: list[_IndexResourceSpans] = []
+
+
+_INDEX_LINE = msgspec.json.Decoder(_IndexLine)
+_VALUE = msgspec.json.Decoder(Optional[_AnyValue])
+
+
+def index_spans(line: bytes, keys: Collection[str]) -> list[Span]:
+    """The spans of one line as `decode_line(line, keys)` gives them, less ids and writer (empty strings).
+
+    For the names, times and ``keys`` attributes it returns what `decode_line` does, and raises
+    what it raises: a line this shape does not fit, or whose wanted values do not decode, is
+    handed to `decode_line` whole.
+    """
+    try:
+        doc = _INDEX_LINE.decode(line)
+        groups = doc.resourceSpans or doc.resource_spans or doc.batches
+        if not groups:
+            return decode_line(line, keys)
+        values: dict[bytes, Any] = {}  # a line repeats the same few ids: each distinct value decoded once
+
+        def wanted(items: list[_RawKeyValue]) -> dict[str, Any]:
+            out = {}
+            for kv in items:
+                if kv.key in keys:
+                    raw = bytes(kv.value)
+                    value = values.get(raw, values)
+                    if value is values:
+                        value = _typed_value(_VALUE.decode(raw))
+                        if not isinstance(value, (list, dict)):  # a mutable value is decoded for each use
+                            values[raw] = value
+                    out[kv.key] = value
+            return out
+
+        out = []
+        for rs in groups:
+            scopes = rs.scopeSpans or rs.scope_spans or rs.instrumentationLibrarySpans or rs.instrumentation_library_spans
+            for scope in scopes:
+                for raw in scope.spans:
+                    events = [
+                        Event(e.name, _int(_either(e.timeUnixNano, e.time_unix_nano)), wanted(e.attributes)) for e in raw.events
+                    ]
+                    start = _int(_either(raw.startTimeUnixNano, raw.start_time_unix_nano))
+                    end = _int(_either(raw.endTimeUnixNano, raw.end_time_unix_nano))
+                    out.append(Span("", "", "", raw.name, start, end, wanted(raw.attributes), events))
+        return out
+    except (msgspec.DecodeError, ValueError, TypeError, OverflowError):
+        return decode_line(line, keys)

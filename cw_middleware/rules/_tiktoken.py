@@ -13,9 +13,11 @@ Loading o200k_base costs ~0.3-0.6 s of CPU (parsing 200k ranks, then tiktoken's 
 estimates that call in the background) and starts `prefetch`, a daemon thread that loads it.
 Everything else (`cw.estimate`, the background estimate) waits for the loader. The loader is
 polite: the ranks are parsed in slices with the GIL released between them, and while an LLM
-call is in flight (`set_in_flight_probe`) it holds back, for at most `MAX_HOLD_BACK` seconds,
-because tiktoken's ``CoreBPE`` build holds the GIL from start to end. After ``os.fork()`` a
-child whose parent was still loading starts its own loader (the pid is checked on each use).
+call is in flight (the wrapper runs each one inside `CALLS_IN_FLIGHT`) it holds back, for at
+most `MAX_HOLD_BACK` seconds, because tiktoken's ``CoreBPE`` build holds the GIL from start to
+end. After ``os.fork()`` a child whose parent was still loading starts its own loader
+(`after_fork_in_child`, which runtime.py's one at-fork hook calls; the pid is also checked on
+each use, for a child forked before that hook was registered).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from .._offline import encoding_file, encoding_url
 loaded_from: dict[str, str] = {}  # encoding name -> the file its ranks were read from
 
 MAX_HOLD_BACK = 1.0  # seconds the loader defers to in-flight calls before it loads anyway
-_SLICE = 4096  # ranks parsed per slice; the GIL is released between slices
+_SLICE_BYTES = 64 * 1024  # of the ranks file parsed per slice (~4k ranks); the GIL is released between slices
 
 
 class NotReady(Exception):
@@ -51,26 +53,46 @@ _lock = threading.Lock()
 _loading: dict[str, threading.Event] = {}  # name -> set when loaded (or failed)
 _pid = os.getpid()
 _local = threading.local()
-_in_flight: Callable[[], bool] = lambda: False  # noqa: E731
 
 
-def set_in_flight_probe(probe: Callable[[], bool]) -> None:
-    """The wrapper says whether an LLM call is running: the loader then holds back (see module doc)."""
-    global _in_flight
-    _in_flight = probe
+class _CallsInFlight:
+    """LLM calls between their start and LiteLLM's return; the loader holds back while any runs."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle = threading.Condition(threading.Lock())
+
+    def __enter__(self) -> None:
+        with self._idle:
+            self.count += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._idle:
+            self.count -= 1
+            if self.count == 0:
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> None:
+        """Until no call is in flight, or `timeout` seconds (a waiter woken, not one polling the GIL away)."""
+        with self._idle:
+            self._idle.wait_for(lambda: self.count == 0, timeout=max(timeout, 0.0))
+
+    def reset(self) -> None:
+        # A child starts with none of its parent's calls, and a lock another thread held at fork time stays held.
+        self.count, self._idle = 0, threading.Condition(threading.Lock())
 
 
-def _after_fork() -> None:
+CALLS_IN_FLIGHT = _CallsInFlight()
+
+
+def after_fork_in_child() -> None:
     """A child forked mid-load has no loader thread, and maybe a held lock: start afresh (loaded ones stay)."""
     global _lock, _pid
+    CALLS_IN_FLIGHT.reset()
     if _pid != os.getpid():
         _lock = threading.Lock()
         _loading.clear()
         _pid = os.getpid()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
 
 
 @contextmanager
@@ -84,6 +106,11 @@ def without_waiting() -> Iterator[None]:
         _local.no_wait = previous
 
 
+def _after_fork_if_pid_changed() -> None:
+    if _pid != os.getpid():
+        after_fork_in_child()
+
+
 def ready(name: str) -> bool:
     return name in _encodings
 
@@ -92,7 +119,7 @@ def prefetch(name: str = "o200k_base") -> None:
     """Load an encoding on a daemon thread (idempotent; restarted in a forked child)."""
     if name in _encodings:
         return
-    _after_fork()
+    _after_fork_if_pid_changed()
     # Imported here, on the caller's thread (~25 ms once): a module half-imported by the loader when
     # the process forks would stay locked in the child, whose own loader would then wait forever.
     import tiktoken.load  # noqa: F401
@@ -124,7 +151,7 @@ def encoding(encoding_name: str) -> Any:
     if getattr(_local, "no_wait", False):
         prefetch(encoding_name)
         raise NotReady(encoding_name)
-    _after_fork()
+    _after_fork_if_pid_changed()
     with _lock:
         loaded = encoding_name in _encodings
         done = _loading.get(encoding_name)
@@ -155,8 +182,8 @@ def _load_into(name: str, done: threading.Event, polite: bool) -> None:
 
 
 def _hold_back(polite: bool, since: float) -> None:
-    while polite and _in_flight() and time.monotonic() - since < MAX_HOLD_BACK:
-        time.sleep(0.002)
+    if polite:
+        CALLS_IN_FLIGHT.wait_idle(MAX_HOLD_BACK - (time.monotonic() - since))
 
 
 def _ranks_from_litellm(name: str, polite: bool) -> Callable[..., dict[bytes, int]]:
@@ -164,19 +191,26 @@ def _ranks_from_litellm(name: str, polite: bool) -> Callable[..., dict[bytes, in
         path = encoding_file(name) if blobpath == encoding_url(name) else None
         if path is None:
             raise FileNotFoundError(blobpath)
+        since = time.monotonic()
+        # Before any work: reading, hashing and splitting the file hold the GIL for tens of ms, and
+        # a prefetch starts inside the first call, which must not share the interpreter with them.
+        _hold_back(polite, since)
         data = path.read_bytes()
         if expected_hash and hashlib.sha256(data).hexdigest() != expected_hash:
             raise ValueError(f"LiteLLM's copy of {name} does not match tiktoken's hash")
         loaded_from[name] = str(path)
-        # The .tiktoken format: one "base64(token) rank" pair a line.
-        fields = data.split()
-        if len(fields) % 2:
-            raise ValueError(f"LiteLLM's copy of {name} is not a .tiktoken file")
+        # The .tiktoken format: one "base64(token) rank" pair a line. Split a slice of whole lines at a
+        # time: one split of the whole file would hold the GIL for tens of ms in a single C call.
         ranks: dict[bytes, int] = {}
-        since = time.monotonic()
-        for start in range(0, len(fields), 2 * _SLICE):
-            chunk = fields[start : start + 2 * _SLICE]
-            ranks.update(zip(map(binascii.a2b_base64, chunk[0::2]), map(int, chunk[1::2])))
+        pos, size = 0, len(data)
+        while pos < size:
+            end = data.find(b"\n", min(pos + _SLICE_BYTES, size))
+            end = size if end < 0 else end + 1
+            fields = data[pos:end].split()
+            if len(fields) % 2:
+                raise ValueError(f"LiteLLM's copy of {name} is not a .tiktoken file")
+            ranks.update(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2])))
+            pos = end
             if polite:
                 _hold_back(polite, since)
                 time.sleep(0)  # let the caller's thread have the GIL between slices
