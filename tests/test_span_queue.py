@@ -28,9 +28,14 @@ from cw_middleware.embedded import _CompactSpanProcessor, _JsonLinesFile, encode
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
 
 
-def _finished_spans_alive() -> int:
+def _finished_spans_alive(run_id: str) -> int:
+    """Finished span objects of this run still alive (other tests' exporters may hold theirs)."""
     gc.collect()
-    return sum(1 for o in gc.get_objects() if isinstance(o, ReadableSpan) and o.end_time is not None)
+    return sum(
+        1
+        for o in gc.get_objects()
+        if isinstance(o, ReadableSpan) and o.end_time is not None and (o.attributes or {}).get("agent.run.id") == run_id
+    )
 
 
 def _span_lines(path) -> list[dict]:
@@ -43,11 +48,10 @@ def test_no_finished_span_object_outlives_its_call_and_the_file_gets_every_span(
     calls = 40
     # A long interval: nothing leaves before the check, so whatever the queue holds is still held.
     with embedded_runtime(export=f"file:{path}", export_interval_ms=60_000) as runtime:
-        before = _finished_spans_alive()
         with cw.stage(run_id="run-q", stage_id="impl@1"):
             for i in range(calls):
                 cw.completion(model="gpt-4o", messages=[*MESSAGES, {"role": "user", "content": f"turn {i}"}], mock_response="ok")
-        assert _finished_spans_alive() - before == 0
+        assert _finished_spans_alive("run-q") == 0
         last = cw.snapshots()[-1]
         assert runtime.flush(5)
     spans = [
