@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,9 @@ from embedded_helpers import embedded_runtime
 from stubs import TraceStore
 
 RUN = "run-traces-1"
+# The large-file suites' size: 1 GB in CI (issue 11 asks for the 1 GB read-back there; ~12 s to write,
+# ~15-30 s to index), 250 MB elsewhere; CW_LARGE_FILE_MB chooses another.
+LARGE_FILE_MB = int(os.environ.get("CW_LARGE_FILE_MB") or (1024 if os.environ.get("CW_CI") == "1" else 250))
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +37,7 @@ def store(exported_run) -> TraceStore:
 
 @pytest.fixture(scope="session")
 def large_file(tmp_path_factory) -> dict:
-    """A ~250 MB telemetry file from the real writer (`benchmarks/readback_1gb.py generate`), written once a session.
+    """A `LARGE_FILE_MB` telemetry file from the real writer (`benchmarks/readback_1gb.py generate`), written once a session.
 
     A seed of 650 calls through the embedded pipeline (five runs of ten stages, run 3 with a non-ASCII
     id, and `run-long` throughout), repeated with renamed runs: copy k names run 3 ``rün-k<k>-3-ü``.
@@ -43,7 +47,7 @@ def large_file(tmp_path_factory) -> dict:
     path = folder / "telemetry.jsonl"
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "readback_1gb.py"
     done = subprocess.run(
-        [sys.executable, str(script), "generate", str(path), "--mb", "250", "--seed-calls", "650"],
+        [sys.executable, str(script), "generate", str(path), "--mb", str(LARGE_FILE_MB), "--seed-calls", "650"],
         capture_output=True,
         text=True,
         timeout=900,

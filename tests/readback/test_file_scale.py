@@ -1,8 +1,8 @@
 """Read-back on a large file: memory follows the answer, not the file; warm queries answer in about a second.
 
 Each query runs in a fresh process (`benchmarks/readback_1gb.py query`) so its peak RSS is its own.
-On the ~250 MB file of the `large_file` fixture the reader before the index needed ~540 MB and
-30-40 s for the first two queries below (it held every line naming the run, and parsed every trace
+On the `large_file` fixture's file (~250 MB, 1 GB in CI) the reader before the index needed ~540 MB
+and 30-40 s on 250 MB for the first two queries below (it held every line naming the run, and parsed every trace
 line for a non-ASCII run id); the index answers them in ~60 MB, and in milliseconds once built.
 """
 
@@ -33,7 +33,7 @@ def test_queries_on_a_large_file_stay_within_memory_and_time_bounds(large_file, 
     assert large_file["bytes"] > 200_000_000
     copies = int(large_file["copies"])
     index_dir = tmp_path / "index"
-    # The first query builds the index: the whole file is read once, a line at a time.
+    # The first query builds the index: the whole file is read once.
     cold = _query(large_file, index_dir, "stages", "run-long")
     assert cold["answer"] == f"{copies} items"  # run-long has one stage per copy: present throughout
     assert cold["peak_rss_mb"] < MEMORY_LIMIT_MB and cold["seconds"][0] < COLD_SECONDS, cold
