@@ -131,6 +131,7 @@ class _ToolsCount:
     tool_choice: Any
     entries: tuple[tuple[SourceKey, int], ...]
     warnings: frozenset[WarningCode]
+    breakpoint: bool  # a definition carries a cache_control breakpoint: known once per tool set, not per turn
 
 
 logger = logging.getLogger("cw_middleware")
@@ -230,9 +231,10 @@ class Estimator:
             warnings = {code for code, n in conv.warnings.items() if n}
             all_tools = list(tools or ()) + [_legacy_function(f) for f in functions or ()]
             tool_entries: tuple[tuple[SourceKey, int], ...] = ()
+            tools_breakpoint = False
             if all_tools:
                 tc = self._count_tools(rules, all_tools, tool_choice)
-                tool_entries = tc.entries
+                tool_entries, tools_breakpoint = tc.entries, tc.breakpoint
                 for key, tokens in tc.entries:
                     by_source[key] = by_source.get(key, 0) + tokens
                 warnings |= tc.warnings
@@ -261,7 +263,7 @@ class Estimator:
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
         unestimated = {k: n for k, n in conv.unseen.items() if n > 0}
-        prefix = _cache_prefix(conv, tool_entries, all_tools, as_dict) if conv.breakpoint_idx or all_tools else {}
+        prefix = _cache_prefix(conv, tool_entries, tools_breakpoint) if conv.breakpoint_idx or tools_breakpoint else {}
         return Estimate(
             {k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx), unestimated, prefix
         )
@@ -505,7 +507,9 @@ class Estimator:
             raise
         except Exception:  # noqa: BLE001
             warnings.add(WarningCode.UNREADABLE_MESSAGE)
-        counted = _ToolsCount(_freeze(tools, self._dumps.as_dict), tool_choice, tuple(entries.items()), frozenset(warnings))
+        breakpoint = any(_has_breakpoint(self._dumps.as_dict(raw)) for raw in tools)
+        frozen = _freeze(tools, self._dumps.as_dict)
+        counted = _ToolsCount(frozen, tool_choice, tuple(entries.items()), frozenset(warnings), breakpoint)
         if len(self._tools) > 64:
             self._tools.clear()
         recent.insert(0, counted)
@@ -566,7 +570,7 @@ def _has_breakpoint(item: Mapping[str, Any]) -> bool:
 
 
 def _cache_prefix(
-    conv: _Conversation, tool_entries: Sequence[tuple[SourceKey, int]], tools: Sequence[Any], as_dict: _AsDict
+    conv: _Conversation, tool_entries: Sequence[tuple[SourceKey, int]], tools_breakpoint: bool
 ) -> dict[SourceKey, int]:
     """The local parts of the prompt up to its last ``cache_control`` breakpoint (empty without one).
 
@@ -576,7 +580,7 @@ def _cache_prefix(
     a tool the tools. A breakpoint inside a message counts that whole message as prefix.
     """
     last = conv.breakpoint_idx[-1] if conv.breakpoint_idx else None
-    if last is None and not any(_has_breakpoint(as_dict(tool)) for tool in tools):
+    if last is None and not tools_breakpoint:
         return {}
     prefix: Counter[SourceKey] = Counter()
     for key, tokens in tool_entries:
