@@ -135,6 +135,20 @@ def test_a_grown_conversation_keeps_its_breakpoints():
     assert (Category.CONVERSATION, "user") not in second.cache_prefix
 
 
+def test_a_tool_breakpoint_is_seen_through_the_tool_set_cache():
+    est = Estimator()
+    model = "anthropic/claude-sonnet-4-5"
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "one"}]
+    tools = [dict(TOOL)]
+    assert est.estimate(model, messages, tools=tools).cache_prefix == {}
+    tools[0]["cache_control"] = {"type": "ephemeral"}  # edited in place: the cached tool set must not hide it
+    marked = est.estimate(model, messages, tools=tools).cache_prefix
+    assert {c for c, _ in marked} == {Category.TOOLS}
+    assert est.estimate(model, messages, tools=tools).cache_prefix == marked  # the cached tool set keeps it
+    del tools[0]["cache_control"]
+    assert est.estimate(model, messages, tools=tools).cache_prefix == {}
+
+
 # ---------------------------------------------------------------- through LiteLLM
 
 
