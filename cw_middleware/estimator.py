@@ -181,6 +181,8 @@ class Deferred:
                 job()
             except Exception as exc:  # noqa: BLE001 - a job's failure is the middleware's, never the caller's
                 logger.warning("cw_middleware: a deferred estimate failed (%s)", type(exc).__name__)
+            # Not kept while waiting for the next one (up to 30 s): the job holds its call, span and request copies.
+            del job
 
 
 class Estimator:

@@ -227,3 +227,24 @@ def test_the_loader_reads_nothing_while_a_call_is_in_flight():
         """
     )
     assert out == {"read_in_flight": {}, "ready": True, "read": True}
+
+
+def test_the_deferred_worker_keeps_nothing_of_its_last_call(tmp_path):
+    """Waiting (up to 30 s) for its next job, the worker held the last one: its call, span and request copies."""
+    out = _fresh(
+        """
+        import gc, json, time
+        import cw_middleware as cw
+        from opentelemetry.sdk.trace import ReadableSpan
+        with cw.stage(run_id="run-deferred", stage_id="s@1"):
+            for i in range(3):  # the first calls of the process: estimated on the deferred worker
+                cw.completion(model="gpt-4o", messages=[{"role": "user", "content": f"hi {i}"}], mock_response="ok")
+        deferred = len(cw.snapshots())
+        time.sleep(0.3)
+        gc.collect()
+        held = sum(1 for o in gc.get_objects() if isinstance(o, ReadableSpan) and o.end_time is not None)
+        print(json.dumps({"deferred": deferred, "held": held}))
+        """,
+        export=f"file:{tmp_path / 'telemetry.jsonl'}",
+    )
+    assert out == {"deferred": 6, "held": 0}
