@@ -1,0 +1,145 @@
+"""The one bounded worker (cw_middleware/worker.py): event-gated jobs, no wall-clock bounds."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import threading
+import weakref
+
+import pytest
+
+from cw_middleware.worker import Worker
+
+
+class Gate:
+    """A job that blocks until the test opens it."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self) -> str:
+        self.entered.set()
+        assert self.release.wait(30)
+        return "done"
+
+
+def test_submit_never_blocks_and_jobs_run_in_order() -> None:
+    worker = Worker("t-order", max_jobs=10)
+    gate, seen = Gate(), []
+    assert worker.submit(gate)
+    assert gate.entered.wait(10)
+    for i in range(5):
+        assert worker.submit(lambda i=i: seen.append(i))  # returns while the gate still holds the thread
+    assert worker.pending == 5 and seen == []
+    gate.release.set()
+    assert worker.wait_idle(10)
+    assert seen == [0, 1, 2, 3, 4]
+
+
+def test_a_full_queue_refuses_without_waiting() -> None:
+    worker = Worker("t-full", max_jobs=2)
+    gate = Gate()
+    worker.submit(gate)
+    assert gate.entered.wait(10)
+    assert worker.submit(lambda: None) and worker.submit(lambda: None)
+    assert not worker.submit(lambda: None)  # the third waits for nobody: refused while the gate is shut
+    gate.release.set()
+    assert worker.wait_idle(10)
+    assert worker.submit(lambda: None)
+
+
+def test_a_job_is_dropped_once_it_has_run() -> None:
+    """The thread waits up to idle_exit for its next job; it must not hold the last one meanwhile."""
+
+    class Payload:
+        pass
+
+    worker = Worker("t-drop", max_jobs=4, idle_exit=60)
+    payload = Payload()
+    ref = weakref.ref(payload)
+    ran = threading.Event()
+
+    def job(p: Payload = payload) -> None:
+        ran.set()
+
+    worker.submit(job)
+    del job, payload
+    assert ran.wait(10) and worker.wait_idle(10)
+    gc.collect()
+    assert ref() is None
+    assert worker.on_worker() is False
+
+
+def test_idle_exit_ends_the_thread_and_the_next_job_starts_one() -> None:
+    worker = Worker("t-idle", max_jobs=4, idle_exit=0.01)
+    threads: list[threading.Thread] = []
+    worker.submit(lambda: threads.append(threading.current_thread()))
+    assert worker.wait_idle(10)
+    threads[0].join(10)
+    assert not threads[0].is_alive()
+    worker.submit(lambda: threads.append(threading.current_thread()))
+    assert worker.wait_idle(10)
+    assert threads[1] is not threads[0]
+
+
+def test_run_answers_or_gives_up_while_the_job_is_still_blocked() -> None:
+    worker = Worker("t-run", max_jobs=4)
+    assert worker.run(lambda: 41 + 1, timeout=10) == 42
+    gate = Gate()
+    assert worker.run(gate, timeout=0.0) is None  # the caller is back while the gate is shut
+    assert gate.entered.wait(10)
+    # A second run waits behind the stuck job instead of starting a thread beside it.
+    assert worker.run(lambda: "second", timeout=0.0) is None
+    assert threading.active_count() >= 1 and worker.pending == 1
+    gate.release.set()
+    assert worker.wait_idle(10)
+
+
+def test_a_failing_job_is_logged_by_type_and_the_worker_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    worker = Worker("t-fail", max_jobs=4)
+
+    def boom() -> None:
+        raise ValueError("secret-canary-in-the-message")
+
+    with caplog.at_level(logging.WARNING, logger="cw_middleware"):
+        worker.submit(boom)
+        assert worker.run(lambda: "after", timeout=10) == "after"
+    assert "ValueError" in caplog.text and "secret-canary" not in caplog.text
+
+
+def test_close_abandons_the_queue_and_refuses_new_jobs() -> None:
+    worker = Worker("t-close", max_jobs=4)
+    gate, seen = Gate(), []
+    worker.submit(gate)
+    assert gate.entered.wait(10)
+    worker.submit(lambda: seen.append("queued"))
+    assert worker.close(timeout=0.0) is False  # the gate still runs
+    assert not worker.submit(lambda: seen.append("late"))
+    gate.release.set()
+    assert worker.close(timeout=10) is True
+    assert seen == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_reset_after_fork_gives_the_child_an_empty_worker_of_its_own() -> None:
+    worker = Worker("t-fork", max_jobs=4)
+    gate = Gate()
+    worker.submit(gate)
+    assert gate.entered.wait(10)
+    worker.submit(lambda: None)  # queued in the parent
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's thread is gone, its lock may be held
+        worker.reset_after_fork()
+        ok = worker.pending == 0 and worker.run(lambda: "child", timeout=10) == "child"
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.waitpid(pid, 0)
+    gate.release.set()
+    assert answer == b"1"
+    assert worker.wait_idle(10)
