@@ -1,29 +1,16 @@
-"""Settings, resolved once from arguments, environment and defaults into a frozen Config.
+"""Settings, resolved once from arguments, environment and defaults: the only module that reads the environment.
 
-Precedence: an argument to `cw.configure()` beats an environment variable beats
-the default. Environment variables:
+Precedence: an argument (to `cw.configure()`, or a reader's or the CLI's own option)
+beats an environment variable beats the default. Each setting is written down once,
+in `SETTINGS` (the call path's, resolved into a frozen `Config` by `resolve`) or in
+`READ_SETTINGS` (the read side's: CLI, server, readers, resolved into `ReadConfig` by
+`resolve_read`): its name, its environment variables, its default, how its value is
+read and what it means. The documentation's settings reference is generated from these
+tables, so it cannot drift from the code.
 
-    CW_EXPORT              file:PATH | otlp | none     (default: file:./cw-telemetry.jsonl,
-                                                         or otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set)
-    CW_PROVIDER_COUNT      auto | always | never       (default: auto)
-    CW_PROVIDER_COUNT_TIMEOUT  seconds                 (default: 5)
-    CW_METRICS             export | prometheus:HOST:PORT | none  (default: export, metrics go where
-                                                         CW_EXPORT sends them; prometheus:... serves
-                                                         them for scraping on HOST:PORT instead)
-    CW_METRIC_RUN_LABELS   1 to add run/stage ids to metrics (cardinality!)
-    CW_METRIC_SERIES_LIMIT  most series one metric keeps in the process (default: 2000, the
-                                                         OpenTelemetry SDK's cardinality limit)
-    OTEL_SERVICE_NAME      service name                (default: cw-middleware)
-    OTEL_BSP_MAX_QUEUE_SIZE    spans waiting for export; beyond it they are dropped (default: 2048)
-    OTEL_BSP_SCHEDULE_DELAY    ms between span exports (default: 1000)
-    OTEL_METRIC_EXPORT_INTERVAL  ms between metric exports (default: 60000)
-    CW_BACKEND             where the CLI and server read from (default: file:<the export file>)
-    CW_SERVE_TOKEN         bearer token required by `cw-middleware serve`
-    CW_LOG_EVENTS          1 to also emit each snapshot as a log-based event (OTEP 4430)
-    CW_STREAM_USAGE        auto | never                (default: auto: ask OpenAI-family streams for their
-                                                         usage where the endpoint accepts stream_options)
-    CW_EXIT_TIMEOUT        seconds cw may add to the process's exit to export what is left
-                                                        (default: 2; a backend slower than that loses it)
+Two reads stay at call time, on purpose: provider credentials (`credential`), which
+LiteLLM itself reads on every call and a user may set after the first one, and nothing
+else.
 
 The embedded file (``file:PATH``) holds OTLP JSON lines, one export batch a line:
 ``{"resourceSpans":[...]}`` and ``{"resourceMetrics":[...]}``, the OpenTelemetry
@@ -34,11 +21,13 @@ against the working directory of the process.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Optional
+from typing import Any, Optional
+from urllib.parse import unquote
 
 from .errors import ConfigError
 
@@ -47,6 +36,8 @@ DEFAULT_METRICS_HOST = "127.0.0.1"
 # The largest context window accepted (2**31 - 1): three orders of magnitude above any model's, and an
 # int every backend stores exactly (the OTLP SDK logs a traceback per export for an int above int64).
 MAX_CONTEXT_WINDOW = 2**31 - 1
+DEFAULT_STALE_AFTER = 1800.0  # seconds without a sign of life before an unended stage reads "stored", not "live"
+OTLP_PROTOCOLS = ("http/protobuf", "grpc")
 
 
 class StreamUsagePolicy(StrEnum):
@@ -56,65 +47,37 @@ class StreamUsagePolicy(StrEnum):
     NEVER = "never"  # the request goes out exactly as written; the stream's snapshot keeps the local estimate
 
 
-def parse_stream_usage(value: object) -> StreamUsagePolicy:
-    try:
-        return StreamUsagePolicy(str(value).strip().lower())
-    except ValueError:
-        raise ConfigError(f"stream_usage must be 'auto' or 'never', got {value!r}") from None
-
-
 class ProviderCountPolicy(StrEnum):
     AUTO = "auto"  # only where the local tokenizer is approximate and credentials exist
     ALWAYS = "always"
     NEVER = "never"
 
 
-@dataclass(frozen=True)
-class Config:
-    service_name: str = "cw-middleware"
-    export: str = f"file:{DEFAULT_TELEMETRY_FILE}"
-    provider_count: ProviderCountPolicy = ProviderCountPolicy.AUTO
-    provider_count_timeout: float = 5.0
-    context_windows: Mapping[str, int] = field(default_factory=dict)
-    max_details: int = 20
-    snapshot_history: int = 1000
-    metrics: str = "export"  # "export" | "prometheus:HOST:PORT" | "none"
-    metric_run_labels: bool = False
-    metric_series_limit: int = 2000  # the SDK's default cardinality limit; beyond it, one overflow series
-    log_events: bool = False  # also emit each snapshot as a log record (OTEP 4430 events)
-    export_queue_size: int = 2048  # spans waiting for export; a full queue drops, never blocks
-    export_interval_ms: int = 1000  # span batches leave at least this often
-    metric_interval_ms: int = 60000
-    stream_usage: StreamUsagePolicy = StreamUsagePolicy.AUTO
-    exit_timeout: float = 2.0  # the most cw's exit hook waits for the last export
-
-    @property
-    def export_path(self) -> Optional[str]:
-        return self.export[5:] if self.export.startswith("file:") else None
-
-    @property
-    def metrics_endpoint(self) -> Optional[tuple[str, int]]:
-        """(host, port) of the scrape endpoint, when ``metrics="prometheus:HOST:PORT"``."""
-        if not self.metrics.startswith("prometheus:"):
-            return None
-        host, _, port = self.metrics[len("prometheus:") :].rpartition(":")
-        return host.strip("[]"), int(port)
+# ---------------------------------------------------------------- how values are read
+# Each parser takes the raw value (an argument of any type, or an environment string) and the
+# name it came under (the argument's or the variable's), which every error message names.
 
 
-def parse_metrics(value: str) -> str:
+def parse_export(value: object, name: str = "export") -> str:
+    text = str(value).strip()
+    if text in ("otlp", "none") or (text.startswith("file:") and len(text) > 5):
+        return text
+    raise ConfigError(f"{name} must be 'file:PATH', 'otlp' or 'none', got {value!r}")
+
+
+def parse_metrics(value: object, name: str = "metrics") -> str:
     """``export`` | ``none`` | ``prometheus:[HOST:]PORT``, normalised to ``prometheus:HOST:PORT``.
 
     HOST defaults to 127.0.0.1: the endpoint serves whoever can reach it, so anything wider
     (``0.0.0.0``, a LAN address) must be written out. IPv6 hosts go in brackets: ``[::1]:9464``.
     """
-    value = value.strip()
-    if value in ("export", "none"):
-        return value
-    usage = f"metrics must be 'export', 'none' or 'prometheus:HOST:PORT' (e.g. prometheus:127.0.0.1:9464), got {value!r}"
-    if not value.startswith("prometheus:"):
+    text = str(value).strip()
+    if text in ("export", "none"):
+        return text
+    usage = f"{name} must be 'export', 'none' or 'prometheus:HOST:PORT' (e.g. prometheus:127.0.0.1:9464), got {value!r}"
+    if not text.startswith("prometheus:"):
         raise ConfigError(usage)
-    rest = value[len("prometheus:") :]
-    host, sep, port_text = rest.rpartition(":")
+    host, sep, port_text = text[len("prometheus:") :].rpartition(":")
     if not sep:
         host = DEFAULT_METRICS_HOST
     if host.startswith("["):
@@ -131,114 +94,431 @@ def parse_metrics(value: str) -> str:
     return f"prometheus:{host}:{int(port_text)}"
 
 
-def parse_export(value: str) -> str:
-    value = value.strip()
-    if value in ("otlp", "none") or (value.startswith("file:") and len(value) > 5):
-        return value
-    raise ConfigError(f"export must be 'file:PATH', 'otlp' or 'none', got {value!r}")
-
-
-def parse_policy(value: object) -> ProviderCountPolicy:
+def parse_policy(value: object, name: str = "provider_count") -> ProviderCountPolicy:
     try:
-        return ProviderCountPolicy(str(value))
+        return ProviderCountPolicy(str(value).strip().lower())
     except ValueError:
-        raise ConfigError(f"provider_count must be 'auto', 'always' or 'never', got {value!r}") from None
+        raise ConfigError(f"{name} must be 'auto', 'always' or 'never', got {value!r}") from None
 
 
-def resolve(
-    *,
-    service_name: Optional[str] = None,
-    export: Optional[str] = None,
-    provider_count: Optional[str] = None,
-    provider_count_timeout: Optional[float] = None,
-    context_windows: Optional[Mapping[str, int]] = None,
-    max_details: Optional[int] = None,
-    snapshot_history: Optional[int] = None,
-    metrics: Optional[str] = None,
-    metric_run_labels: Optional[bool] = None,
-    metric_series_limit: Optional[int] = None,
-    log_events: Optional[bool] = None,
-    export_queue_size: Optional[int] = None,
-    export_interval_ms: Optional[int] = None,
-    metric_interval_ms: Optional[int] = None,
-    stream_usage: Optional[str] = None,
-    exit_timeout: Optional[float] = None,
-    environ: Optional[Mapping[str, str]] = None,
-) -> Config:
-    env = os.environ if environ is None else environ
-    if export is None:
-        export = env.get("CW_EXPORT") or ("otlp" if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") else None)
-    timeout = provider_count_timeout
-    if timeout is None and env.get("CW_PROVIDER_COUNT_TIMEOUT"):
-        try:
-            timeout = float(env["CW_PROVIDER_COUNT_TIMEOUT"])
-        except ValueError:
-            raise ConfigError("CW_PROVIDER_COUNT_TIMEOUT must be a number of seconds") from None
-    if timeout is not None and not timeout > 0:
-        raise ConfigError("provider_count_timeout must be > 0 seconds")
-    for name, value in (("max_details", max_details), ("snapshot_history", snapshot_history)):
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-    windows = dict(context_windows or {})
-    for model, size in windows.items():
-        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_CONTEXT_WINDOW:
-            raise ConfigError(f"context window for {model!r} must be an integer from 1 to {MAX_CONTEXT_WINDOW}, got {size!r}")
-    defaults = Config()
-    queue = _positive_int("export_queue_size", export_queue_size, env.get("OTEL_BSP_MAX_QUEUE_SIZE"), defaults.export_queue_size)
-    delay = _positive_int(
-        "export_interval_ms", export_interval_ms, env.get("OTEL_BSP_SCHEDULE_DELAY"), defaults.export_interval_ms
-    )
-    metric_delay = _positive_int(
-        "metric_interval_ms", metric_interval_ms, env.get("OTEL_METRIC_EXPORT_INTERVAL"), defaults.metric_interval_ms
-    )
-    series_limit = _positive_int(
-        "metric_series_limit", metric_series_limit, env.get("CW_METRIC_SERIES_LIMIT"), defaults.metric_series_limit
-    )
-    if metrics is None:
-        metrics = env.get("CW_METRICS") or None
-    if exit_timeout is None and env.get("CW_EXIT_TIMEOUT"):
-        exit_timeout = parse_seconds(env["CW_EXIT_TIMEOUT"], "CW_EXIT_TIMEOUT")
-    elif exit_timeout is not None:
-        exit_timeout = parse_seconds(exit_timeout, "exit_timeout")
-    return Config(
-        service_name=service_name or env.get("OTEL_SERVICE_NAME") or defaults.service_name,
-        export=parse_export(export) if export else defaults.export,
-        provider_count=parse_policy(provider_count or env.get("CW_PROVIDER_COUNT") or "auto"),
-        provider_count_timeout=timeout or defaults.provider_count_timeout,
-        context_windows=windows,
-        max_details=max_details or defaults.max_details,
-        snapshot_history=snapshot_history or defaults.snapshot_history,
-        metrics=parse_metrics(metrics) if metrics is not None else defaults.metrics,
-        metric_run_labels=bool(metric_run_labels) if metric_run_labels is not None else env.get("CW_METRIC_RUN_LABELS") == "1",
-        metric_series_limit=series_limit,
-        log_events=bool(log_events) if log_events is not None else env.get("CW_LOG_EVENTS") == "1",
-        export_queue_size=queue,
-        export_interval_ms=delay,
-        metric_interval_ms=metric_delay,
-        stream_usage=parse_stream_usage(stream_usage or env.get("CW_STREAM_USAGE") or "auto"),
-        exit_timeout=exit_timeout or defaults.exit_timeout,
-    )
+def parse_stream_usage(value: object, name: str = "stream_usage") -> StreamUsagePolicy:
+    try:
+        return StreamUsagePolicy(str(value).strip().lower())
+    except ValueError:
+        raise ConfigError(f"{name} must be 'auto' or 'never', got {value!r}") from None
 
 
 def parse_seconds(value: object, name: str) -> float:
-    """A duration in seconds (> 0) from a number or a numeric string; ConfigError naming ``name`` otherwise."""
+    """A duration in seconds (> 0, finite) from a number or a numeric string; ConfigError naming ``name`` otherwise."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
     try:
         seconds = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from None
-    if not seconds > 0:
+    if not seconds > 0 or not math.isfinite(seconds):
         raise ConfigError(f"{name} must be > 0 seconds, got {value!r}")
     return seconds
 
 
-def _positive_int(name: str, value: Optional[int], env_value: Optional[str], default: int) -> int:
-    if value is None and env_value:
-        try:
-            value = int(env_value)
-        except ValueError:
-            raise ConfigError(f"{name} (from the environment) must be an integer, got {env_value!r}") from None
-    if value is None:
-        return default
+def parse_positive_int(value: object, name: str) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}")
     return value
+
+
+def parse_flag(value: object, name: str) -> bool:
+    """A bool argument as given; from the environment ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"{name} must be 1 or 0 (true or false), got {value!r}")
+
+
+def parse_otel_flag(value: object, name: str) -> bool:
+    """OpenTelemetry's boolean variables: true only for ``true`` (any case), as the specification says."""
+    return value if isinstance(value, bool) else str(value).strip().lower() == "true"
+
+
+def parse_text(value: object, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def parse_context_windows(value: object, name: str = "context_windows") -> Mapping[str, int]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{name} must be a mapping of model name to window size, got {type(value).__name__}")
+    windows = dict(value)
+    for model, size in windows.items():
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_CONTEXT_WINDOW:
+            raise ConfigError(f"context window for {model!r} must be an integer from 1 to {MAX_CONTEXT_WINDOW}, got {size!r}")
+    return windows
+
+
+def parse_otlp_protocol(value: object, name: str = "otlp_protocol") -> str:
+    text = str(value).strip().lower()
+    if text not in OTLP_PROTOCOLS:
+        raise ConfigError(f"{name} must be one of {', '.join(OTLP_PROTOCOLS)}, got {value!r}")
+    return text
+
+
+def parse_headers(value: object, name: str = "headers") -> Mapping[str, str]:
+    """A mapping as given, or ``k=v,k2=v2`` (the OTEL_EXPORTER_OTLP_HEADERS format, values percent-decoded)."""
+    if isinstance(value, Mapping):
+        return {str(k): str(v) for k, v in value.items()}
+    out = {}
+    for item in str(value).split(","):
+        if not item.strip():
+            continue
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{name} must be 'name=value' pairs separated by commas")
+        out[unquote(key.strip())] = unquote(text.strip())
+    return out
+
+
+def _as_is(value: object, name: str) -> Any:
+    return value
+
+
+# ---------------------------------------------------------------- the tables
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: written down once, read by `resolve`/`resolve_read`, listed by the docs."""
+
+    name: str  # the argument and the field of Config / ReadConfig
+    env: tuple[str, ...]  # environment variables, the first one set wins
+    default: Any  # a value, or a function of the environment (`Default`)
+    parse: Callable[[object, str], Any]
+    doc: str
+    default_doc: str = ""  # the default in words, where it is not a plain value
+
+
+@dataclass(frozen=True)
+class Default:
+    """A default that depends on other variables (the export goes to OTLP when its endpoint is set)."""
+
+    compute: Callable[[Mapping[str, str]], Any]
+
+
+def _default_export(env: Mapping[str, str]) -> str:
+    return "otlp" if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") else f"file:{DEFAULT_TELEMETRY_FILE}"
+
+
+def _default_index_dir(env: Mapping[str, str]) -> str:
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "cw-middleware", "file-index")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("service_name", ("OTEL_SERVICE_NAME",), "cw-middleware", parse_text, "The service name on every span and metric."),
+    Setting(
+        "export",
+        ("CW_EXPORT",),
+        Default(_default_export),
+        parse_export,
+        "Where snapshots go: `file:PATH` (OTLP JSON lines), `otlp` (the OTEL_EXPORTER_OTLP_* endpoint) or `none`.",
+        f"`file:{DEFAULT_TELEMETRY_FILE}`, or `otlp` when OTEL_EXPORTER_OTLP_ENDPOINT is set",
+    ),
+    Setting(
+        "otlp_protocol",
+        ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        "http/protobuf",
+        parse_otlp_protocol,
+        "The OTLP transport for `export=otlp`: `http/protobuf` or `grpc`.",
+    ),
+    Setting(
+        "otlp_endpoint",
+        ("OTEL_EXPORTER_OTLP_ENDPOINT",),
+        None,
+        parse_text,
+        "The OTLP endpoint (read by the OTLP exporters themselves; cw names it in its messages).",
+        "the exporters' default, http://localhost:4318 (grpc: 4317)",
+    ),
+    Setting(
+        "provider_count",
+        ("CW_PROVIDER_COUNT",),
+        ProviderCountPolicy.AUTO,
+        parse_policy,
+        "Provider token counts: `auto` (only where the local count is approximate and credentials exist), `always` or `never`.",
+    ),
+    Setting(
+        "provider_count_timeout",
+        ("CW_PROVIDER_COUNT_TIMEOUT",),
+        5.0,
+        parse_seconds,
+        "Seconds one provider count may take in all.",
+    ),
+    Setting(
+        "context_windows",
+        (),
+        {},
+        parse_context_windows,
+        "Context window sizes by model name, for models LiteLLM does not know (or to override it).",
+        "none (LiteLLM's model map)",
+    ),
+    Setting("max_details", (), 20, parse_positive_int, "The most per-source detail rows a snapshot carries."),
+    Setting("snapshot_history", (), 1000, parse_positive_int, "How many recent snapshots `cw.snapshots()` keeps."),
+    Setting(
+        "metrics",
+        ("CW_METRICS",),
+        "export",
+        parse_metrics,
+        "`export` (metrics go where `export` sends them), `prometheus:HOST:PORT` (a scrape endpoint instead) or `none`.",
+    ),
+    Setting(
+        "metric_run_labels",
+        ("CW_METRIC_RUN_LABELS",),
+        False,
+        parse_flag,
+        "Add run and stage ids to metric labels (one series per stage: mind the cardinality).",
+    ),
+    Setting(
+        "metric_series_limit",
+        ("CW_METRIC_SERIES_LIMIT",),
+        2000,
+        parse_positive_int,
+        "The most series one metric keeps in the process; beyond it, one overflow series (the SDK's cardinality limit).",
+    ),
+    Setting(
+        "log_events",
+        ("CW_LOG_EVENTS",),
+        False,
+        parse_flag,
+        "Also emit each snapshot as a log-based event (OTEP 4430).",
+    ),
+    Setting(
+        "export_queue_size",
+        ("OTEL_BSP_MAX_QUEUE_SIZE",),
+        2048,
+        parse_positive_int,
+        "Spans waiting for export; a full queue drops (counted, said once a minute), never blocks.",
+    ),
+    Setting(
+        "export_interval_ms",
+        ("OTEL_BSP_SCHEDULE_DELAY",),
+        1000,
+        parse_positive_int,
+        "Milliseconds between span exports.",
+    ),
+    Setting(
+        "metric_interval_ms",
+        ("OTEL_METRIC_EXPORT_INTERVAL",),
+        60000,
+        parse_positive_int,
+        "Milliseconds between metric exports.",
+    ),
+    Setting(
+        "stream_usage",
+        ("CW_STREAM_USAGE",),
+        StreamUsagePolicy.AUTO,
+        parse_stream_usage,
+        "`auto`: ask OpenAI-family streams for their usage where the endpoint accepts `stream_options`; "
+        "`never`: streams go out exactly as written.",
+    ),
+    Setting(
+        "exit_timeout",
+        ("CW_EXIT_TIMEOUT",),
+        2.0,
+        parse_seconds,
+        "Seconds cw may add to the process's exit to export what is left (a slower backend loses it).",
+    ),
+    Setting(
+        "sdk_disabled",
+        ("OTEL_SDK_DISABLED",),
+        False,
+        parse_otel_flag,
+        "OpenTelemetry's own off switch: nothing is exported (`cw.snapshots()` and `cw.estimate()` still work).",
+    ),
+    Setting(
+        "azure_api_version",
+        ("AZURE_API_VERSION",),
+        None,
+        _as_is,
+        "The Azure OpenAI API version when a call gives none (LiteLLM's variable): before 2024-09-01 Azure "
+        "refuses `stream_options`, so such streams go out without it.",
+        "none",
+    ),
+)
+
+READ_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "backend",
+        ("CW_BACKEND",),
+        None,
+        parse_text,
+        "Where the CLI, the server and `cw.reader()` read from: `file:PATH`, `prometheus+http://HOST:PORT`, "
+        "`phoenix+http://...`, `jaeger+http://...`, `tempo+http://...`.",
+        "the file `export` writes (CW_EXPORT), `file:" + DEFAULT_TELEMETRY_FILE + "` by default",
+    ),
+    Setting(
+        "stale_after",
+        ("CW_STALE_AFTER",),
+        DEFAULT_STALE_AFTER,
+        parse_seconds,
+        "Seconds without a new snapshot after which a stage reads `stored` instead of `live`.",
+    ),
+    Setting(
+        "index_dir",
+        ("CW_INDEX_DIR",),
+        Default(_default_index_dir),
+        parse_text,
+        "Where the file reader keeps its indexes (`memory`: nowhere, rebuilt per process).",
+        "$XDG_CACHE_HOME/cw-middleware/file-index (~/.cache/... without it)",
+    ),
+    Setting("backend_token", ("CW_BACKEND_TOKEN",), None, parse_text, "A bearer token sent to the backend.", "none"),
+    Setting("backend_user", ("CW_BACKEND_USER",), None, parse_text, "A basic-auth user for the backend.", "none"),
+    Setting("backend_password", ("CW_BACKEND_PASSWORD",), "", _as_is, "The basic-auth password (with CW_BACKEND_USER).", "empty"),
+    Setting(
+        "backend_headers",
+        ("CW_BACKEND_HEADERS",),
+        {},
+        parse_headers,
+        "Extra headers for the backend, `name=value` pairs separated by commas (values percent-decoded).",
+        "none",
+    ),
+    Setting("backend_timeout", ("CW_BACKEND_TIMEOUT",), 10.0, parse_seconds, "Seconds per HTTP request to the backend."),
+    Setting(
+        "serve_token",
+        ("CW_SERVE_TOKEN",),
+        None,
+        parse_text,
+        "The bearer token `cw-middleware serve` requires (instead of --token, which shows in `ps`).",
+        "none",
+    ),
+)
+
+
+# ---------------------------------------------------------------- the resolved settings
+
+
+@dataclass(frozen=True)
+class Config:
+    """The call path's settings (see `SETTINGS` for each one's meaning and variables)."""
+
+    service_name: str = "cw-middleware"
+    export: str = f"file:{DEFAULT_TELEMETRY_FILE}"
+    otlp_protocol: str = "http/protobuf"
+    otlp_endpoint: Optional[str] = None
+    provider_count: ProviderCountPolicy = ProviderCountPolicy.AUTO
+    provider_count_timeout: float = 5.0
+    context_windows: Mapping[str, int] = field(default_factory=dict)
+    max_details: int = 20
+    snapshot_history: int = 1000
+    metrics: str = "export"
+    metric_run_labels: bool = False
+    metric_series_limit: int = 2000
+    log_events: bool = False
+    export_queue_size: int = 2048
+    export_interval_ms: int = 1000
+    metric_interval_ms: int = 60000
+    stream_usage: StreamUsagePolicy = StreamUsagePolicy.AUTO
+    exit_timeout: float = 2.0
+    sdk_disabled: bool = False
+    azure_api_version: Optional[str] = None
+
+    @property
+    def export_path(self) -> Optional[str]:
+        return self.export[5:] if self.export.startswith("file:") else None
+
+    @property
+    def metrics_endpoint(self) -> Optional[tuple[str, int]]:
+        """(host, port) of the scrape endpoint, when ``metrics="prometheus:HOST:PORT"``."""
+        if not self.metrics.startswith("prometheus:"):
+            return None
+        host, _, port = self.metrics[len("prometheus:") :].rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+@dataclass(frozen=True)
+class ReadConfig:
+    """The read side's settings (see `READ_SETTINGS`)."""
+
+    backend: Optional[str] = None  # None: the file the write side's `export` names, see `backend_url`
+    stale_after: float = DEFAULT_STALE_AFTER
+    index_dir: str = ""
+    backend_token: Optional[str] = None
+    backend_user: Optional[str] = None
+    backend_password: str = ""
+    backend_headers: Mapping[str, str] = field(default_factory=dict)
+    backend_timeout: float = 10.0
+    serve_token: Optional[str] = None
+    export: str = f"file:{DEFAULT_TELEMETRY_FILE}"  # the write side's, as `resolve` reads it
+
+    def backend_url(self) -> str:
+        """The backend to read from: CW_BACKEND, else the file the export writes.
+
+        Raises ConfigError when the export writes no file (``otlp``, ``none``): the answer is in
+        the OTLP backend, and reading the default file would look in the wrong place.
+        """
+        if self.backend:
+            return self.backend
+        if self.export.startswith("file:"):
+            return self.export
+        where = "OTLP (CW_EXPORT=otlp or OTEL_EXPORTER_OTLP_ENDPOINT)" if self.export == "otlp" else "nowhere (CW_EXPORT=none)"
+        raise ConfigError(
+            f"telemetry is exported to {where}, not to a file: name the backend to read from with --backend "
+            "or CW_BACKEND (e.g. jaeger+http://HOST:16686, tempo+http://HOST:3200, phoenix+http://HOST:6006)"
+        )
+
+
+def _resolve(table: tuple[Setting, ...], given: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    names = {s.name for s in table}
+    unknown = sorted(set(given) - names)
+    if unknown:
+        raise ConfigError(f"unknown setting {unknown[0]!r}; the settings are: {', '.join(sorted(names))}")
+    values: dict[str, Any] = {}
+    for setting in table:
+        value = given.get(setting.name)
+        if value is not None:
+            values[setting.name] = setting.parse(value, setting.name)
+            continue
+        variable = next((v for v in setting.env if env.get(v, "").strip()), None)
+        if variable is not None:
+            values[setting.name] = setting.parse(env[variable], variable)
+        elif isinstance(setting.default, Default):
+            values[setting.name] = setting.default.compute(env)
+        else:
+            values[setting.name] = setting.default
+    return values
+
+
+def resolve(*, environ: Optional[Mapping[str, str]] = None, **settings: Any) -> Config:
+    """The call path's settings from ``settings`` (configure()'s arguments), the environment and the defaults.
+
+    Raises ConfigError naming the argument or variable of a bad value, or an unknown setting.
+    """
+    env = os.environ if environ is None else environ
+    return Config(**_resolve(SETTINGS, settings, env))
+
+
+def resolve_read(*, environ: Optional[Mapping[str, str]] = None, **settings: Any) -> ReadConfig:
+    """The read side's settings; the write side's ``export`` too, read by the same rule as `resolve`'s."""
+    env = os.environ if environ is None else environ
+    values = _resolve(READ_SETTINGS, settings, env)
+    export_setting = next(s for s in SETTINGS if s.name == "export")
+    try:
+        values["export"] = _resolve((export_setting,), {}, env)["export"]
+    except ConfigError:
+        values["export"] = f"file:{DEFAULT_TELEMETRY_FILE}"  # the writer refuses it and says so; the reader looks in the default
+    return ReadConfig(**values)
+
+
+def credential(names: tuple[str, ...], environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The first of these provider variables that is set (API keys, base URLs), read at call time as LiteLLM reads them."""
+    env = os.environ if environ is None else environ
+    return next((env[name] for name in names if env.get(name)), None)
+
+
+def setting_names() -> list[str]:
+    """Every `configure()` argument, in the order of `SETTINGS` (the docs and `configure`'s error list them)."""
+    return [s.name for s in SETTINGS]
