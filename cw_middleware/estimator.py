@@ -18,19 +18,16 @@ objects (a previous reply appended to the history), kept by identity.
 
 Everything here is synchronous and pure apart from the caches; the wrapper calls
 it on the request path, so it must stay cheap. Until a tokenizer is loaded (see
-``rules/_tiktoken.py``), the wrapper hands a call's estimate to `Deferred`, one daemon
-worker per Estimator that runs such estimates in order once the encoding is there.
-After ``os.fork()`` the runtime gives the child an Estimator of its own (runtime.py
-owns the process's one at-fork hook): the parent's locks, caches and deferred queue
-(the parent's calls) stay behind.
+``rules/_tiktoken.py``), a call's estimate runs on its Runtime's background-estimate
+worker instead (pending_estimate.py). After ``os.fork()`` the runtime gives the child an
+Estimator of its own: the parent's locks and caches stay behind.
 """
 
 from __future__ import annotations
 
-import logging
 import operator
 import threading
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -134,57 +131,6 @@ class _ToolsCount:
     breakpoint: bool  # a definition carries a cache_control breakpoint: known once per tool set, not per turn
 
 
-logger = logging.getLogger("cw_middleware")
-MAX_DEFERRED = 1024  # estimates waiting for a tokenizer; beyond it a call publishes no local estimate
-
-
-class Deferred:
-    """Jobs (a call's estimate and what follows it) that wait for a tokenizer, run in order on one daemon thread."""
-
-    def __init__(self, max_jobs: int = MAX_DEFERRED) -> None:
-        self._max = max_jobs
-        self._cond = threading.Condition()
-        self._jobs: deque[Callable[[], None]] = deque()
-        self._busy = False
-        self._thread: Optional[threading.Thread] = None
-
-    def submit(self, job: Callable[[], None]) -> bool:
-        """Queue a job; False (and nothing queued) when the queue is full. Never blocks."""
-        with self._cond:
-            if len(self._jobs) >= self._max:
-                return False
-            self._jobs.append(job)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="cw-deferred-estimate", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
-        return True
-
-    def wait_idle(self, timeout: float) -> bool:
-        """True once every queued job has run (flush and `snapshots` wait here, within their timeout)."""
-        if threading.current_thread() is self._thread:
-            return not self._jobs  # a job waiting for the jobs would wait for itself
-        with self._cond:
-            return self._cond.wait_for(lambda: not self._jobs and not self._busy, timeout=max(timeout, 0.0))
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._busy = False
-                self._cond.notify_all()
-                if not self._cond.wait_for(lambda: self._jobs, timeout=30.0):
-                    self._thread = None  # idle: the next submit starts a fresh worker
-                    return
-                job = self._jobs.popleft()
-                self._busy = True
-            try:
-                job()
-            except Exception as exc:  # noqa: BLE001 - a job's failure is the middleware's, never the caller's
-                logger.warning("cw_middleware: a deferred estimate failed (%s)", type(exc).__name__)
-            # Not kept while waiting for the next one (up to 30 s): the job holds its call, span and request copies.
-            del job
-
-
 class Estimator:
     """Counts requests with bounded, content-addressed caches. Thread-safe."""
 
@@ -200,7 +146,6 @@ class Estimator:
         self._conversations: dict[tuple[str, int], list[_Conversation]] = {}
         self._n_conversations = 0
         self._tools: dict[str, list[_ToolsCount]] = {}
-        self.deferred = Deferred()
 
     # ------------------------------------------------------------ public
 
@@ -242,10 +187,9 @@ class Estimator:
                 warnings |= tc.warnings
                 # Where the provider puts the tool block depends on the first message (OpenAI merges
                 # it into a leading system message, else opens one); O(1), so not cached with the tools.
-                placement = getattr(rules, "tools_placement", None)
-                if placement is not None:
-                    key = (Category.TOOLS, "tool_framing")
-                    by_source[key] = by_source.get(key, 0) + placement(_system_first(messages, as_dict), response_format)
+                key = (Category.TOOLS, "tool_framing")
+                placement = rules.tools_placement(_system_first(messages, as_dict), response_format)
+                by_source[key] = by_source.get(key, 0) + placement
         if response_format is not None:
             try:
                 sent = response_format_as_sent(response_format, rules.provider)
@@ -256,12 +200,10 @@ class Estimator:
                 warnings.add(WarningCode.UNREADABLE_MESSAGE)
         by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
         # A hidden instruction some providers add for extended thinking (Anthropic): protocol, so `other`.
-        thinking_overhead = getattr(rules, "thinking_overhead", None)
-        for_effort = getattr(rules, "thinking_for_effort", None)
-        if thinking is None and reasoning_effort is not None and for_effort is not None:
-            thinking = for_effort(reasoning_effort, model)  # LiteLLM sends the effort as `thinking`
-        if thinking is not None and thinking_overhead is not None:
-            by_source[_THINKING] = by_source.get(_THINKING, 0) + thinking_overhead(thinking)
+        if thinking is None and reasoning_effort is not None:
+            thinking = rules.thinking_for_effort(reasoning_effort, model)  # LiteLLM sends the effort as `thinking`
+        if thinking is not None:
+            by_source[_THINKING] = by_source.get(_THINKING, 0) + rules.thinking_overhead(thinking)
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
         unestimated = {k: n for k, n in conv.unseen.items() if n > 0}

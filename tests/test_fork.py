@@ -58,23 +58,23 @@ def counting(**hooks):
     return real(**hooks)
 os.register_at_fork = counting
 import cw_middleware as cw  # every module of the package the call path loads
-from cw_middleware import wrapper, estimator, embedded, counting as provider_counting  # noqa: F401
+from cw_middleware import wrapper, estimator, embedded, provider_count  # noqa: F401
 from cw_middleware.rules import _tiktoken
-with _tiktoken.CALLS_IN_FLIGHT:  # a call in flight in the parent while it forks
+with _tiktoken.calls_in_flight():  # a call in flight in the parent while it forks
     pid = os.fork()
     if pid == 0:
-        os._exit(0 if _tiktoken.CALLS_IN_FLIGHT.count == 0 else 3)
+        os._exit(0 if _tiktoken.calls_in_flight().count == 0 else 3)
 _, status = os.waitpid(pid, 0)
 print(json.dumps({"hooks": [m for m in registered if m.startswith("cw_middleware")], "child": os.waitstatus_to_exitcode(status)}))
 """
 
 
 def test_one_at_fork_hook_owns_the_childs_reset():
-    """runtime.py is the one owner: a second hook elsewhere would run in an order nobody chose."""
+    """process.py is the one owner: a second hook elsewhere would run in an order nobody chose."""
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     proc = subprocess.run([sys.executable, "-c", _ONE_HOOK], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["hooks"] == ["cw_middleware.runtime"]
+    assert report["hooks"] == ["cw_middleware.process"]
     # The child starts with none of its parent's calls: its tokenizer loader does not hold back for them.
     assert report["child"] == 0
