@@ -229,7 +229,7 @@ def test_caches_are_bounded(monkeypatch):
         est.estimate("m", [{"role": "system", "content": f"system {i}"}, {"role": "user", "content": f"user {i}"}])
     assert est._n_conversations <= 4
     assert sum(len(b) for b in est._conversations.values()) <= 4
-    assert len(est._young) <= 50 and len(est._old) <= 50
+    assert len(est._texts.young) <= 50 and len(est._texts.old) <= 50
 
 
 def test_tagged_messages_are_found_through_the_prefix_cache():
