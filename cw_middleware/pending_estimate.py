@@ -41,10 +41,6 @@ class PendingEstimate:
         pending._estimate, pending._done = estimate, True
         return pending
 
-    @property
-    def done(self) -> bool:
-        return self._done
-
     def then(self, step: Step) -> None:
         """Run ``step(estimate)`` once the estimate is there: now, on this thread, if it already is."""
         with self._lock:
