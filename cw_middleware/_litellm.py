@@ -5,6 +5,11 @@ versions, and a user may have patched them before us. The wrapper's own inner
 call must never go through a patched module attribute (that recursed), so it
 asks `original(name)` for the function to call.
 
+What is patched is one object, `Patches` (a part of the process state, see process.py:
+a configure() keeps it, a fork renews its lock): the functions to forward to, and what
+instrument() installed over what. The marks below are set once, when a function is made,
+and never change.
+
 The wrapper's own functions and instrument()'s shells carry a mark
 (`mark_observed`); a shell also holds the function it replaced (`SAVED_ATTR`).
 Neither is ever forwarded to: where the module attribute is one of them and no
@@ -17,9 +22,12 @@ from __future__ import annotations
 
 import contextvars
 import importlib
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
+
+from .process import PROCESS
 
 # The entry points the wrapper forwards to, by their name on the litellm module.
 ENTRY_POINTS = ("completion", "acompletion", "responses", "aresponses")
@@ -35,7 +43,23 @@ _MARK = "__cw_observed__"
 # On an instrument() shell: the function it replaced.
 SAVED_ATTR = "_cw_saved"
 
-_originals: dict[str, Callable[..., Any]] = {}
+
+class Patches:
+    """LiteLLM's patch state: what to forward to, and what instrument() installed (a part of the process state)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # instrument() and uninstrument() take it
+        self.originals: dict[str, Callable[..., Any]] = {}  # name -> the function to forward to
+        # name -> (what was there before, our shell); an entry stays while a patch on top of ours keeps it in use.
+        self.installed: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}
+
+    def after_fork_in_child(self) -> None:
+        self.lock = threading.Lock()
+
+
+def patches() -> Patches:
+    return PROCESS.part(Patches)
+
 
 # Set while an observed call is inside LiteLLM: a LiteLLM entry point reached meanwhile (the
 # Responses API bridged to completion(), the Router's fallbacks, a user's patch under ours that
@@ -88,16 +112,17 @@ def remember(name: str, function: Callable[..., Any]) -> None:
     """
     function = unwrap(function)
     if not is_observed(function):
-        _originals[name] = function
+        patches().originals[name] = function
 
 
 def forget(name: str) -> None:
-    _originals.pop(name, None)
+    patches().originals.pop(name, None)
 
 
 def original(name: str) -> Callable[..., Any]:
     """The function to forward ``litellm.<name>`` calls to: the saved original, else the module's own."""
-    function = _originals.get(name)
+    saved = patches().originals
+    function = saved.get(name)
     if function is not None:
         return function
     from ._offline import litellm
@@ -106,7 +131,7 @@ def original(name: str) -> Callable[..., Any]:
     if not is_observed(function):
         return function
     home = own(name)  # the module attribute is ours (a shim): forwarding to it would recurse
-    _originals.setdefault(name, home)
+    saved.setdefault(name, home)
     return home
 
 

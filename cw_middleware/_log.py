@@ -12,8 +12,9 @@ import threading
 import time
 import weakref
 
+from .process import PROCESS
+
 logger = logging.getLogger("cw_middleware")
-_every: weakref.WeakSet[RateLimitedLog] = weakref.WeakSet()
 
 
 class RateLimitedLog:
@@ -23,7 +24,7 @@ class RateLimitedLog:
         self._last: dict[str, float] = {}
         self._interval = interval
         self._lock = threading.Lock()
-        _every.add(self)
+        PROCESS.part(_EveryLog).logs.add(self)
 
     def warning(self, key: str, message: str) -> None:
         now = time.monotonic()
@@ -34,7 +35,12 @@ class RateLimitedLog:
         logger.warning(message)
 
 
-def after_fork_in_child() -> None:
-    """A fork copies a lock some other thread held: every log gets a fresh one (`runtime` calls this)."""
-    for log in list(_every):
-        log._lock = threading.Lock()
+class _EveryLog:
+    """Every live `RateLimitedLog` (a part of the process state): a fork copies a lock another thread held."""
+
+    def __init__(self) -> None:
+        self.logs: weakref.WeakSet[RateLimitedLog] = weakref.WeakSet()
+
+    def after_fork_in_child(self) -> None:
+        for log in list(self.logs):
+            log._lock = threading.Lock()

@@ -27,13 +27,12 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
+from .process import PROCESS
+
 COST_MAP_VARIABLE = "LITELLM_LOCAL_MODEL_COST_MAP"
 # Where tiktoken's own constructors fetch each encoding; LiteLLM names its copies by sha1 of
 # this URL, the key of tiktoken's cache.
 _ENCODING_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
-
-_import_lock = threading.Lock()
-_litellm: ModuleType | None = None
 
 
 def litellm_tokenizers_dir() -> Path | None:
@@ -57,12 +56,23 @@ def encoding_file(name: str) -> Path | None:
     return path if path.is_file() else None
 
 
+class _LiteLLM:
+    """The ``litellm`` module once imported, and the lock its first import takes (a part of the process state)."""
+
+    def __init__(self) -> None:
+        self.module: ModuleType | None = None
+        self.lock = threading.Lock()
+
+    def after_fork_in_child(self) -> None:
+        self.lock = threading.Lock()  # a parent's thread may have been importing it
+
+
 def litellm() -> ModuleType:
     """The ``litellm`` module; our first import of it uses the bundled model map and leaves no variable behind."""
-    global _litellm
-    if _litellm is not None:  # the call path asks for it on every call: no lock once it is loaded
-        return _litellm
-    with _import_lock:
+    loaded = PROCESS.part(_LiteLLM)
+    if loaded.module is not None:  # the call path asks for it on every call: no lock once it is loaded
+        return loaded.module
+    with loaded.lock:
         added = COST_MAP_VARIABLE not in os.environ
         if added:
             os.environ[COST_MAP_VARIABLE] = "True"
@@ -71,5 +81,5 @@ def litellm() -> ModuleType:
         finally:
             if added:
                 os.environ.pop(COST_MAP_VARIABLE, None)
-        _litellm = module
+        loaded.module = module
     return module

@@ -31,9 +31,19 @@ from opentelemetry import metrics, trace
 from ._log import RateLimitedLog
 from .config import Config
 from .embedded import install as install_embedded
+from .process import PROCESS
 
 logger = logging.getLogger("cw_middleware")
-_once = RateLimitedLog(interval=math.inf)  # each of these warnings once per process, however often configure() runs
+
+
+class _SaidOnce(RateLimitedLog):
+    """Each of these warnings once per process, however often configure() runs (a part of the process state)."""
+
+    def __init__(self) -> None:
+        super().__init__(interval=math.inf)
+
+    def after_fork_in_child(self) -> None:
+        pass  # its lock is renewed with every log's; what was said stays said
 
 
 def sdk_disabled(environ: Optional[Mapping[str, str]] = None) -> bool:
@@ -70,7 +80,7 @@ def choose_providers(
     if cfg.export == "none" and cfg.metrics_endpoint is None:
         return Providers(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), logger_provider)
     if sdk_disabled():
-        _once.warning(
+        PROCESS.part(_SaidOnce).warning(
             "sdk-disabled",
             f"cw_middleware: OTEL_SDK_DISABLED=true switches OpenTelemetry off, so no snapshots are exported "
             f"(export={cfg.export}{f', metrics={cfg.metrics}' if cfg.metrics_endpoint is not None else ''} is not installed); "
@@ -80,7 +90,7 @@ def choose_providers(
     if _app_has_providers():
         # The application owns telemetry: emit into its providers, never replace them.
         tp, mp = trace.get_tracer_provider(), metrics.get_meter_provider()
-        _once.warning(
+        PROCESS.part(_SaidOnce).warning(
             "app-providers",
             f"cw_middleware: the application installed its own TracerProvider ({_type_name(tp)}) / MeterProvider "
             f"({_type_name(mp)}): snapshots go to its exporters, export={cfg.export} is not installed; "

@@ -1,14 +1,16 @@
 """Local estimate: tokens per (category, source) for one request, incrementally.
 
 The estimator walks a chat request (OpenAI-style messages and tools, tags still
-on) and asks the model's `CountingRules` for each piece. Two caches keep the
-cost of a turn proportional to what is new in it:
+on) and asks the model's `CountingRules` for each piece: each message through
+message_count.py, the tools, the response format and the request's framing here.
+Caches keep the cost of a turn proportional to what is new in it:
 
-* a text cache keyed on ``(rules, hash(text), len(text))`` -- content-addressed,
-  so fresh dicts holding the same strings hit it, and it holds no text;
+* a text cache keyed on ``(rules, hash(text), len(text))`` (`message_count.TextCache`)
+  -- content-addressed, so fresh dicts holding the same strings hit it, and it holds no text;
 * a prefix cache of recent conversations: the longest already-counted prefix of
   the message list is found with one C-level list comparison against a frozen
-  copy, and only the messages after it are counted.
+  copy (request_copies.py), and only the messages after it are counted;
+* the last few tool sets per rules name, compared by value.
 
 Every cache is bounded and owned by its `Estimator` (one per Runtime). Three of
 them hold content, in memory only and never exported: the frozen copies of the
@@ -18,36 +20,28 @@ objects (a previous reply appended to the history), kept by identity.
 
 Everything here is synchronous and pure apart from the caches; the wrapper calls
 it on the request path, so it must stay cheap. Until a tokenizer is loaded (see
-``rules/_tiktoken.py``), the wrapper hands a call's estimate to `Deferred`, one daemon
-worker per Estimator that runs such estimates in order once the encoding is there.
-After ``os.fork()`` the runtime gives the child an Estimator of its own (runtime.py
-owns the process's one at-fork hook): the parent's locks, caches and deferred queue
-(the parent's calls) stay behind.
+``rules/_tiktoken.py``), a call's estimate runs on its Runtime's background-estimate
+worker instead (pending_estimate.py). After ``os.fork()`` the runtime gives the child an
+Estimator of its own: the parent's locks and caches stay behind.
 """
 
 from __future__ import annotations
 
-import logging
-import operator
 import threading
-from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from functools import lru_cache
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel
 
 from .contract import Category, WarningCode
-from .errors import TagError
+from .message_count import MessageCount, MessageCounter, ReadMessage, SourceKey, TextCache
+from .request_copies import AsDict, DumpCache, common_prefix, freeze, head_key, plain_text
 from .rules import CountingRules, rules_for
 from .rules._tiktoken import NotReady
-from .tags import MESSAGE_ROLES, TAG_KEY, UNKNOWN_ROLE_LABEL, Tag, has_tag, mcp_server_label, read_tag, role_label, strip_tool
-
-# Content part types that carry text the model reads as text.
-_TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
-_DEFAULT_SOURCE = {"system": "system", "developer": "developer"}
+from .tags import TAG_KEY, mcp_server_label, read_tag, strip_tool
 
 # The cache budget (README, Performance): about 12 MB for the text cache at its cap (two
 # generations of 32,768 keyed counts, no text), plus the frozen copies of MAX_CONVERSATIONS
@@ -57,11 +51,8 @@ MAX_CONVERSATIONS = 32
 MAX_TOOL_SETS = 4  # per rules name
 MAX_DUMPS = 4096
 
-SourceKey = tuple[Category, str]
 _RESPONSE_FORMAT: SourceKey = (Category.OTHER, "response_format")
 _FRAMING: SourceKey = (Category.OTHER, "framing")
-_UNREADABLE: SourceKey = (Category.CONVERSATION, UNKNOWN_ROLE_LABEL)
-_UNREADABLE_PART: SourceKey = (Category.OTHER, "")  # never exported: a marker inside _count_message
 _THINKING: SourceKey = (Category.OTHER, "thinking")
 
 
@@ -91,32 +82,10 @@ class Estimate:
         return sum(self.by_source.values())
 
 
-class _MessageCount(NamedTuple):
-    entries: tuple[tuple[SourceKey, int], ...]
-    warnings: frozenset[WarningCode]
-    tagged: bool
-    unseen: tuple[tuple[SourceKey, int], ...] = ()  # non-text parts per carrier key
-
-
-_NO_WARNINGS: frozenset[WarningCode] = frozenset()
-_OPAQUE = _MessageCount((), frozenset({WarningCode.OPAQUE_CONTEXT_NOT_ESTIMATED}), False)
-_UNREADABLE_WARNING = frozenset({WarningCode.UNREADABLE_MESSAGE})
-
-
-class TokenizerFailed(Exception):
-    """The rules' tokenizer failed on a plain string: no estimate stands, whatever the message's shape.
-
-    Raised instead of the tokenizer's own error, whose message may quote the text.
-    """
-
-
-ReadMessage = Callable[[dict[str, Any]], Optional[dict[str, Any]]]
-
-
 @dataclass
 class _Conversation:
     frozen: list[Any]  # value copies of the counted messages, for prefix comparison
-    counts: list[_MessageCount]
+    counts: list[MessageCount]
     totals: Counter[SourceKey] = field(default_factory=Counter)
     warnings: Counter[WarningCode] = field(default_factory=Counter)
     tagged_idx: list[int] = field(default_factory=list)
@@ -134,57 +103,6 @@ class _ToolsCount:
     breakpoint: bool  # a definition carries a cache_control breakpoint: known once per tool set, not per turn
 
 
-logger = logging.getLogger("cw_middleware")
-MAX_DEFERRED = 1024  # estimates waiting for a tokenizer; beyond it a call publishes no local estimate
-
-
-class Deferred:
-    """Jobs (a call's estimate and what follows it) that wait for a tokenizer, run in order on one daemon thread."""
-
-    def __init__(self, max_jobs: int = MAX_DEFERRED) -> None:
-        self._max = max_jobs
-        self._cond = threading.Condition()
-        self._jobs: deque[Callable[[], None]] = deque()
-        self._busy = False
-        self._thread: Optional[threading.Thread] = None
-
-    def submit(self, job: Callable[[], None]) -> bool:
-        """Queue a job; False (and nothing queued) when the queue is full. Never blocks."""
-        with self._cond:
-            if len(self._jobs) >= self._max:
-                return False
-            self._jobs.append(job)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="cw-deferred-estimate", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
-        return True
-
-    def wait_idle(self, timeout: float) -> bool:
-        """True once every queued job has run (flush and `snapshots` wait here, within their timeout)."""
-        if threading.current_thread() is self._thread:
-            return not self._jobs  # a job waiting for the jobs would wait for itself
-        with self._cond:
-            return self._cond.wait_for(lambda: not self._jobs and not self._busy, timeout=max(timeout, 0.0))
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._busy = False
-                self._cond.notify_all()
-                if not self._cond.wait_for(lambda: self._jobs, timeout=30.0):
-                    self._thread = None  # idle: the next submit starts a fresh worker
-                    return
-                job = self._jobs.popleft()
-                self._busy = True
-            try:
-                job()
-            except Exception as exc:  # noqa: BLE001 - a job's failure is the middleware's, never the caller's
-                logger.warning("cw_middleware: a deferred estimate failed (%s)", type(exc).__name__)
-            # Not kept while waiting for the next one (up to 30 s): the job holds its call, span and request copies.
-            del job
-
-
 class Estimator:
     """Counts requests with bounded, content-addressed caches. Thread-safe."""
 
@@ -192,15 +110,13 @@ class Estimator:
         self, max_text_cache: int = MAX_TEXT_CACHE, max_conversations: int = MAX_CONVERSATIONS, max_dumps: int = MAX_DUMPS
     ) -> None:
         self._lock = threading.Lock()
-        self._dumps = _DumpCache(max_dumps)
-        self._young: dict[tuple[str, int, int], int] = {}
-        self._old: dict[tuple[str, int, int], int] = {}
-        self._max_text = max_text_cache
+        self._dumps = DumpCache(max_dumps)
+        self._texts = TextCache(max_text_cache)
         self._max_conversations = max_conversations
         self._conversations: dict[tuple[str, int], list[_Conversation]] = {}
         self._n_conversations = 0
         self._tools: dict[str, list[_ToolsCount]] = {}
-        self.deferred = Deferred()
+        self._messages = MessageCounter(self._texts.count, self._dumps.as_dict)
 
     # ------------------------------------------------------------ public
 
@@ -242,10 +158,9 @@ class Estimator:
                 warnings |= tc.warnings
                 # Where the provider puts the tool block depends on the first message (OpenAI merges
                 # it into a leading system message, else opens one); O(1), so not cached with the tools.
-                placement = getattr(rules, "tools_placement", None)
-                if placement is not None:
-                    key = (Category.TOOLS, "tool_framing")
-                    by_source[key] = by_source.get(key, 0) + placement(_system_first(messages, as_dict), response_format)
+                key = (Category.TOOLS, "tool_framing")
+                placement = rules.tools_placement(_system_first(messages, as_dict), response_format)
+                by_source[key] = by_source.get(key, 0) + placement
         if response_format is not None:
             try:
                 sent = response_format_as_sent(response_format, rules.provider)
@@ -256,12 +171,10 @@ class Estimator:
                 warnings.add(WarningCode.UNREADABLE_MESSAGE)
         by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
         # A hidden instruction some providers add for extended thinking (Anthropic): protocol, so `other`.
-        thinking_overhead = getattr(rules, "thinking_overhead", None)
-        for_effort = getattr(rules, "thinking_for_effort", None)
-        if thinking is None and reasoning_effort is not None and for_effort is not None:
-            thinking = for_effort(reasoning_effort, model)  # LiteLLM sends the effort as `thinking`
-        if thinking is not None and thinking_overhead is not None:
-            by_source[_THINKING] = by_source.get(_THINKING, 0) + thinking_overhead(thinking)
+        if thinking is None and reasoning_effort is not None:
+            thinking = rules.thinking_for_effort(reasoning_effort, model)  # LiteLLM sends the effort as `thinking`
+        if thinking is not None:
+            by_source[_THINKING] = by_source.get(_THINKING, 0) + rules.thinking_overhead(thinking)
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
         unestimated = {k: n for k, n in conv.unseen.items() if n > 0}
@@ -272,26 +185,7 @@ class Estimator:
 
     def frozen(self, obj: Any) -> Any:
         """A value copy of messages or tools as the estimate reads them (response objects dumped)."""
-        return _freeze(obj, self._dumps.as_dict)
-
-    # ------------------------------------------------------------ text cache
-
-    def _text(self, rules: CountingRules, text: str) -> int:
-        key = (rules.name, hash(text), len(text))
-        tokens = self._young.get(key)
-        if tokens is None:
-            tokens = self._old.get(key)
-            if tokens is None:
-                try:
-                    tokens = rules.text(text)
-                except NotReady:  # still loading: the wrapper defers the estimate
-                    raise
-                except Exception as exc:  # noqa: BLE001
-                    raise TokenizerFailed(type(exc).__name__) from None
-            if len(self._young) >= self._max_text:
-                self._old, self._young = self._young, {}
-            self._young[key] = tokens
-        return tokens
+        return freeze(obj, self._dumps.as_dict)
 
     # ------------------------------------------------------------ messages
 
@@ -299,11 +193,11 @@ class Estimator:
         if not messages:
             return _Conversation([], [])
         as_dict = self._dumps.as_dict
-        head = (rules.name, _head_key(as_dict(messages[0])))
+        head = (rules.name, head_key(as_dict(messages[0])))
         candidates = self._conversations.get(head, [])
         best, best_k = None, 0
         for conv in candidates:
-            k = _common_prefix(conv.frozen, messages, as_dict)
+            k = common_prefix(conv.frozen, messages, as_dict)
             if k > best_k:
                 best, best_k = conv, k
         if best is not None and best_k == len(best.frozen):
@@ -320,11 +214,11 @@ class Estimator:
                 conv.breakpoint_idx = [i for i in best.breakpoint_idx if i < best_k]
             self._remember(head, conv)
         for msg in messages[best_k:]:
-            count = self._count_message_or_fallback(rules, msg, read_message)
+            count = self._messages.count(rules, msg, read_message)
             if count.tagged:
                 conv.tagged_idx.append(len(conv.counts))
             _note_position(conv, as_dict(msg), len(conv.counts))
-            conv.frozen.append(_freeze(msg, as_dict))
+            conv.frozen.append(freeze(msg, as_dict))
             conv.counts.append(count)
             _add(conv, count)
         return conv
@@ -340,138 +234,6 @@ class Estimator:
             if not bucket:
                 del self._conversations[bucket_key]
             self._n_conversations -= 1
-
-    def _count_message_or_fallback(self, rules: CountingRules, msg: Any, read_message: Optional[ReadMessage]) -> _MessageCount:
-        """One message's count; a shape the rules cannot read costs that message's accuracy, never the estimate.
-
-        LiteLLM passes odd shapes on (a role that is a list, ``tool_calls=[{"function": "x"}]``):
-        such a message counts its framing and plain-string content where it can, under its tag or
-        ``conversation``/``unknown_role``, with the warning ``unreadable_message``. A bad tag is
-        still the caller's mistake and raises.
-        """
-        try:
-            return self._count_message(rules, msg, read_message)
-        # The caller's mistake; a tokenizer that fails or is still loading (the wrapper defers the estimate).
-        except (TagError, TokenizerFailed, NotReady):
-            raise
-        except Exception:  # noqa: BLE001
-            return self._unreadable(rules, msg)
-
-    def _unreadable(self, rules: CountingRules, msg: Any) -> _MessageCount:
-        msg = msg if isinstance(msg, dict) else {}
-        tag = read_tag(msg) if TAG_KEY in msg else None  # a bad tag still raises: the caller's mistake
-        key = (tag.category, tag.source or UNKNOWN_ROLE_LABEL) if tag is not None else _UNREADABLE
-        # A plain message's framing must count: if it fails too, the rules are broken, not the message,
-        # and the whole estimate fails (a breakdown of zeros would be a wrong number, not a degraded one).
-        content = msg.get("content")
-        tokens = rules.message_framing({"role": "user"}) + (self._text(rules, content) if type(content) is str else 0)
-        return _MessageCount(((key, tokens),), _UNREADABLE_WARNING, has_tag(msg))
-
-    def _count_message(self, rules: CountingRules, raw: Any, read_message: Optional[ReadMessage] = None) -> _MessageCount:
-        msg = self._dumps.as_dict(raw)
-        if read_message is not None:
-            read = read_message(msg)
-            if read is None:  # held or encrypted by the provider: nothing to count, and a warning
-                return _OPAQUE
-            msg = read
-        warnings: set[WarningCode] = set()
-        if not msg and type(raw) is not dict:  # a string, None, a number in the message list
-            warnings.add(WarningCode.UNREADABLE_MESSAGE)
-        role = msg.get("role") or "user"
-        if type(role) is not str:  # a str Enum (smolagents' MessageRole.SYSTEM) counts as its value, as it is sent
-            role = plain_text(role)
-            if not isinstance(role, str):  # a list, a dict, a number: LiteLLM sends it on, we cannot read it
-                warnings.add(WarningCode.UNREADABLE_MESSAGE)
-                role = "user"
-                label = UNKNOWN_ROLE_LABEL
-            msg = {**msg, "role": role}
-        tag = read_tag(msg) if TAG_KEY in msg else None
-        if tag is not None:
-            own: SourceKey = (tag.category, tag.source or role_label(role))
-        elif role in _DEFAULT_SOURCE:
-            own = (Category.SYSTEM_PROMPT, _DEFAULT_SOURCE[role])
-        else:
-            label = role if role in MESSAGE_ROLES else (UNKNOWN_ROLE_LABEL if warnings else role_label(role))
-            own = (Category.CONVERSATION, label)
-        # Most messages are one untagged string: they take the straight path, one entry, no dict.
-        tokens = rules.message_framing(msg)
-        name = msg.get("name")
-        if name:
-            tokens += self._text(rules, plain_text(name) if isinstance(name, str) else str(name))
-        content = msg.get("content")
-        parts: dict[SourceKey, int] = {}
-        unseen: dict[SourceKey, int] = {}
-        tagged = tag is not None
-        if isinstance(content, str):
-            tokens += self._text(rules, content)
-        elif isinstance(content, (list, tuple)):
-            for part in content:
-                tagged |= self._count_part(rules, part, own, parts, unseen)
-            tokens += parts.pop(own, 0)
-            if unseen:
-                warnings.add(WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED)
-            if parts.pop(_UNREADABLE_PART, None) is not None:
-                warnings.add(WarningCode.UNREADABLE_MESSAGE)
-        elif content is not None:
-            warnings.add(WarningCode.UNREADABLE_MESSAGE)
-        calls = msg.get("tool_calls")
-        if calls:
-            readable = self._readable_calls(calls if isinstance(calls, (list, tuple)) else None, warnings)
-            if readable:
-                tokens += rules.tool_calls(readable)
-        function_call = msg.get("function_call")
-        if function_call:
-            readable = self._readable_calls([{"function": function_call}], warnings)
-            if readable:
-                tokens += rules.tool_calls(readable)
-        entries = ((own, tokens), *parts.items()) if parts else ((own, tokens),)
-        return _MessageCount(entries, frozenset(warnings) if warnings else _NO_WARNINGS, tagged, tuple(unseen.items()))
-
-    def _count_part(
-        self, rules: CountingRules, part: Any, own: SourceKey, entries: dict[SourceKey, int], unseen: dict[SourceKey, int]
-    ) -> bool:
-        if isinstance(part, str):
-            entries[own] = entries.get(own, 0) + self._text(rules, part)
-            return False
-        raw, part = part, self._dumps.as_dict(part)
-        if not part and type(raw) is not dict:
-            entries[_UNREADABLE_PART] = 0  # a marker, popped by the caller: the part is not a part
-            return False
-        tag: Optional[Tag] = read_tag(part)
-        key = (tag.category, tag.source or own[1]) if tag is not None else own
-        text = part.get("text")
-        if part.get("type", "text") in _TEXT_PART_TYPES:  # a part without a type is text
-            if isinstance(text, str):
-                entries[key] = entries.get(key, 0) + self._text(rules, text)
-            else:
-                entries[_UNREADABLE_PART] = 0
-        else:
-            # Images, audio, files: never guessed from their bytes. The key that carries the part is
-            # remembered: an authoritative total's surplus over the local count belongs to it.
-            unseen[key] = unseen.get(key, 0) + 1
-        return tag is not None
-
-    def _readable_calls(self, calls: Optional[Sequence[Any]], warnings: set[WarningCode]) -> list[dict[str, Any]]:
-        """Tool calls as the rules read them (dicts whose ``function`` is a dict); the rest is unreadable."""
-        if calls is None:
-            warnings.add(WarningCode.UNREADABLE_MESSAGE)
-            return []
-        as_dict = self._dumps.as_dict
-        out = []
-        for raw in calls:
-            call = as_dict(raw)
-            function = call.get("function")
-            if function is not None and not isinstance(function, Mapping):
-                function = as_dict(function) if hasattr(function, "model_dump") else None
-                if function is None:
-                    warnings.add(WarningCode.UNREADABLE_MESSAGE)
-                    continue
-                call = {**call, "function": function}
-            if not call:
-                warnings.add(WarningCode.UNREADABLE_MESSAGE)
-                continue
-            out.append(call)
-        return out
 
     # ------------------------------------------------------------ tools
 
@@ -510,7 +272,7 @@ class Estimator:
         except Exception:  # noqa: BLE001
             warnings.add(WarningCode.UNREADABLE_MESSAGE)
         breakpoint = any(_has_breakpoint(self._dumps.as_dict(raw)) for raw in tools)
-        frozen = _freeze(tools, self._dumps.as_dict)
+        frozen = freeze(tools, self._dumps.as_dict)
         counted = _ToolsCount(frozen, tool_choice, tuple(entries.items()), frozenset(warnings), breakpoint)
         if len(self._tools) > 64:
             self._tools.clear()
@@ -602,12 +364,12 @@ def _cache_prefix(
     return {k: v for k, v in prefix.items() if v}
 
 
-def _add_entries(into: Counter[SourceKey], count: _MessageCount) -> None:
+def _add_entries(into: Counter[SourceKey], count: MessageCount) -> None:
     for key, tokens in count.entries:
         into[key] += tokens
 
 
-def _system_first(messages: Sequence[Any], as_dict: _AsDict) -> bool:
+def _system_first(messages: Sequence[Any], as_dict: AsDict) -> bool:
     return bool(messages) and plain_text(as_dict(messages[0]).get("role")) in ("system", "developer")
 
 
@@ -627,123 +389,10 @@ def _untagged_tool_key(definition: Mapping[str, Any]) -> SourceKey:
     return (Category.TOOLS, "native")
 
 
-def _add(conv: _Conversation, count: _MessageCount) -> None:
+def _add(conv: _Conversation, count: MessageCount) -> None:
     for key, tokens in count.entries:
         conv.totals[key] += tokens
     for code in count.warnings:
         conv.warnings[code] += 1
     for key, parts in count.unseen:
         conv.unseen[key] += parts
-
-
-def _common_prefix(frozen: list[Any], messages: list[Any], as_dict: _AsDict) -> int:
-    n = min(len(frozen), len(messages))
-    # The common case (the conversation grew), compared in C; slices only where lengths differ.
-    if (frozen if n == len(frozen) else frozen[:n]) == (messages if n == len(messages) else messages[:n]):
-        return n
-    # LiteLLM Message objects (a previous response's message) differ from their frozen dicts by
-    # type only: compare their (cached) dumps.
-    theirs = [m if type(m) is dict else as_dict(m) for m in messages[:n]]
-    mine = frozen if n == len(frozen) else frozen[:n]
-    if mine == theirs:
-        return n
-    # A branch or an edit: binary search for the first difference, each probe a C-level slice
-    # comparison, so an unrelated cached conversation costs O(log n) probes, not a Python walk.
-    lo, hi = 0, n  # mine[:lo] == theirs[:lo]; the prefix of length hi differs
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if mine[lo:mid] == theirs[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo + 1 if lo < n and mine[lo] == theirs[lo] else lo
-
-
-def _head_key(msg: dict[str, Any]) -> int:
-    role, content = plain_text(msg.get("role")), msg.get("content")
-    try:
-        return hash((role, content if isinstance(content, str) else len(content or ())))
-    except TypeError:  # an unhashable role, content without a length: the bucket only narrows the search
-        return hash((type(role).__name__, type(content).__name__))
-
-
-_AsDict = Callable[[Any], dict[str, Any]]
-
-
-def plain_text(value: Any) -> Any:
-    """A str Enum as its value (what goes on the wire); any other str subclass as a plain str; the rest as is."""
-    if isinstance(value, Enum):
-        value = value.value
-    if isinstance(value, str) and type(value) is not str:
-        return str.__str__(value)
-    return value
-
-
-class _DumpCache:
-    """Messages as dicts: LiteLLM/pydantic objects (a previous response's message) are dumped, and cached.
-
-    model_dump() of a response message re-done every turn would make the history's cost
-    Python-bound. A bounded cache by identity, only for messages whose fields are all
-    immutable values (plain replies), revalidated by the identity of every field: any
-    reassignment is seen, and nothing nested can change in place. Replies with tool
-    calls are dumped afresh each time. The dumps hold the replies' text: in memory only.
-    """
-
-    def __init__(self, max_size: int) -> None:
-        self._max = max_size
-        self._dumps: dict[int, tuple[Any, tuple[Any, ...], dict[str, Any]]] = {}
-
-    def as_dict(self, obj: Any) -> dict[str, Any]:
-        if isinstance(obj, dict):
-            return obj
-        try:
-            dump = getattr(obj, "model_dump", None)
-            if callable(dump):
-                dumped = self._dumped(obj, dump)
-                return dumped if isinstance(dumped, dict) else {}
-            return dict(obj)
-        except Exception:  # noqa: BLE001 - not a mapping (a string, None, an object that refuses): nothing to read
-            return {}
-
-    def _dumped(self, obj: Any, dump: Any) -> dict[str, Any]:
-        try:
-            values = tuple(vars(obj).values())
-        except TypeError:
-            return dump()  # type: ignore[no-any-return]
-        if not all(type(v) in _ATOMS for v in values):
-            return dump()  # type: ignore[no-any-return]
-        hit = self._dumps.get(id(obj))
-        if hit is not None and hit[0] is obj and len(hit[1]) == len(values) and all(map(operator.is_, hit[1], values)):
-            return hit[2]
-        dumped = dump()
-        if len(self._dumps) >= self._max:
-            self._dumps.clear()
-        self._dumps[id(obj)] = (obj, values, dumped)  # holds obj: its id cannot be reused meanwhile
-        return dumped  # type: ignore[no-any-return]
-
-    def __len__(self) -> int:
-        return len(self._dumps)
-
-
-_ATOMS = (str, int, float, bool, type(None))
-
-
-def _freeze(obj: Any, as_dict: _AsDict) -> Any:
-    """A value copy of nested dicts and lists (strings are shared: they cannot change).
-
-    Messages are frozen once, when first counted, so that a caller who later edits
-    a message in place (say, truncating an old tool result) gets it recounted. A str
-    Enum or other str subclass is frozen as the plain text it was counted as: the
-    cached prefix then holds exactly what was counted, and equal text counts alike.
-    """
-    if type(obj) is dict:
-        return {k: v if type(v) in _ATOMS else _freeze(v, as_dict) for k, v in obj.items()}
-    if type(obj) is list:
-        return [v if type(v) in _ATOMS else _freeze(v, as_dict) for v in obj]
-    if type(obj) is tuple:  # tuple content parts are dicts too: copy them, or an edit in place goes unseen
-        return tuple(v if type(v) in _ATOMS else _freeze(v, as_dict) for v in obj)
-    if isinstance(obj, _ATOMS):
-        return plain_text(obj)
-    if isinstance(obj, (dict, list)):
-        return _freeze(dict(obj) if isinstance(obj, dict) else list(obj), as_dict)
-    return as_dict(obj) or obj

@@ -17,17 +17,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from . import _litellm, _offline, wrapper
 
 logger = logging.getLogger("cw_middleware")
-
-_lock = threading.Lock()
-# name -> (what was there before, our shell); entries stay while a patch on top of ours keeps it in use.
-_installed: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}
 
 
 def _shells() -> dict[str, Callable[..., Any]]:
@@ -52,16 +47,17 @@ def instrument() -> None:
     get_runtime()  # never raises: a bad environment leaves telemetry off, with one warning
     _tiktoken.prefetch("o200k_base")
 
-    with _lock:
+    patches = _litellm.patches()
+    with patches.lock:
         for name, shell in _shells().items():
-            if name in _installed:
+            if name in patches.installed:
                 continue
             current = getattr(litellm, name)
             saved = _litellm.unwrap(current)  # a stale shell of ours put back by hand: forward past it
             observed = _observed(name, shell, saved)
             _litellm.remember(name, saved)
             setattr(litellm, name, observed)
-            _installed[name] = (current, observed)
+            patches.installed[name] = (current, observed)
 
 
 def uninstrument() -> None:
@@ -72,8 +68,9 @@ def uninstrument() -> None:
     """
     litellm = _offline.litellm()
 
-    with _lock:
-        for name, (before, observed) in list(_installed.items()):
+    patches = _litellm.patches()
+    with patches.lock:
+        for name, (before, observed) in list(patches.installed.items()):
             if getattr(litellm, name, None) is not observed:
                 logger.warning(
                     "cw_middleware: litellm.%s was patched again after instrument(); leaving that patch in place", name
@@ -81,13 +78,14 @@ def uninstrument() -> None:
                 continue
             setattr(litellm, name, before)
             _litellm.forget(name)
-            del _installed[name]
+            del patches.installed[name]
 
 
 def instrumented() -> bool:
     """True while at least one LiteLLM entry point is observed through the module."""
-    with _lock:
-        return bool(_installed)
+    patches = _litellm.patches()
+    with patches.lock:
+        return bool(patches.installed)
 
 
 def _observed(name: str, shell: Callable[..., Any], saved: Callable[..., Any]) -> Callable[..., Any]:

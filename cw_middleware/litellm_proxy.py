@@ -39,6 +39,7 @@ from litellm.integrations.custom_logger import CustomLogger
 from .contract import validate_id
 from .errors import ConfigError
 from .instrument import instrument
+from .process import PROCESS
 from .runtime import get_runtime
 from .schema import AGENT_STAGE_KIND
 from .stages import default_stage, set_for_this_task
@@ -156,13 +157,23 @@ class ProxyHandler(CustomLogger):  # type: ignore[misc]  # LiteLLM's base class 
 
 # The instances a config.yaml can name, by attribute: the grouping of requests that name no stage.
 _GROUPS: dict[str, Optional[str]] = {"handler": None, "handler_per_user": "user", "handler_per_team": "team"}
-_handlers: dict[str, ProxyHandler] = {}
+
+
+class _Handlers:
+    """The handlers made so far, by attribute name (a part of the process state: one each per process)."""
+
+    def __init__(self) -> None:
+        self.made: dict[str, ProxyHandler] = {}
+
+    def after_fork_in_child(self) -> None:
+        pass  # no lock, no thread: a forked proxy worker keeps using its parent's handlers
 
 
 def __getattr__(name: str) -> Any:
     """The handlers are made when the proxy asks for one, not at import: importing this module changes nothing."""
     if name in _GROUPS:
-        if name not in _handlers:
-            _handlers[name] = ProxyHandler(_GROUPS[name])
-        return _handlers[name]
+        made = PROCESS.part(_Handlers).made
+        if name not in made:
+            made[name] = ProxyHandler(_GROUPS[name])
+        return made[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,32 +1,33 @@
-"""The one piece of process state: configuration, caches, telemetry and recent snapshots.
+"""A Runtime: configuration, telemetry, and every worker and cache of the call path; and the process's current one.
 
-`configure()` builds a Runtime and installs it; everything on the call path
-receives it from `get_runtime()`, which configures from the environment on first
-use. A Runtime owns every cache of the call path (the estimator's, the snapshot
-parts and event-seq counter, the recent snapshots) and the provider counter, so
-tests build their own Runtime, pass providers explicitly and can inject the
-counter (``counter_factory``).
+`configure()` builds a Runtime and installs it; everything on the call path receives it from
+`get_runtime()`, which configures from the environment on first use (once, however many
+threads make their first call at the same moment). A Runtime builds and owns every worker and
+cache of the call path: the estimator's caches, the model facts, the snapshot parts and
+event-seq counter, the recent snapshots, the background-estimate worker and the provider
+counter; tests build their own Runtime, pass providers explicitly and can inject the counter
+(``counter_factory``). What outlives a configure() (the current Runtime itself, LiteLLM's patch
+state, ...) is the process's, in process.py.
 
 The Runtime is also the one owner of what must change when the process does:
 
 * exit: `close` exports what is left within ``config.exit_timeout`` (CW_EXIT_TIMEOUT,
   2 s by default) and stops the pipeline; the exit hook and `configure()` (for the
   runtime it replaces) call it, and a backend that does not answer costs no more.
-* ``os.fork()``: in the child, every lock, cache, queue and worker thread the parent's
-  threads may have been using is made anew (`_after_fork_in_child`, the process's only
-  ``os.register_at_fork`` hook): the estimator, the provider counter, the logs' locks,
-  the tokenizer loader and its count of calls in flight, and the embedded telemetry
-  pipeline, which gets a pipeline of the child's own. A fork while other threads are inside cw (gunicorn,
-  Celery prefork, multiprocessing) leaves the child's next call free to run.
-  multiprocessing's children end with ``os._exit`` after its own finalizers, not
-  atexit: one of those closes the child's runtime too.
+* ``os.fork()``: the process's one at-fork hook (process.py) renews every part of the process
+  state; the current Runtime is one (`_Installed`), and it makes its own lock, caches and
+  workers anew (`Runtime.after_fork_in_child`), the provider counter is dropped (its HTTP
+  connections are the parent's), and the embedded telemetry pipeline gets a pipeline of the
+  child's own on first use. A fork while other threads are inside cw (gunicorn, Celery
+  prefork, multiprocessing) leaves the child's next call free to run. multiprocessing's
+  children end with ``os._exit`` after its own finalizers, not atexit: one of those closes
+  the child's runtime too.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
-import os
 import sys
 import threading
 import time
@@ -36,18 +37,19 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from opentelemetry import metrics, trace
 
-from . import _log
 from ._log import RateLimitedLog
 from ._setup import Providers, choose_providers
 from .config import Config, ProviderCountPolicy, resolve
 from .contract import Snapshot, WarningCode
 from .estimator import Estimator
-from .rules import _tiktoken
+from .model_facts import ModelFacts
+from .process import PROCESS
 from .snapshot import CompactSnapshot, SnapshotParts, compact, expand
 from .telemetry import CallTelemetry, StageInfo, Telemetry
+from .worker import Worker
 
 if TYPE_CHECKING:
-    from .counting import ProviderCounter
+    from .provider_count import ProviderCounter
 
 logger = logging.getLogger("cw_middleware")
 
@@ -58,7 +60,8 @@ logger = logging.getLogger("cw_middleware")
 MAX_TRACKED_STAGES = 10_000
 
 
-SNAPSHOTS_WAIT = 5.0  # the most `snapshots()` waits for estimates deferred behind a loading tokenizer
+SNAPSHOTS_WAIT = 5.0  # the most `snapshots()` waits for background estimates (calls made while a tokenizer loaded)
+MAX_BACKGROUND_ESTIMATES = 1024  # calls waiting for a tokenizer; beyond it a call publishes no local estimate
 
 
 class Runtime:
@@ -75,11 +78,14 @@ class Runtime:
     ) -> None:
         self.config = config or resolve()
         self.estimator = Estimator()
+        self.model_facts = ModelFacts()
         self.parts = SnapshotParts()
+        # Estimates of calls made while their tokenizer loaded (see pending_estimate.py).
+        self.background_estimates = Worker("cw-background-estimate", MAX_BACKGROUND_ESTIMATES)
         self._telemetry = Telemetry(self.config, tracer_provider, meter_provider, logger_provider)
         self.log = RateLimitedLog()
         self._history: deque[CompactSnapshot] = deque(maxlen=self.config.snapshot_history)  # untracked by gc
-        self._pending: OrderedDict[tuple[str, str], set[WarningCode]] = OrderedDict()  # bounded: MAX_TRACKED_STAGES
+        self._late_warnings: OrderedDict[tuple[str, str], set[WarningCode]] = OrderedDict()  # bounded: MAX_TRACKED_STAGES
         self._newest_call: OrderedDict[tuple[str, str], int] = OrderedDict()  # bounded: MAX_TRACKED_STAGES
         self._call_seq = 0
         self._lock = threading.Lock()
@@ -120,7 +126,7 @@ class Runtime:
         after it returns; this first waits (at most ``wait`` seconds) for such estimates, so a call
         that has returned is listed, as it is once the tokenizers are warm.
         """
-        self.estimator.deferred.wait_idle(wait)
+        self.background_estimates.wait_idle(wait)
         with self._lock:
             rows = list(self._history)
         return [expand(row, self.parts) for row in rows]
@@ -141,19 +147,19 @@ class Runtime:
         with self._lock:
             return self._newest_call.get(key) == call_seq
 
-    def defer_warning(self, stage: Optional[StageInfo], code: WarningCode) -> None:
-        """A warning that arrives after its call's last snapshot rides on the stage's next one."""
+    def hold_late_warning(self, stage: Optional[StageInfo], code: WarningCode) -> None:
+        """A warning that arrives after its call's last snapshot (a failed provider count) rides on the stage's next one."""
         key = (stage.run_id, stage.stage_id) if stage else ("", "")
         with self._lock:
-            self._pending.setdefault(key, set()).add(code)
-            self._pending.move_to_end(key)
-            if len(self._pending) > MAX_TRACKED_STAGES:
-                self._pending.popitem(last=False)  # a stage not called for this long: its warning is dropped
+            self._late_warnings.setdefault(key, set()).add(code)
+            self._late_warnings.move_to_end(key)
+            if len(self._late_warnings) > MAX_TRACKED_STAGES:
+                self._late_warnings.popitem(last=False)  # a stage not called for this long: its warning is dropped
 
-    def take_deferred(self, stage: Optional[StageInfo]) -> set[WarningCode]:
+    def take_late_warnings(self, stage: Optional[StageInfo]) -> set[WarningCode]:
         key = (stage.run_id, stage.stage_id) if stage else ("", "")
         with self._lock:
-            return self._pending.pop(key, set())
+            return self._late_warnings.pop(key, set())
 
     # ------------------------------------------------------------ provider counting
 
@@ -167,13 +173,13 @@ class Runtime:
     # ------------------------------------------------------------ lifecycle
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait for deferred estimates and queued provider counts, then export; returns within about
+        """Wait for background estimates and queued provider counts, then export; returns within about
         ``timeout`` whatever the backend does."""
         deadline = time.monotonic() + timeout
         if self._forked:
             self._own_pipeline()
-        # Estimates deferred while a tokenizer loaded publish snapshots (and may queue counts): first.
-        ok = self.estimator.deferred.wait_idle(timeout)
+        # Background estimates publish snapshots (and may queue counts): first.
+        ok = self.background_estimates.wait_idle(timeout)
         if self._counter is not None:
             ok = self._counter.wait_idle(max(0.0, deadline - time.monotonic())) and ok
         if self._flush is not None:
@@ -185,9 +191,10 @@ class Runtime:
         return ok
 
     def shutdown(self, timeout: Optional[float] = None) -> None:
-        """Stop the provider counter and the telemetry pipeline, waiting at most ``timeout`` (exit_timeout)."""
+        """Stop the workers and the telemetry pipeline, waiting at most ``timeout`` (exit_timeout)."""
         if self._forked:
             self._own_pipeline()
+        self.background_estimates.close(timeout=0.0)  # flush waited for them; what is left is abandoned
         if self._counter is not None:
             self._counter.close()
         if self._shutdown is not None:
@@ -210,16 +217,17 @@ class Runtime:
 
     # ------------------------------------------------------------ fork
 
-    def _after_fork_in_child(self) -> None:
-        """The child's copy of the process state, made whole again (see the module docstring).
+    def after_fork_in_child(self) -> None:
+        """The child's copy of this Runtime, made whole again (see the module docstring).
 
-        Runs inside ``os.fork()``: only fresh locks and caches here. Other modules' at-fork
+        Runs inside ``os.fork()``: only fresh locks, caches and workers here. Other modules' at-fork
         hooks may not have run yet (concurrent.futures' lock, which building a telemetry
         pipeline takes), so the pipeline is rebuilt on its first use (`_own_pipeline`).
         """
         self._lock = threading.Lock()
         self.log = RateLimitedLog()
         self.estimator = Estimator()  # its lock and caches may have been mid-update in another thread
+        self.background_estimates.reset_after_fork()  # the parent's queued estimates are the parent's calls
         self._counter = None  # its worker stayed in the parent, its HTTP connections are the parent's
         self._forked = self._for_child is not None and not self._closed
 
@@ -242,15 +250,37 @@ class Runtime:
 
 
 def _default_counter(config: Config) -> ProviderCounter:
-    from .counting import ProviderCounter  # imports httpx: only processes that count pay for it
+    from .provider_count import ProviderCounter  # imports httpx: only processes that count pay for it
 
     return ProviderCounter(timeout=config.provider_count_timeout)  # its own HTTP client, made on first count
 
 
 # ---------------------------------------------------------------- the process's runtime
 
-_runtime: Optional[Runtime] = None
-_runtime_lock = threading.Lock()
+
+class _Installed:
+    """The process's current Runtime and the lock that installs one (a part of the process state)."""
+
+    def __init__(self) -> None:
+        self.runtime: Optional[Runtime] = None
+        self.lock = threading.Lock()  # configure() and first-use configuration take it: one at a time
+
+    def after_fork_in_child(self) -> None:
+        self.lock = threading.Lock()
+        if self.runtime is not None:
+            self.runtime.after_fork_in_child()
+        mp_util = sys.modules.get("multiprocessing.util")
+        if mp_util is not None:
+            # A multiprocessing child runs its finalizers, then os._exit (no atexit). Its registry is
+            # cleared after this hook, but its after-fork callbacks run next: one adds the finalizer.
+            mp_util.register_after_fork(_close_at_exit, _add_mp_finalizer)
+
+
+def _installed() -> _Installed:
+    return PROCESS.part(_Installed)
+
+
+_installed()  # made at import, not on first use: a child forked before any call still closes its runtime at exit
 
 
 def configure(
@@ -262,11 +292,27 @@ def configure(
 ) -> Runtime:
     """(Re)configure cw_middleware; see `config.resolve` for the settings and their env vars.
 
-    Raises ConfigError for a bad setting. Returns the new Runtime.
+    Raises ConfigError for a bad setting. Returns the new Runtime. Concurrent calls take turns;
+    each closes the runtime it replaced.
     """
+    installed = _installed()
+    with installed.lock:
+        runtime = _build(tracer_provider, meter_provider, logger_provider, settings)
+        previous, installed.runtime = installed.runtime, runtime
+    if previous is not None:
+        previous.close()
+    return runtime
+
+
+def _build(
+    tracer_provider: Optional[trace.TracerProvider],
+    meter_provider: Optional[metrics.MeterProvider],
+    logger_provider: Any,
+    settings: dict[str, Any],
+) -> Runtime:
     cfg = resolve(**settings)
     chosen = choose_providers(cfg, tracer_provider, meter_provider, logger_provider)
-    runtime = Runtime(
+    return Runtime(
         cfg,
         chosen.tracer_provider,
         chosen.meter_provider,
@@ -275,42 +321,22 @@ def configure(
         logger_provider=chosen.logger_provider,
         for_child=chosen.for_child,
     )
-    previous = set_runtime(runtime)
-    if previous is not None:
-        previous.close()
-    return runtime
 
 
 def flush(timeout: float = 10.0) -> bool:
     """Export everything recorded so far (CLI, tests, short scripts). True when all went out."""
-    current = _runtime
+    current = _installed().runtime
     return True if current is None else current.flush(timeout)
 
 
 def _close_at_exit() -> None:
     """Export what is left, within CW_EXIT_TIMEOUT: a dead or hung backend never holds the process."""
-    current = _runtime
+    current = _installed().runtime
     if current is not None:
         current.close()
 
 
 atexit.register(_close_at_exit)
-
-
-def _after_fork_in_child() -> None:
-    """The process's one at-fork hook: every module's state that threads may hold, made anew in the child."""
-    global _runtime_lock
-    _runtime_lock = threading.Lock()
-    _log.after_fork_in_child()
-    _tiktoken.after_fork_in_child()
-    current = _runtime
-    if current is not None:
-        current._after_fork_in_child()
-    mp_util = sys.modules.get("multiprocessing.util")
-    if mp_util is not None:
-        # A multiprocessing child runs its finalizers, then os._exit (no atexit). Its registry is
-        # cleared after this hook, but its after-fork callbacks run next: one adds the finalizer.
-        mp_util.register_after_fork(_close_at_exit, _add_mp_finalizer)
 
 
 def _add_mp_finalizer(_: object) -> None:
@@ -319,38 +345,42 @@ def _add_mp_finalizer(_: object) -> None:
     multiprocessing.util.Finalize(None, _close_at_exit, exitpriority=0)
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 def set_runtime(runtime: Optional[Runtime]) -> Optional[Runtime]:
     """Install a runtime (tests, configure()); returns the previous one."""
-    global _runtime
-    with _runtime_lock:
-        previous, _runtime = _runtime, runtime
+    installed = _installed()
+    with installed.lock:
+        previous, installed.runtime = installed.runtime, runtime
     return previous
 
 
 def get_runtime() -> Runtime:
     """The configured runtime, or one built from the environment on first use.
 
-    Never raises: the call path must not fail on a bad environment variable. Then
-    the settings' defaults apply with telemetry off, and one warning says why.
+    Threads making their first call at once build one runtime between them: a second one would
+    close the first under the other threads' calls, losing their telemetry. Never raises: the
+    call path must not fail on a bad environment variable. Then the settings' defaults apply
+    with telemetry off, and one warning says why.
     """
-    runtime = _runtime
-    if runtime is not None:
+    installed = _installed()
+    runtime = installed.runtime
+    if runtime is not None:  # every call after the first: no lock
         return runtime
+    with installed.lock:
+        if installed.runtime is None:
+            installed.runtime = _from_environment()
+        return installed.runtime
+
+
+def _from_environment() -> Runtime:
     try:
-        return configure()
+        return _build(None, None, None, {})
     except Exception as exc:  # noqa: BLE001 - ConfigError from the environment, or anything else
         logger.warning(
             "cw_middleware: configuration failed (%s: %s); telemetry is off until configure() succeeds", type(exc).__name__, exc
         )
         # No export and no provider counts: a half-read configuration must not send anything anywhere.
-        fallback = Runtime(
+        return Runtime(
             Config(export="none", provider_count=ProviderCountPolicy.NEVER),
             trace.NoOpTracerProvider(),
             metrics.NoOpMeterProvider(),
         )
-        set_runtime(fallback)
-        return fallback

@@ -281,7 +281,7 @@ class CallTelemetry:
         output_tokens: Optional[int] = None,
         cache_read_tokens: Optional[int] = None,
         error: Optional[BaseException] = None,
-        end_time: Optional[int] = None,  # ns since the epoch; None: now (a deferred estimate ends the span later)
+        end_time: Optional[int] = None,  # ns since the epoch; None: now (the call ends when it ended, not when its estimate came)
     ) -> None:
         with self._lock:
             if self._ended:

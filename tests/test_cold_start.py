@@ -2,7 +2,7 @@
 
 Each test runs a fresh Python process (the encodings are per process): its first call
 returns before o200k_base is loaded, the call's local estimate arrives later from the
-deferred worker with the numbers a warm estimate gives, on the call's own span, and
+background-estimate worker with the numbers a warm estimate gives, on the call's own span, and
 `cw.flush()` waits for it. A child forked while the parent is still loading loads for
 itself. A bad tag still raises on the caller's call.
 """
@@ -218,33 +218,33 @@ def test_the_loader_reads_nothing_while_a_call_is_in_flight():
         """
         import json, time
         from cw_middleware.rules import _tiktoken
-        with _tiktoken.CALLS_IN_FLIGHT:
+        with _tiktoken.calls_in_flight():
             _tiktoken.prefetch("o200k_base")
             time.sleep(0.3)
-            read_in_flight = dict(_tiktoken.loaded_from)
+            read_in_flight = _tiktoken.loaded_from()
         ready = _tiktoken.wait_ready(30.0) and _tiktoken.ready("o200k_base")
-        print(json.dumps({"read_in_flight": read_in_flight, "ready": ready, "read": "o200k_base" in _tiktoken.loaded_from}))
+        print(json.dumps({"read_in_flight": read_in_flight, "ready": ready, "read": "o200k_base" in _tiktoken.loaded_from()}))
         """
     )
     assert out == {"read_in_flight": {}, "ready": True, "read": True}
 
 
-def test_the_deferred_worker_keeps_nothing_of_its_last_call(tmp_path):
+def test_the_background_estimate_worker_keeps_nothing_of_its_last_call(tmp_path):
     """Waiting (up to 30 s) for its next job, the worker held the last one: its call, span and request copies."""
     out = _fresh(
         """
         import gc, json, time
         import cw_middleware as cw
         from opentelemetry.sdk.trace import ReadableSpan
-        with cw.stage(run_id="run-deferred", stage_id="s@1"):
-            for i in range(3):  # the first calls of the process: estimated on the deferred worker
+        with cw.stage(run_id="run-background", stage_id="s@1"):
+            for i in range(3):  # the first calls of the process: estimated on the background-estimate worker
                 cw.completion(model="gpt-4o", messages=[{"role": "user", "content": f"hi {i}"}], mock_response="ok")
-        deferred = len(cw.snapshots())
+        estimated = len(cw.snapshots())
         time.sleep(0.3)
         gc.collect()
         held = sum(1 for o in gc.get_objects() if isinstance(o, ReadableSpan) and o.end_time is not None)
-        print(json.dumps({"deferred": deferred, "held": held}))
+        print(json.dumps({"estimated": estimated, "held": held}))
         """,
         export=f"file:{tmp_path / 'telemetry.jsonl'}",
     )
-    assert out == {"deferred": 6, "held": 0}
+    assert out == {"estimated": 6, "held": 0}

@@ -14,6 +14,7 @@ import cw_middleware as cw
 import cw_middleware.estimator as estimator_module
 from cw_middleware.contract import Category, WarningCode
 from cw_middleware.estimator import Estimator
+from cw_middleware.rules import PromptAdditions
 
 ENC = tiktoken.get_encoding("o200k_base")
 
@@ -137,8 +138,8 @@ def test_unknown_model_has_no_window_and_says_so(runtime):
 
 
 @dataclass
-class CountingRules:
-    """A CountingRules that records which texts it was asked to count."""
+class CountingRules(PromptAdditions):
+    """A CountingRules that records which texts it was asked to count (it adds nothing else to a prompt)."""
 
     name: str = "test:words"
     provider: str = "test"
@@ -228,7 +229,7 @@ def test_caches_are_bounded(monkeypatch):
         est.estimate("m", [{"role": "system", "content": f"system {i}"}, {"role": "user", "content": f"user {i}"}])
     assert est._n_conversations <= 4
     assert sum(len(b) for b in est._conversations.values()) <= 4
-    assert len(est._young) <= 50 and len(est._old) <= 50
+    assert len(est._texts.young) <= 50 and len(est._texts.old) <= 50
 
 
 def test_tagged_messages_are_found_through_the_prefix_cache():

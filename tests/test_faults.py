@@ -20,9 +20,11 @@ from providers import CANARY, CHAT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
 import cw_middleware.estimator as estimate_module  # noqa: E402
+from cw_middleware import call as call_module
 from cw_middleware import wrapper as wrapper_module
 from cw_middleware.apis import chat as chat_api
 from cw_middleware.contract import CountMethod
+from cw_middleware.model_facts import ModelFacts
 from cw_middleware.telemetry import CallTelemetry, Telemetry
 
 SECRET = "SECRET-prompt-text-4711"
@@ -147,7 +149,7 @@ def test_tags_are_stripped_even_when_the_estimate_fails(runtime, provider, monke
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_snapshot_building_failure(runtime, provider, caplog, monkeypatch, stream):  # noqa: F811
-    monkeypatch.setattr(wrapper_module, "build_snapshot", _boom)
+    monkeypatch.setattr(call_module, "build_snapshot", _boom)
     _same_as_litellm(provider, stream=stream)
     assert cw.snapshots() == []
     _no_content_logged(caplog)
@@ -195,7 +197,7 @@ def test_usage_reading_failure(runtime, provider, caplog, monkeypatch, stream): 
 
 
 def test_model_facts_failure(runtime, provider, caplog, monkeypatch):  # noqa: F811
-    monkeypatch.setattr(wrapper_module, "_meta", _boom)
+    monkeypatch.setattr(ModelFacts, "request_meta", _boom)
     _same_as_litellm(provider, stream=True)
     _no_content_logged(caplog)
 

@@ -58,23 +58,80 @@ def counting(**hooks):
     return real(**hooks)
 os.register_at_fork = counting
 import cw_middleware as cw  # every module of the package the call path loads
-from cw_middleware import wrapper, estimator, embedded, counting as provider_counting  # noqa: F401
+from cw_middleware import wrapper, estimator, embedded, provider_count  # noqa: F401
 from cw_middleware.rules import _tiktoken
-with _tiktoken.CALLS_IN_FLIGHT:  # a call in flight in the parent while it forks
+with _tiktoken.calls_in_flight():  # a call in flight in the parent while it forks
     pid = os.fork()
     if pid == 0:
-        os._exit(0 if _tiktoken.CALLS_IN_FLIGHT.count == 0 else 3)
+        os._exit(0 if _tiktoken.calls_in_flight().count == 0 else 3)
 _, status = os.waitpid(pid, 0)
 print(json.dumps({"hooks": [m for m in registered if m.startswith("cw_middleware")], "child": os.waitstatus_to_exitcode(status)}))
 """
 
 
 def test_one_at_fork_hook_owns_the_childs_reset():
-    """runtime.py is the one owner: a second hook elsewhere would run in an order nobody chose."""
+    """process.py is the one owner: a second hook elsewhere would run in an order nobody chose."""
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     proc = subprocess.run([sys.executable, "-c", _ONE_HOOK], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["hooks"] == ["cw_middleware.runtime"]
+    assert report["hooks"] == ["cw_middleware.process"]
     # The child starts with none of its parent's calls: its tokenizer loader does not hold back for them.
     assert report["child"] == 0
+
+
+_HELD_AT_FORK = r"""
+import json, os, signal, threading
+import cw_middleware as cw
+from cw_middleware import _log
+from cw_middleware.apis import chat
+from cw_middleware.process import PROCESS
+
+with cw.stage("fork-locks", "warm-up"):  # the call path makes its parts of the process state
+    cw.completion(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], mock_response="ok")
+cw.instrument()
+cw.uninstrument()
+chat.remember_refusal("openai", {"api_base": "http://refusing"})
+parts = list(PROCESS._parts.values())
+LOCKS = (type(threading.Lock()), type(threading.RLock()))
+locks = [v for part in parts for v in vars(part).values() if isinstance(v, LOCKS)]
+locks += [log._lock for log in PROCESS.part(_log._EveryLog).logs]
+held, release = threading.Event(), threading.Event()
+
+def inside_cw():  # a thread holding every lock of the process state while the process forks
+    for lock in locks:
+        lock.acquire()
+    held.set()
+    release.wait()
+
+threading.Thread(target=inside_cw, daemon=True).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)  # a lock copied held would hang the child: the alarm ends it with a failure
+    renewed = [v for part in parts for v in vars(part).values() if isinstance(v, LOCKS)]
+    renewed += [log._lock for log in PROCESS.part(_log._EveryLog).logs]
+    free = all(lock.acquire(timeout=1) for lock in renewed)
+    for lock in renewed:
+        lock.release()
+    cw.instrument()
+    cw.uninstrument()
+    chat.remember_refusal("openai", {"api_base": "http://child"})
+    with cw.stage("fork-locks", "child"):
+        cw.completion(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], mock_response="ok")
+    os._exit(0 if free and cw.flush(10) else 4)
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"locks": len(locks), "child": os.waitstatus_to_exitcode(status)}))
+"""
+
+
+def test_a_fork_renews_every_lock_of_the_process_state(tmp_path):
+    """A thread holding cw's locks while the process forks: the child's copies would stay held without the hook."""
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "CW_EXPORT": f"file:{tmp_path / 'telemetry.jsonl'}"}
+    proc = subprocess.run([sys.executable, "-c", _HELD_AT_FORK], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["locks"] >= 6  # the install lock, the patches', the refusals', the litellm import's, the loader's, logs'
+    assert report["child"] == 0
+    window = cw.reader(f"file:{tmp_path / 'telemetry.jsonl'}").context_window("fork-locks", "child")
+    assert window.available

@@ -168,7 +168,7 @@ def test_an_entry_point_reached_again_inside_our_call_is_part_of_it(runtime, mon
         reached.append(kwargs.get("stream_options"))
         return cw.completion(*args, **kwargs) if len(reached) == 1 else real(*args, **kwargs)
 
-    monkeypatch.setitem(_litellm._originals, "completion", litellm_inside)
+    monkeypatch.setitem(_litellm.patches().originals, "completion", litellm_inside)
     response = cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="once", cw_context_window=9000)
     assert response.choices[0].message.content == "once" and len(reached) == 2
     assert [s.count_method for s in cw.snapshots()] == [CountMethod.LOCAL_ESTIMATE] * 2  # one call observed, not two

@@ -62,7 +62,7 @@ def test_rss_is_flat_after_warm_up_and_caches_stay_capped(quiet_runtime):
             at_warm_up = _rss_mb()
     grown = _rss_mb() - at_warm_up
     est = runtime.estimator
-    assert len(est._young) <= estimator_module.MAX_TEXT_CACHE and len(est._old) <= estimator_module.MAX_TEXT_CACHE
+    assert len(est._texts.young) <= estimator_module.MAX_TEXT_CACHE and len(est._texts.old) <= estimator_module.MAX_TEXT_CACHE
     assert est._n_conversations <= estimator_module.MAX_CONVERSATIONS
     assert all(len(sets) <= estimator_module.MAX_TOOL_SETS for sets in est._tools.values())
     assert len(runtime.parts._details) <= runtime.parts.CACHE_SIZE

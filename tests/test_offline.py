@@ -43,7 +43,7 @@ print(json.dumps({
     "tokens": snap.input_tokens,
     "window": snap.context_window_tokens,
     "attempts": attempts,
-    "loaded_from": _tiktoken.loaded_from,
+    "loaded_from": _tiktoken.loaded_from(),
 }))
 """
 )
@@ -88,7 +88,7 @@ for name in ("o200k_base", "cl100k_base"):
         "same_pattern": ours._pat_str == theirs._pat_str,
         "same_specials": ours._special_tokens == theirs._special_tokens,
         "n_vocab": ours.n_vocab == theirs.n_vocab,
-        "ours_from": _tiktoken.loaded_from.get(name),
+        "ours_from": _tiktoken.loaded_from().get(name),
     }
 print(json.dumps(out))
 """

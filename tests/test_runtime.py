@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import httpx
 import litellm
 from providers import ANTHROPIC, provider  # noqa: F401 - the fixture
@@ -9,8 +15,8 @@ from providers import ANTHROPIC, provider  # noqa: F401 - the fixture
 import cw_middleware as cw
 from cw_middleware.config import resolve
 from cw_middleware.contract import CountMethod
-from cw_middleware.counting import ProviderCounter
 from cw_middleware.estimator import Estimator
+from cw_middleware.provider_count import ProviderCounter
 from cw_middleware.runtime import Runtime, set_runtime
 
 MSGS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]
@@ -82,12 +88,51 @@ def test_late_count_failures_are_kept_for_a_bounded_number_of_stages():
     rt = Runtime(resolve(export="none", environ={}))
     stages = [StageInfo("run-many", f"stage-{i}") for i in range(MAX_TRACKED_STAGES + 5_000)]
     for stage in stages:
-        rt.defer_warning(stage, WarningCode.PROVIDER_COUNT_TIMEOUT)
-    assert len(rt._pending) == MAX_TRACKED_STAGES  # noqa: SLF001 - the bound is the point
-    assert rt.take_deferred(stages[0]) == set()  # the oldest stage's warning was dropped
-    assert rt.take_deferred(stages[-1]) == {WarningCode.PROVIDER_COUNT_TIMEOUT}
+        rt.hold_late_warning(stage, WarningCode.PROVIDER_COUNT_TIMEOUT)
+    assert len(rt._late_warnings) == MAX_TRACKED_STAGES  # noqa: SLF001 - the bound is the point
+    assert rt.take_late_warnings(stages[0]) == set()  # the oldest stage's warning was dropped
+    assert rt.take_late_warnings(stages[-1]) == {WarningCode.PROVIDER_COUNT_TIMEOUT}
     # A stage that failed again moves to the young end and is kept.
-    rt.defer_warning(stages[5_001], WarningCode.PROVIDER_COUNT_FAILED)
+    rt.hold_late_warning(stages[5_001], WarningCode.PROVIDER_COUNT_FAILED)
     for stage in stages[:4_000]:
-        rt.defer_warning(stage, WarningCode.PROVIDER_COUNT_TIMEOUT)
-    assert rt.take_deferred(stages[5_001]) == {WarningCode.PROVIDER_COUNT_TIMEOUT, WarningCode.PROVIDER_COUNT_FAILED}
+        rt.hold_late_warning(stage, WarningCode.PROVIDER_COUNT_TIMEOUT)
+    assert rt.take_late_warnings(stages[5_001]) == {WarningCode.PROVIDER_COUNT_TIMEOUT, WarningCode.PROVIDER_COUNT_FAILED}
+
+
+_FIRST_CALLS = r"""
+import json, threading
+import cw_middleware as cw
+
+THREADS = 8
+barrier = threading.Barrier(THREADS)
+errors = []
+
+def first_call(i):
+    barrier.wait()  # every thread's first call at once: none finds a runtime configured
+    try:
+        with cw.stage("first-use", f"stage-{i}"):
+            cw.completion(model="gpt-4o", messages=[{"role": "user", "content": f"hello {i}"}], mock_response="ok")
+    except BaseException as exc:
+        errors.append(type(exc).__name__)
+
+threads = [threading.Thread(target=first_call, args=(i,)) for i in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps({"flushed": cw.flush(10.0), "errors": errors}))
+"""
+
+
+def test_concurrent_first_calls_configure_one_runtime_and_lose_no_stage(tmp_path):
+    """Two first calls each configuring a runtime closed one under the other's calls: stages went missing."""
+    path = tmp_path / "telemetry.jsonl"
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "CW_EXPORT": f"file:{path}", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    proc = subprocess.run([sys.executable, "-c", _FIRST_CALLS], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"flushed": True, "errors": []}
+    reader = cw.reader(f"file:{path}")
+    found = [s.stage_id for s in reader.stages("first-use")]
+    assert sorted(found) == [f"stage-{i}" for i in range(8)]
+    assert all(reader.context_window("first-use", f"stage-{i}").available for i in range(8))

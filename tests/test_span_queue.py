@@ -51,7 +51,7 @@ def test_no_finished_span_object_outlives_its_call_and_the_file_gets_every_span(
         with cw.stage(run_id="run-q", stage_id="impl@1"):
             for i in range(calls):
                 cw.completion(model="gpt-4o", messages=[*MESSAGES, {"role": "user", "content": f"turn {i}"}], mock_response="ok")
-        # Once its deferred estimate ran (a process's first calls wait for the tokenizer on a worker).
+        # Once its background estimate ran (a process's first calls wait for the tokenizer on a worker).
         last = cw.snapshots()[-1]
         # A worker may still hold the last span for a moment (not yet diagnosed): allow it 3 s to let go.
         deadline = time.monotonic() + 3.0

@@ -23,9 +23,9 @@ MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "c
 
 @pytest.fixture(autouse=True)
 def _forget_refusals():
-    chat._refusing.clear()
+    chat.refusing_endpoints().clear()
     yield
-    chat._refusing.clear()
+    chat.refusing_endpoints().clear()
 
 
 def _kwargs(provider, **extra):  # noqa: F811
@@ -117,7 +117,7 @@ def test_azure_default_api_version_is_asked(monkeypatch):
 def test_the_refusal_memory_is_bounded():
     for i in range(chat.MAX_REFUSING_ENDPOINTS + 50):
         chat.remember_refusal("openai", {"api_base": f"http://h{i}"})
-    assert len(chat._refusing) == chat.MAX_REFUSING_ENDPOINTS
+    assert len(chat.refusing_endpoints()) == chat.MAX_REFUSING_ENDPOINTS
     assert not chat.asks_stream_usage("openai", {"api_base": f"http://h{chat.MAX_REFUSING_ENDPOINTS + 49}"})
     assert chat.asks_stream_usage("openai", {"api_base": "http://h0"})  # the oldest forgotten first
 

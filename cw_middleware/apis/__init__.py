@@ -1,6 +1,6 @@
 """API adapters: what one LiteLLM API's requests and responses look like, one module per API.
 
-A call's lifecycle (``wrapper._Call``) is the same for every entry point: read
+A call's lifecycle (``call.Call``) is the same for every entry point: read
 the request, estimate it locally, strip the tags, forward it, read the usage.
 What differs between Chat Completions and the Responses API sits behind `Api`:
 

@@ -24,6 +24,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
+from ..process import PROCESS
 from ..reconcile import usage_cache_prefix_tokens, usage_input_tokens
 from ..tags import strip_messages, strip_tools
 from .base import NOTHING, Forward, Parsed, Reading, Usage
@@ -45,10 +46,8 @@ ESTIMATE_KEYS = (
 STREAM_USAGE_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "openai_compatible", "hosted_vllm"})
 # Azure api-versions that accept stream_options: 2024-08-01-preview and later (the GA 2024-10-21 too).
 AZURE_STREAM_OPTIONS_SINCE = "2024-08-01"
-# Endpoints that refused stream_options; bounded, oldest forgotten first.
+# Endpoints that refused stream_options are remembered (for the process); bounded, oldest forgotten first.
 MAX_REFUSING_ENDPOINTS = 256
-_refusing: OrderedDict[tuple[str, str, str], None] = OrderedDict()
-_refusing_lock = threading.Lock()
 # Delta fields that make a choice carry something for the caller.
 _DELTA_FIELDS = ("content", "role", "tool_calls", "function_call", "refusal", "audio", "reasoning_content")
 
@@ -106,10 +105,47 @@ class ChatCompletions:
         return Reading(numbers, model, usage_only)
 
 
-def _endpoint(provider: Optional[str], kwargs: Mapping[str, Any]) -> tuple[str, str, str]:
+Endpoint = tuple[str, str, str]  # (provider, api_base, api_version)
+
+
+def _endpoint(provider: Optional[str], kwargs: Mapping[str, Any]) -> Endpoint:
     base = kwargs.get("api_base") or kwargs.get("base_url") or ""
     version = kwargs.get("api_version") or ""
     return str(provider or ""), str(base), str(version)
+
+
+class RefusingEndpoints:
+    """Endpoints that refused ``stream_options`` (a part of the process state: a configure() keeps them)."""
+
+    def __init__(self) -> None:
+        self._endpoints: OrderedDict[Endpoint, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, endpoint: Endpoint) -> bool:
+        if not self._endpoints:  # the common case, on every stream: no lock
+            return False
+        with self._lock:
+            return endpoint in self._endpoints
+
+    def __len__(self) -> int:
+        return len(self._endpoints)
+
+    def add(self, endpoint: Endpoint) -> None:
+        with self._lock:
+            self._endpoints[endpoint] = None
+            while len(self._endpoints) > MAX_REFUSING_ENDPOINTS:
+                self._endpoints.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._endpoints.clear()
+
+    def after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+
+
+def refusing_endpoints() -> RefusingEndpoints:
+    return PROCESS.part(RefusingEndpoints)
 
 
 def asks_stream_usage(provider: Optional[str], kwargs: Mapping[str, Any]) -> bool:
@@ -121,10 +157,7 @@ def asks_stream_usage(provider: Optional[str], kwargs: Mapping[str, Any]) -> boo
         version = kwargs.get("api_version") or os.environ.get("AZURE_API_VERSION") or ""
         if isinstance(version, str) and version[:10] < AZURE_STREAM_OPTIONS_SINCE and version[:4].isdigit():
             return False
-    if not _refusing:
-        return True
-    with _refusing_lock:
-        return _endpoint(provider, kwargs) not in _refusing
+    return _endpoint(provider, kwargs) not in refusing_endpoints()
 
 
 def refused_stream_usage(exc: BaseException) -> bool:
@@ -139,10 +172,7 @@ def refused_stream_usage(exc: BaseException) -> bool:
 
 
 def remember_refusal(provider: Optional[str], kwargs: Mapping[str, Any]) -> None:
-    with _refusing_lock:
-        _refusing[_endpoint(provider, kwargs)] = None
-        while len(_refusing) > MAX_REFUSING_ENDPOINTS:
-            _refusing.popitem(last=False)
+    refusing_endpoints().add(_endpoint(provider, kwargs))
 
 
 def _carries_nothing_else(choices: Any) -> bool:

@@ -13,11 +13,19 @@ Loading o200k_base costs ~0.3-0.6 s of CPU (parsing 200k ranks, then tiktoken's 
 estimates that call in the background) and starts `prefetch`, a daemon thread that loads it.
 Everything else (`cw.estimate`, the background estimate) waits for the loader. The loader is
 polite: the ranks are parsed in slices with the GIL released between them, and while an LLM
-call is in flight (the wrapper runs each one inside `CALLS_IN_FLIGHT`) it holds back, for at
+call is in flight (the wrapper runs each one inside `calls_in_flight()`) it holds back, for at
 most `MAX_HOLD_BACK` seconds, because tiktoken's ``CoreBPE`` build holds the GIL from start to
-end. After ``os.fork()`` a child whose parent was still loading starts its own loader
-(`after_fork_in_child`, which runtime.py's one at-fork hook calls; the pid is also checked on
-each use, for a child forked before that hook was registered).
+end.
+
+The loader is a one-shot thread per encoding, not a job on the package's `worker.Worker`:
+it is no queue (each encoding loads once per process, and a second encoding asked for
+meanwhile must not wait behind the first), and whoever needs an encoding waits on that
+encoding's own event, not on a queue of unrelated jobs. It holds nothing once it has run.
+
+The loaded encodings and the loader's state are a part of the process state (`_Tokenizers`,
+see process.py): after ``os.fork()`` a child whose parent was still loading starts its own
+loader (the pid is also checked on each use, for a child forked before the process's hook
+was registered).
 """
 
 from __future__ import annotations
@@ -33,8 +41,7 @@ from contextlib import contextmanager
 from typing import Any, Optional
 
 from .._offline import encoding_file, encoding_url
-
-loaded_from: dict[str, str] = {}  # encoding name -> the file its ranks were read from
+from ..process import PROCESS
 
 MAX_HOLD_BACK = 1.0  # seconds the loader defers to in-flight calls before it loads anyway
 _SLICE_BYTES = 64 * 1024  # of the ranks file parsed per slice (~4k ranks); the GIL is released between slices
@@ -46,13 +53,6 @@ class NotReady(Exception):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.name = name
-
-
-_encodings: dict[str, Any] = {}  # loaded: survives a fork, as a copy of finished objects
-_lock = threading.Lock()
-_loading: dict[str, threading.Event] = {}  # name -> set when loaded (or failed)
-_pid = os.getpid()
-_local = threading.local()
 
 
 class _CallsInFlight:
@@ -82,54 +82,82 @@ class _CallsInFlight:
         self.count, self._idle = 0, threading.Condition(threading.Lock())
 
 
-CALLS_IN_FLIGHT = _CallsInFlight()
+class _Tokenizers:
+    """The loaded encodings, their counters, and the loader's lock and events (a part of the process state)."""
+
+    def __init__(self) -> None:
+        self.encodings: dict[str, Any] = {}  # loaded: survives a fork, as a copy of finished objects
+        self.loaded_from: dict[str, str] = {}  # encoding name -> the file its ranks were read from
+        self.counters: dict[str, Callable[[str], int]] = {}
+        self.loading: dict[str, threading.Event] = {}  # name -> set when loaded (or failed)
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
+        self.calls_in_flight = _CallsInFlight()
+        self.local = threading.local()  # .no_wait: this thread counts inside without_waiting()
+
+    def after_fork_in_child(self) -> None:
+        """A child forked mid-load has no loader thread, and maybe a held lock: start afresh (loaded ones stay)."""
+        self.calls_in_flight.reset()
+        if self.pid != os.getpid():
+            self.lock = threading.Lock()
+            self.loading.clear()
+            self.pid = os.getpid()
 
 
-def after_fork_in_child() -> None:
-    """A child forked mid-load has no loader thread, and maybe a held lock: start afresh (loaded ones stay)."""
-    global _lock, _pid
-    CALLS_IN_FLIGHT.reset()
-    if _pid != os.getpid():
-        _lock = threading.Lock()
-        _loading.clear()
-        _pid = os.getpid()
+def _state() -> _Tokenizers:
+    return PROCESS.part(_Tokenizers)
+
+
+def calls_in_flight() -> _CallsInFlight:
+    """The LLM calls in flight (``with calls_in_flight():`` around one): the loader holds back for them."""
+    return _state().calls_in_flight
+
+
+def loaded_from() -> dict[str, str]:
+    """Encoding name -> the file its ranks were read from (LiteLLM's copy), for the encodings loaded so far."""
+    return dict(_state().loaded_from)
 
 
 @contextmanager
 def without_waiting() -> Iterator[None]:
     """Counting on this thread raises `NotReady` instead of waiting for an encoding to load."""
-    previous = getattr(_local, "no_wait", False)
-    _local.no_wait = True
+    local = _state().local
+    previous = getattr(local, "no_wait", False)
+    local.no_wait = True
     try:
         yield
     finally:
-        _local.no_wait = previous
+        local.no_wait = previous
 
 
-def _after_fork_if_pid_changed() -> None:
-    if _pid != os.getpid():
-        after_fork_in_child()
+def _current() -> _Tokenizers:
+    """The state, renewed first in a child forked before the process's at-fork hook was registered."""
+    state = _state()
+    if state.pid != os.getpid():
+        state.after_fork_in_child()
+    return state
 
 
 def ready(name: str) -> bool:
-    return name in _encodings
+    return name in _state().encodings
 
 
 def prefetch(name: str = "o200k_base") -> None:
     """Load an encoding on a daemon thread (idempotent; restarted in a forked child)."""
-    if name in _encodings:
+    state = _state()
+    if name in state.encodings:
         return
-    _after_fork_if_pid_changed()
+    state = _current()
     # Imported here, on the caller's thread (~25 ms once): a module half-imported by the loader when
     # the process forks would stay locked in the child, whose own loader would then wait forever.
     import tiktoken.load  # noqa: F401
     import tiktoken.registry  # noqa: F401
     from tiktoken_ext import openai_public  # noqa: F401
 
-    with _lock:
-        if name in _encodings or name in _loading:
+    with state.lock:
+        if name in state.encodings or name in state.loading:
             return
-        done = _loading[name] = threading.Event()
+        done = state.loading[name] = threading.Event()
     thread = threading.Thread(target=_load_into, args=(name, done, True), name=f"cw-tiktoken-{name}", daemon=True)
     thread.start()
 
@@ -137,7 +165,7 @@ def prefetch(name: str = "o200k_base") -> None:
 def wait_ready(timeout: float) -> bool:
     """True once no encoding is loading (flush waits here, within its timeout)."""
     deadline = time.monotonic() + timeout
-    for done in list(_loading.values()):
+    for done in list(_state().loading.values()):
         if not done.wait(max(0.0, deadline - time.monotonic())):
             return False
     return True
@@ -145,45 +173,47 @@ def wait_ready(timeout: float) -> bool:
 
 def encoding(encoding_name: str) -> Any:
     """The loaded encoding; waits for a loader in progress, or loads it here (never in `without_waiting`)."""
-    enc = _encodings.get(encoding_name)
+    state = _state()
+    enc = state.encodings.get(encoding_name)
     if enc is not None:
         return enc
-    if getattr(_local, "no_wait", False):
+    if getattr(state.local, "no_wait", False):
         prefetch(encoding_name)
         raise NotReady(encoding_name)
-    _after_fork_if_pid_changed()
-    with _lock:
-        loaded = encoding_name in _encodings
-        done = _loading.get(encoding_name)
+    state = _current()
+    with state.lock:
+        loaded = encoding_name in state.encodings
+        done = state.loading.get(encoding_name)
         mine = done is None and not loaded
         if mine:
-            done = _loading[encoding_name] = threading.Event()
+            done = state.loading[encoding_name] = threading.Event()
     if mine and done is not None:
         _load_into(encoding_name, done, polite=False)
     elif done is not None:
         done.wait()
-    enc = _encodings.get(encoding_name)
+    enc = state.encodings.get(encoding_name)
     if enc is None:  # the loader failed: load here, so the error (if any) is the caller's to see
         enc = _build(encoding_name, polite=False)
-        _encodings[encoding_name] = enc
+        state.encodings[encoding_name] = enc
     return enc
 
 
 def _load_into(name: str, done: threading.Event, polite: bool) -> None:
+    state = _state()
     try:
-        _encodings[name] = _build(name, polite)
+        state.encodings[name] = _build(name, polite)
     except Exception:  # noqa: BLE001 - encoding() retries on the caller's thread and raises there
         pass
     finally:
         done.set()
-        with _lock:
-            if _loading.get(name) is done:
-                del _loading[name]
+        with state.lock:
+            if state.loading.get(name) is done:
+                del state.loading[name]
 
 
 def _hold_back(polite: bool, since: float) -> None:
     if polite:
-        CALLS_IN_FLIGHT.wait_idle(MAX_HOLD_BACK - (time.monotonic() - since))
+        calls_in_flight().wait_idle(MAX_HOLD_BACK - (time.monotonic() - since))
 
 
 def _ranks_from_litellm(name: str, polite: bool) -> Callable[..., dict[bytes, int]]:
@@ -198,7 +228,7 @@ def _ranks_from_litellm(name: str, polite: bool) -> Callable[..., dict[bytes, in
         data = path.read_bytes()
         if expected_hash and hashlib.sha256(data).hexdigest() != expected_hash:
             raise ValueError(f"LiteLLM's copy of {name} does not match tiktoken's hash")
-        loaded_from[name] = str(path)
+        _state().loaded_from[name] = str(path)
         # The .tiktoken format: one "base64(token) rank" pair a line. Split a slice of whole lines at a
         # time: one split of the whole file would hold the GIL for tens of ms in a single C call.
         ranks: dict[bytes, int] = {}
@@ -238,7 +268,7 @@ def _build(encoding_name: str, polite: bool) -> Any:
         try:
             return tiktoken.Encoding(**scoped())
         except (OSError, ValueError, KeyError, TypeError, binascii.Error):
-            loaded_from.pop(encoding_name, None)
+            _state().loaded_from.pop(encoding_name, None)
     return tiktoken.get_encoding(encoding_name)
 
 
@@ -251,9 +281,6 @@ SHORT_TEXT = 64  # roles, names, recipients, separators: counted once, not once 
 MAX_SHORT = 4096  # short texts memoised per encoding
 
 
-_counters: dict[str, Callable[[str], int]] = {}
-
-
 def counter(encoding_name: str) -> Callable[[str], int]:
     """Token count of a text; the encoding is looked up on first use, so making rules never loads it.
 
@@ -261,7 +288,8 @@ def counter(encoding_name: str) -> Callable[[str], int]:
     str -> int, cleared when full: no per-entry objects for the collector to walk); long
     texts are cached by the estimator (keyed by hash, holding no text).
     """
-    made = _counters.get(encoding_name)
+    counters = _state().counters
+    made = counters.get(encoding_name)
     if made is not None:
         return made
     encode: Optional[Callable[[str], list[int]]] = None
@@ -282,4 +310,4 @@ def counter(encoding_name: str) -> Callable[[str], int]:
             short[text] = tokens
         return tokens
 
-    return _counters.setdefault(encoding_name, count)
+    return counters.setdefault(encoding_name, count)

@@ -68,6 +68,7 @@ from functools import lru_cache
 from typing import Any
 
 from ._tiktoken import counter
+from .protocol import PromptAdditions
 
 TEXT_SCALE = 1.18
 TOOL_SCALE = TEXT_SCALE  # one tokenizer ratio for prose and for JSON definitions
@@ -142,7 +143,7 @@ def _scaled(count: Callable[[str], int], scale: float) -> Callable[[str], int]:
 
 
 @dataclass(frozen=True)
-class AnthropicRules:
+class AnthropicRules(PromptAdditions):
     tool_prompt: int = TOOL_PROMPT_DEFAULT[0]  # tool_choice auto / none (or absent)
     forced_tool_prompt: int = TOOL_PROMPT_DEFAULT[1]  # tool_choice any / a named tool
     structured_output_as_tool: bool = False  # LiteLLM sends response_format as a forced json_tool_call tool

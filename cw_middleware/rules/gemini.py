@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._tiktoken import counter
+from .protocol import PromptAdditions
 
 TEXT_SCALE = 1.04
 _DIGIT_RUN = re.compile(r"[0-9]+")
@@ -178,7 +179,7 @@ def _parse(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class GeminiRules:
+class GeminiRules(PromptAdditions):
     json_declarations: bool = True  # the Gemini API, 2.5 and later; Vertex AI and 2.0 bill text values
     content_markers: bool = True  # 2.5 and later: one token per Content
     bills_signatures: bool = True  # the Gemini API does; Vertex AI does not

@@ -57,6 +57,7 @@ from typing import Any
 
 from ._tiktoken import counter
 from ._typescript import render_function
+from .protocol import PromptAdditions
 
 # Families whose encoding is o200k_base; older chat models use cl100k_base.
 _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss", "gpt-realtime", "codex")
@@ -108,7 +109,7 @@ def layout_for(model: str) -> str:
 
 
 @dataclass(frozen=True)
-class OpenAIRules:
+class OpenAIRules(PromptAdditions):
     name: str
     provider: str
     exact: bool

@@ -8,6 +8,7 @@ server's request log, the snapshots, the logs.
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import logging
 import threading
@@ -18,10 +19,10 @@ import pytest
 from providers import ANTHROPIC, CANARY, CHAT, GEMINI, OPENAI_COUNT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware import counting
+from cw_middleware import count_bodies
 from cw_middleware.config import resolve
 from cw_middleware.contract import CountMethod, WarningCode
-from cw_middleware.counting import CountError, CountTarget, ProviderCounter, canonical_request, count_tokens, target_for
+from cw_middleware.provider_count import CountError, CountTarget, ProviderCounter, canonical_request, count_tokens, target_for
 
 CLAUDE = "anthropic/claude-3-5-sonnet-20241022"
 GEMINI_MODEL = "gemini/gemini-2.0-flash"
@@ -148,7 +149,7 @@ def test_no_credentials_no_target(provider_name, model):
 
 
 def test_anthropic_body_follows_the_messages_format():
-    body = counting.to_anthropic("claude-x", CONVERSATION, TOOLS, "required")
+    body = count_bodies.to_anthropic("claude-x", CONVERSATION, TOOLS, "required")
     assert body["system"] == [{"type": "text", "text": "You are a coding agent."}]
     roles = [m["role"] for m in body["messages"]]
     assert roles == ["user", "assistant", "user"]  # tool result and next user turn merged: roles alternate
@@ -159,7 +160,7 @@ def test_anthropic_body_follows_the_messages_format():
 
 
 def test_gemini_body_follows_the_generate_content_format():
-    body = counting.to_gemini("gemini-x", CONVERSATION, TOOLS, {"type": "function", "function": {"name": "weather"}})
+    body = count_bodies.to_gemini("gemini-x", CONVERSATION, TOOLS, {"type": "function", "function": {"name": "weather"}})
     request = body["generateContentRequest"]
     assert request["model"] == "models/gemini-x"
     assert request["systemInstruction"] == {"parts": [{"text": "You are a coding agent."}]}
@@ -173,7 +174,7 @@ def test_gemini_body_follows_the_generate_content_format():
 
 def test_openai_responses_body_follows_the_input_items_format():
     schema = {"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}}}
-    body = counting.to_openai_responses("gpt-4o", CONVERSATION, TOOLS, "auto", schema)
+    body = count_bodies.to_openai_responses("gpt-4o", CONVERSATION, TOOLS, "auto", schema)
     kinds = [item.get("type", item.get("role")) for item in body["input"]]
     assert kinds == ["system", "user", "function_call", "function_call_output", "user"]
     assert body["input"][2] == {"type": "function_call", "call_id": "call_1", "name": "weather", "arguments": '{"city": "Paris"}'}
@@ -552,6 +553,29 @@ def test_a_failing_callback_does_not_kill_the_worker(provider):  # noqa: F811
     assert counter.wait_idle(5)
     assert results == [provider[ANTHROPIC].tokens]
     counter.close()
+
+
+def test_a_finished_call_is_collectable_while_the_counter_waits_for_its_next_count(provider):  # noqa: F811
+    """The counter's thread waits up to 30 s for its next count: it must not keep the last one's call and span."""
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+
+    from cw_middleware.runtime import Runtime, set_runtime
+
+    # No span processor: nothing but the middleware could keep a finished span alive.
+    rt = Runtime(resolve(export="none", environ={}), TracerProvider())
+    previous = set_runtime(rt)
+    try:
+        with cw.stage(run_id="run-idle-counter", stage_id="s@1"):
+            cw.completion(**_claude(provider))
+        assert rt.flush(5)
+        assert len(provider.hits(ANTHROPIC)) == 1  # counted; the worker thread now waits for the next count
+        gc.collect()
+        spans = [o for o in gc.get_objects() if isinstance(o, ReadableSpan) and o.name.startswith("chat")]
+        alive = [span for span in spans if span.attributes.get("agent.run.id") == "run-idle-counter"]
+        assert alive == []
+    finally:
+        set_runtime(previous)
+        rt.shutdown()
 
 
 def test_bad_per_call_policy_falls_back_to_the_configured_one(runtime, provider, caplog):  # noqa: F811

@@ -1,0 +1,328 @@
+"""One LLM call, from request to usage, whatever the API: the lifecycle every entry point runs.
+
+`Call.start` reads the request (the API's adapter, ``apis/``), asks for its local estimate,
+strips the tags, opens the call's span and takes the stage's late warnings; the entry points
+(wrapper.py) forward the clean request to LiteLLM and hand back what came of it:
+`finish_response`, `see_chunk` then `finish_stream` for a stream, or `fail`. Two values carry
+the call from step to step:
+
+* its local estimate, a `PendingEstimate` (pending_estimate.py): there at once, or, while a
+  tokenizer loads, coming from the runtime's background-estimate worker. What needs it is
+  chained onto it: the ``local_estimate`` snapshot and the provider count (`_estimated`), then
+  the call's end;
+* its end, an `_Ending` (the usage, or the exception LiteLLM raised, and when), which takes one
+  path whatever ended the call (`_end`, then `_close` once the estimate is there).
+
+Only a caller mistake (a bad tag) raises; any other failure inside the middleware is logged and
+the LLM call proceeds as LiteLLM would run it. A call whose own preparation failed publishes
+nothing: a snapshot of a request we could not read would be a wrong number, and a fault on
+every call a flood.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .apis import Api, Forward, Parsed, Usage
+from .apis.chat import refused_stream_usage, remember_refusal
+from .config import ProviderCountPolicy, StreamUsagePolicy, parse_policy, parse_stream_usage
+from .contract import CountMethod, WarningCode
+from .errors import ConfigError, TagError
+from .estimator import Estimate
+from .model_facts import OPTION_CONTEXT_WINDOW
+from .pending_estimate import PendingEstimate, estimate_in_background
+from .rules import _tiktoken
+from .runtime import Runtime, get_runtime
+from .snapshot import RequestMeta, build_snapshot
+from .stages import current_stage, default_stage
+from .telemetry import CallTelemetry
+
+# Per-call options of ours; removed before LiteLLM sees the request.
+OPTION_PROVIDER_COUNT = "cw_provider_count"
+OPTION_STREAM_USAGE = "cw_stream_usage"
+OPTIONS = (OPTION_CONTEXT_WINDOW, OPTION_PROVIDER_COUNT, OPTION_STREAM_USAGE)
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """How a call ended: its usage (a response, a stream's end) or the exception LiteLLM raised, and when."""
+
+    at: int  # ns since the epoch: the span ends then, even when its estimate comes later
+    usage: Optional[Usage] = None
+    response_model: Optional[str] = None
+    error: Optional[BaseException] = None
+
+
+class Call:
+    """Everything the middleware knows about one LLM call, from request to usage."""
+
+    def __init__(self, runtime: Runtime, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any]):
+        self.runtime = runtime
+        self.api = api
+        self.args = args
+        self.kwargs = kwargs
+        self.options = options
+        # Outside any stage a call still exports: into the service's default run (stages.py).
+        self.stage = current_stage() or default_stage(runtime.config.service_name)
+        self.call_seq = runtime.register_call(self.stage)
+        self.parsed: Optional[Parsed] = None
+        self.estimated = PendingEstimate.ready(None)  # the local estimate, once `_estimate` asked for it
+        self.estimate: Optional[Estimate] = None  # set once it is there (`_estimated`)
+        self.forward: Optional[Forward] = None
+        self.meta = RequestMeta(self.stage.run_id, self.stage.stage_id, None, None, None)
+        self.warnings: set[WarningCode] = set()
+        self.telemetry: Optional[CallTelemetry] = None
+        self.mock = kwargs.get("mock_response") is not None
+        self.stream_usage = runtime.config.stream_usage is StreamUsagePolicy.AUTO
+        self.broken = False  # its preparation failed inside the middleware: it publishes nothing
+        self.ended = False
+        self._stream_usage: Optional[Usage] = None
+        self._response_model: Optional[str] = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def start(cls, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
+        options = {k: kwargs.pop(k) for k in OPTIONS if k in kwargs}
+        runtime = get_runtime()  # never raises: a broken environment gets a no-op runtime and a log line
+        call = cls(runtime, api, args, kwargs, options)
+        call.estimated = call._estimate()  # raises TagError for a malformed hand-made tag: the caller's mistake
+        try:
+            call._prepare()
+        except TagError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            runtime.log.warning("prepare", f"cw_middleware: could not prepare a snapshot ({type(exc).__name__})")
+            call.broken = True
+        if call.forward is None:  # preparation failed before the request was rewritten: tags still go
+            call._rewrite(provider=None)
+        return call
+
+    @property
+    def model(self) -> str:
+        return self.parsed.model if self.parsed is not None else ""
+
+    @property
+    def hide_usage_chunk(self) -> bool:
+        return self.forward is not None and self.forward.hide_usage
+
+    # ------------------------------------------------------------ request
+
+    def _estimate(self) -> PendingEstimate:
+        try:
+            self.parsed = parsed = self.api.parse(self.args, self.kwargs)
+            try:
+                with _tiktoken.without_waiting():  # the first calls of a process never wait for a tokenizer to load
+                    estimate = self.runtime.estimator.estimate(parsed.model, parsed.messages, api=parsed.api, **parsed.options)
+            except _tiktoken.NotReady:
+                return estimate_in_background(self.runtime, parsed)  # a bad tag raises here too
+            return PendingEstimate.ready(estimate)
+        except TagError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            self.runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
+            self.broken = True
+            return PendingEstimate.ready(None)
+
+    def _prepare(self) -> None:
+        runtime, options = self.runtime, self.options
+        if options.get(OPTION_STREAM_USAGE) is not None:
+            try:
+                self.stream_usage = parse_stream_usage(options[OPTION_STREAM_USAGE]) is StreamUsagePolicy.AUTO
+            except ConfigError:  # the configured policy applies, and a log line says why
+                runtime.log.warning("stream_usage", f"cw_middleware: ignoring {OPTION_STREAM_USAGE}: use 'auto' or 'never'")
+        self.meta, window_codes = runtime.model_facts.request_meta(
+            self.model,
+            self.kwargs.get("custom_llm_provider"),
+            options.get(OPTION_CONTEXT_WINDOW),
+            self.stage,
+            context_windows=runtime.config.context_windows,
+            log=runtime.log,
+        )
+        self._rewrite(self.meta.provider)
+        if self.broken:
+            return
+        self.warnings |= window_codes
+        self.telemetry = runtime.telemetry.start_call(self.api.operation, self.meta.provider, self.meta.model, self.stage)
+        self.warnings |= runtime.take_late_warnings(self.stage)
+        self.estimated.then(self._estimated)
+
+    def _rewrite(self, provider: Optional[str]) -> None:
+        """The request as LiteLLM must get it; never fails (an unreadable one goes out as given)."""
+        try:
+            parsed = self.parsed or self.api.parse(self.args, self.kwargs)
+            self.forward = self.api.forward(self.args, self.kwargs, parsed, self.estimate, provider, self.stream_usage)
+        except Exception as exc:  # noqa: BLE001 - not a request we can read: LiteLLM's to judge, untouched
+            self.runtime.log.warning("rewrite", f"cw_middleware: could not read the request ({type(exc).__name__})")
+            self.forward = Forward(self.args, self.kwargs)
+            self.broken = True
+        self.args, self.kwargs = self.forward.args, self.forward.kwargs
+
+    def _estimated(self, estimate: Optional[Estimate]) -> None:
+        """The estimate is there: the ``local_estimate`` snapshot, after queueing a provider count where one is due."""
+        if estimate is None or self.parsed is None:
+            self.broken = True
+            return
+        self.estimate = estimate
+        self.warnings |= estimate.warnings | self.parsed.warnings
+        if self.broken:
+            return
+        self._start_provider_count()
+        self._publish(CountMethod.LOCAL_ESTIMATE)
+
+    def drop_stream_usage(self, exc: BaseException) -> bool:
+        """The provider refused the ``stream_options`` we added (a 400/422 naming it, before any chunk).
+
+        Then the request goes out once more exactly as the caller wrote it, and its endpoint is
+        remembered: bare LiteLLM would have streamed, so must we. True when the caller should retry.
+        """
+        forward = self.forward
+        if forward is None or not forward.hide_usage or not refused_stream_usage(exc):
+            return False
+        self.kwargs.pop("stream_options", None)
+        forward.hide_usage = False
+        remember_refusal(self.meta.provider, self.kwargs)
+        self.runtime.log.warning(
+            "stream_options", "cw_middleware: an endpoint refused stream_options; its streams now go out without it"
+        )
+        return True
+
+    # ------------------------------------------------------------ provider count
+
+    def _start_provider_count(self) -> None:
+        """Queue a background count where the policy asks for one; never waits for it."""
+        policy = self.runtime.config.provider_count
+        per_call_policy = self.options.get(OPTION_PROVIDER_COUNT)
+        if per_call_policy is not None:
+            try:
+                policy = parse_policy(per_call_policy)
+            except ConfigError:  # the call still goes out, with the configured policy and a log line saying why
+                message = f"cw_middleware: ignoring {OPTION_PROVIDER_COUNT}: use 'auto', 'always' or 'never'"
+                self.runtime.log.warning("policy", message)
+        assert self.estimate is not None and self.forward is not None
+        if policy is ProviderCountPolicy.NEVER or (policy is ProviderCountPolicy.AUTO and self.estimate.rules.exact):
+            return
+        if self.mock and policy is not ProviderCountPolicy.ALWAYS:
+            return  # a mocked call sends nothing upstream unless a count was asked for explicitly
+        from . import provider_count  # imports httpx: only calls that may count pay for it, not the read side
+
+        target = provider_count.target_for(self.meta.provider, self.model, self.kwargs)
+        if target is None:
+            self.warnings.add(WarningCode.PROVIDER_UNCONFIGURED)
+            return
+        # The clean (untagged) request, as the provider will see it.
+        request = self.api.count_request(self.forward, self.model)
+        self.runtime.counter().submit(target, request, self._on_provider_count)
+
+    def _on_provider_count(self, tokens: Optional[int], failure: Optional[WarningCode]) -> None:
+        """Runs on the counter's worker thread (or, for a full queue, inside submit)."""
+        if tokens is not None:
+            # A count that lands after a newer call of the stage began is kept but never "latest".
+            superseded = not self.runtime.is_newest_call(self.stage, self.call_seq)
+            self._publish(CountMethod.PROVIDER_API_SCALED_BREAKDOWN, total=tokens, superseded=superseded)
+            return
+        if failure is None:
+            return
+        if self.telemetry is not None:
+            try:
+                attributes = self.runtime.telemetry.metric_attributes(self.meta.provider, self.meta.model, self.stage)
+                self.runtime.telemetry.count_failures.add(1, attributes)
+            except Exception:  # noqa: BLE001
+                pass
+        with self._lock:
+            if not self.ended:
+                self.warnings.add(failure)  # rides on this call's next snapshot
+                return
+        self.runtime.hold_late_warning(self.stage, failure)
+
+    # ------------------------------------------------------------ response
+
+    def finish_response(self, response: Any) -> None:
+        """A whole response: its usage and model end the call."""
+        reading = self.api.read(response)
+        if reading.unreadable:
+            self.runtime.log.warning("usage", "cw_middleware: could not read a response's usage")
+        self.finish(reading.usage, reading.model)
+
+    def see_chunk(self, chunk: Any) -> bool:
+        """Note a chunk's (or event's) usage and model; False when the chunk is ours to swallow."""
+        try:
+            reading = self.api.read(chunk)
+            if reading.unreadable:
+                self.runtime.log.warning("usage", "cw_middleware: could not read a stream's usage")
+            if reading.usage is not None:
+                self._stream_usage = reading.usage
+            if reading.model is not None:
+                self._response_model = reading.model
+            return not (self.hide_usage_chunk and reading.usage_only)
+        except Exception:  # noqa: BLE001
+            return True
+
+    def finish_stream(self) -> None:
+        self.finish(self._stream_usage, self._response_model)
+
+    def finish(self, usage: Optional[Usage], response_model: Optional[str]) -> None:
+        self._end(_Ending(time.time_ns(), usage, response_model))
+
+    def fail(self, exc: BaseException) -> None:
+        self._end(_Ending(time.time_ns(), error=exc))
+
+    def _end(self, ending: _Ending) -> None:
+        """The first end counts (a stream may end, then be collected); it waits for the estimate when it is pending."""
+        with self._lock:
+            if self.ended:
+                return
+            self.ended = True
+        self.estimated.then(lambda _: self._close(ending))
+
+    def _close(self, ending: _Ending) -> None:
+        """The call's end: the response-usage snapshot (or the local estimate once more, saying why), then the span's."""
+        try:
+            usage = ending.usage
+            total = None if self.mock or usage is None else usage.input_tokens
+            if ending.error is not None:
+                pass  # a failed call has no usage: its last snapshot stays the local estimate
+            elif self.mock:
+                self.warnings.add(WarningCode.MOCK_USAGE_NOT_RECONCILED)
+                self._publish(CountMethod.LOCAL_ESTIMATE)
+            elif total is None:
+                self.warnings.add(WarningCode.USAGE_MISSING)
+                self._publish(CountMethod.LOCAL_ESTIMATE)
+            else:
+                prefix_total = usage.cache_prefix_tokens if usage is not None else None
+                self._publish(CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN, total=total, cache_prefix_total=prefix_total)
+            if self.telemetry is not None:
+                self.telemetry.end(
+                    response_model=ending.response_model,
+                    input_tokens=total,
+                    output_tokens=None if self.mock or usage is None else usage.output_tokens,
+                    cache_read_tokens=None if usage is None else usage.cache_read_tokens,
+                    error=ending.error,
+                    end_time=ending.at,
+                )
+        except Exception as exc:  # noqa: BLE001
+            self.runtime.log.warning("end", f"cw_middleware: could not end the call ({type(exc).__name__})")
+
+    def _publish(
+        self, method: CountMethod, total: Optional[int] = None, superseded: bool = False, cache_prefix_total: Optional[int] = None
+    ) -> None:
+        if self.broken or self.estimate is None:
+            return
+        try:
+            snap = build_snapshot(
+                self.estimate.by_source,
+                self.meta,
+                method,
+                set(self.warnings),
+                total=total,
+                max_details=self.runtime.config.max_details,
+                unestimated=self.estimate.unestimated,
+                parts=self.runtime.parts,
+                cache_prefix=self.estimate.cache_prefix,
+                cache_prefix_total=cache_prefix_total,
+            )
+            self.runtime.publish(snap, self.telemetry, self.stage, superseded=superseded)
+        except Exception as exc:  # noqa: BLE001
+            self.runtime.log.warning("publish", f"cw_middleware: could not build a snapshot ({type(exc).__name__})")

@@ -1,0 +1,224 @@
+"""One message's tokens per (category, source): its text, content parts, tool calls and name, under its tags.
+
+The estimator (estimator.py) counts each message it has not seen before with `MessageCounter`,
+which asks the model's `CountingRules` for the pieces through a `TextCache` (the estimator's).
+A tagged message or content part counts under its tag; untagged, system and developer messages
+count as ``system_prompt``, the rest as ``conversation``. Images, audio and files are never
+guessed from their bytes: the key that carries them is noted (``unseen``). A shape the rules
+cannot read costs that message's accuracy, never the estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, Optional
+
+from .contract import Category, WarningCode
+from .errors import TagError
+from .request_copies import AsDict, plain_text
+from .rules import CountingRules
+from .rules._tiktoken import NotReady
+from .tags import MESSAGE_ROLES, TAG_KEY, UNKNOWN_ROLE_LABEL, Tag, has_tag, read_tag, role_label
+
+# Content part types that carry text the model reads as text.
+_TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+_DEFAULT_SOURCE = {"system": "system", "developer": "developer"}
+
+SourceKey = tuple[Category, str]
+_UNREADABLE: SourceKey = (Category.CONVERSATION, UNKNOWN_ROLE_LABEL)
+_UNREADABLE_PART: SourceKey = (Category.OTHER, "")  # never exported: a marker inside _count_message
+
+
+class MessageCount(NamedTuple):
+    """One message's tokens per (category, source), its warnings, and the non-text parts it carries."""
+
+    entries: tuple[tuple[SourceKey, int], ...]
+    warnings: frozenset[WarningCode]
+    tagged: bool
+    unseen: tuple[tuple[SourceKey, int], ...] = ()  # non-text parts per carrier key
+
+
+_NO_WARNINGS: frozenset[WarningCode] = frozenset()
+_OPAQUE = MessageCount((), frozenset({WarningCode.OPAQUE_CONTEXT_NOT_ESTIMATED}), False)
+_UNREADABLE_WARNING = frozenset({WarningCode.UNREADABLE_MESSAGE})
+
+
+class TokenizerFailed(Exception):
+    """The rules' tokenizer failed on a plain string: no estimate stands, whatever the message's shape.
+
+    Raised instead of the tokenizer's own error, whose message may quote the text.
+    """
+
+
+ReadMessage = Callable[[dict[str, Any]], Optional[dict[str, Any]]]
+CountText = Callable[[CountingRules, str], int]
+
+
+class TextCache:
+    """Token counts of texts, keyed on ``(rules, hash(text), len(text))``: content-addressed, holding no text.
+
+    Two generations of at most ``max_texts`` counts each: when the young one is full it becomes
+    the old one, and a count found in the old one moves back to the young one.
+    """
+
+    def __init__(self, max_texts: int) -> None:
+        self.young: dict[tuple[str, int, int], int] = {}
+        self.old: dict[tuple[str, int, int], int] = {}
+        self._max = max_texts
+
+    def count(self, rules: CountingRules, text: str) -> int:
+        key = (rules.name, hash(text), len(text))
+        tokens = self.young.get(key)
+        if tokens is None:
+            tokens = self.old.get(key)
+            if tokens is None:
+                try:
+                    tokens = rules.text(text)
+                except NotReady:  # still loading: the call's estimate goes to the background
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    raise TokenizerFailed(type(exc).__name__) from None
+            if len(self.young) >= self._max:
+                self.old, self.young = self.young, {}
+            self.young[key] = tokens
+        return tokens
+
+
+class MessageCounter:
+    """Counts one message at a time; ``text`` counts a text (the estimator's `TextCache`)."""
+
+    def __init__(self, text: CountText, as_dict: AsDict) -> None:
+        self._text = text
+        self._as_dict = as_dict
+
+    def count(self, rules: CountingRules, msg: Any, read_message: Optional[ReadMessage]) -> MessageCount:
+        """One message's count; a shape the rules cannot read costs that message's accuracy, never the estimate.
+
+        LiteLLM passes odd shapes on (a role that is a list, ``tool_calls=[{"function": "x"}]``):
+        such a message counts its framing and plain-string content where it can, under its tag or
+        ``conversation``/``unknown_role``, with the warning ``unreadable_message``. A bad tag is
+        still the caller's mistake and raises.
+        """
+        try:
+            return self._count_message(rules, msg, read_message)
+        # The caller's mistake; a tokenizer that fails or is still loading (the call's estimate goes to the background).
+        except (TagError, TokenizerFailed, NotReady):
+            raise
+        except Exception:  # noqa: BLE001
+            return self._unreadable(rules, msg)
+
+    def _unreadable(self, rules: CountingRules, msg: Any) -> MessageCount:
+        msg = msg if isinstance(msg, dict) else {}
+        tag = read_tag(msg) if TAG_KEY in msg else None  # a bad tag still raises: the caller's mistake
+        key = (tag.category, tag.source or UNKNOWN_ROLE_LABEL) if tag is not None else _UNREADABLE
+        # A plain message's framing must count: if it fails too, the rules are broken, not the message,
+        # and the whole estimate fails (a breakdown of zeros would be a wrong number, not a degraded one).
+        content = msg.get("content")
+        tokens = rules.message_framing({"role": "user"}) + (self._text(rules, content) if type(content) is str else 0)
+        return MessageCount(((key, tokens),), _UNREADABLE_WARNING, has_tag(msg))
+
+    def _count_message(self, rules: CountingRules, raw: Any, read_message: Optional[ReadMessage] = None) -> MessageCount:
+        msg = self._as_dict(raw)
+        if read_message is not None:
+            read = read_message(msg)
+            if read is None:  # held or encrypted by the provider: nothing to count, and a warning
+                return _OPAQUE
+            msg = read
+        warnings: set[WarningCode] = set()
+        if not msg and type(raw) is not dict:  # a string, None, a number in the message list
+            warnings.add(WarningCode.UNREADABLE_MESSAGE)
+        role = msg.get("role") or "user"
+        if type(role) is not str:  # a str Enum (smolagents' MessageRole.SYSTEM) counts as its value, as it is sent
+            role = plain_text(role)
+            if not isinstance(role, str):  # a list, a dict, a number: LiteLLM sends it on, we cannot read it
+                warnings.add(WarningCode.UNREADABLE_MESSAGE)
+                role = "user"
+                label = UNKNOWN_ROLE_LABEL
+            msg = {**msg, "role": role}
+        tag = read_tag(msg) if TAG_KEY in msg else None
+        if tag is not None:
+            own: SourceKey = (tag.category, tag.source or role_label(role))
+        elif role in _DEFAULT_SOURCE:
+            own = (Category.SYSTEM_PROMPT, _DEFAULT_SOURCE[role])
+        else:
+            label = role if role in MESSAGE_ROLES else (UNKNOWN_ROLE_LABEL if warnings else role_label(role))
+            own = (Category.CONVERSATION, label)
+        # Most messages are one untagged string: they take the straight path, one entry, no dict.
+        tokens = rules.message_framing(msg)
+        name = msg.get("name")
+        if name:
+            tokens += self._text(rules, plain_text(name) if isinstance(name, str) else str(name))
+        content = msg.get("content")
+        parts: dict[SourceKey, int] = {}
+        unseen: dict[SourceKey, int] = {}
+        tagged = tag is not None
+        if isinstance(content, str):
+            tokens += self._text(rules, content)
+        elif isinstance(content, (list, tuple)):
+            for part in content:
+                tagged |= self._count_part(rules, part, own, parts, unseen)
+            tokens += parts.pop(own, 0)
+            if unseen:
+                warnings.add(WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED)
+            if parts.pop(_UNREADABLE_PART, None) is not None:
+                warnings.add(WarningCode.UNREADABLE_MESSAGE)
+        elif content is not None:
+            warnings.add(WarningCode.UNREADABLE_MESSAGE)
+        calls = msg.get("tool_calls")
+        if calls:
+            readable = self._readable_calls(calls if isinstance(calls, (list, tuple)) else None, warnings)
+            if readable:
+                tokens += rules.tool_calls(readable)
+        function_call = msg.get("function_call")
+        if function_call:
+            readable = self._readable_calls([{"function": function_call}], warnings)
+            if readable:
+                tokens += rules.tool_calls(readable)
+        entries = ((own, tokens), *parts.items()) if parts else ((own, tokens),)
+        return MessageCount(entries, frozenset(warnings) if warnings else _NO_WARNINGS, tagged, tuple(unseen.items()))
+
+    def _count_part(
+        self, rules: CountingRules, part: Any, own: SourceKey, entries: dict[SourceKey, int], unseen: dict[SourceKey, int]
+    ) -> bool:
+        if isinstance(part, str):
+            entries[own] = entries.get(own, 0) + self._text(rules, part)
+            return False
+        raw, part = part, self._as_dict(part)
+        if not part and type(raw) is not dict:
+            entries[_UNREADABLE_PART] = 0  # a marker, popped by the caller: the part is not a part
+            return False
+        tag: Optional[Tag] = read_tag(part)
+        key = (tag.category, tag.source or own[1]) if tag is not None else own
+        text = part.get("text")
+        if part.get("type", "text") in _TEXT_PART_TYPES:  # a part without a type is text
+            if isinstance(text, str):
+                entries[key] = entries.get(key, 0) + self._text(rules, text)
+            else:
+                entries[_UNREADABLE_PART] = 0
+        else:
+            # Images, audio, files: never guessed from their bytes. The key that carries the part is
+            # remembered: an authoritative total's surplus over the local count belongs to it.
+            unseen[key] = unseen.get(key, 0) + 1
+        return tag is not None
+
+    def _readable_calls(self, calls: Optional[Sequence[Any]], warnings: set[WarningCode]) -> list[dict[str, Any]]:
+        """Tool calls as the rules read them (dicts whose ``function`` is a dict); the rest is unreadable."""
+        if calls is None:
+            warnings.add(WarningCode.UNREADABLE_MESSAGE)
+            return []
+        as_dict = self._as_dict
+        out = []
+        for raw in calls:
+            call = as_dict(raw)
+            function = call.get("function")
+            if function is not None and not isinstance(function, Mapping):
+                function = as_dict(function) if hasattr(function, "model_dump") else None
+                if function is None:
+                    warnings.add(WarningCode.UNREADABLE_MESSAGE)
+                    continue
+                call = {**call, "function": function}
+            if not call:
+                warnings.add(WarningCode.UNREADABLE_MESSAGE)
+                continue
+            out.append(call)
+        return out

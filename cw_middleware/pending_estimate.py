@@ -1,0 +1,99 @@
+"""A call's local estimate as a value: there at once, or made in the background while a tokenizer loads.
+
+The first calls of a process must not wait for a tokenizer to load (rules/_tiktoken.py): such a
+call's estimate runs on its Runtime's background-estimate worker, over value copies of what it
+reads (the caller may change its lists once the call returns). Whatever needs the estimate --
+the ``local_estimate`` snapshot, the provider count, then the call's end -- is chained onto the
+`PendingEstimate` with `then`, and runs once it is there, in the order it was chained: at once
+on the caller's thread when the estimate is already made (the common case), else on the worker
+right after it. So a call has one end-of-call path whether its estimate came at once or later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Optional
+
+from .apis import Parsed
+from .estimator import Estimate
+from .runtime import Runtime
+from .tags import check_tags
+
+logger = logging.getLogger("cw_middleware")
+
+Step = Callable[[Optional[Estimate]], None]  # gets the estimate; None: the call has none (it publishes nothing)
+
+
+class PendingEstimate:
+    """The local estimate of one call, and the steps waiting for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done = False
+        self._estimate: Optional[Estimate] = None
+        self._steps: list[Step] = []
+
+    @classmethod
+    def ready(cls, estimate: Optional[Estimate]) -> PendingEstimate:
+        pending = cls()
+        pending._estimate, pending._done = estimate, True
+        return pending
+
+    def then(self, step: Step) -> None:
+        """Run ``step(estimate)`` once the estimate is there: now, on this thread, if it already is."""
+        with self._lock:
+            if not self._done:
+                self._steps.append(step)
+                return
+        _run(step, self._estimate)
+
+    def resolve(self, estimate: Optional[Estimate]) -> None:
+        """The estimate is there: the waiting steps run here, in order, then later ones run where they are chained."""
+        self._estimate = estimate
+        while True:
+            with self._lock:
+                steps, self._steps = self._steps, []
+                if not steps:
+                    self._done = True  # only now: a step chained meanwhile still runs after the earlier ones
+                    return
+            for step in steps:
+                _run(step, estimate)
+
+
+def _run(step: Step, estimate: Optional[Estimate]) -> None:
+    try:
+        step(estimate)
+    except Exception as exc:  # noqa: BLE001 - one step's failure must not skip the call's end
+        logger.warning("cw_middleware: a step after a call's estimate failed (%s)", type(exc).__name__)
+
+
+def estimate_in_background(runtime: Runtime, parsed: Parsed) -> PendingEstimate:
+    """The estimate of ``parsed`` on the runtime's background-estimate worker, over value copies of the request.
+
+    Raises `TagError` for a malformed tag now, on the caller's call, as an estimate made at once would.
+    """
+    options = dict(parsed.options)
+    check_tags(parsed.messages, [*(options.get("tools") or ()), *(options.get("functions") or ())])
+    estimator = runtime.estimator
+    for key in ("tools", "functions"):
+        if options.get(key):
+            options[key] = estimator.frozen(options[key])
+    messages = estimator.frozen(parsed.messages or [])
+    pending = PendingEstimate()
+
+    def estimate() -> None:
+        try:
+            made: Optional[Estimate] = estimator.estimate(parsed.model, messages, api=parsed.api, **options)
+        except Exception as exc:  # noqa: BLE001
+            runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
+            made = None
+        pending.resolve(made)
+
+    if not runtime.background_estimates.submit(estimate):
+        runtime.log.warning(
+            "background-estimate", "cw_middleware: too many calls wait for a tokenizer; this one is not estimated"
+        )
+        pending.resolve(None)
+    return pending
