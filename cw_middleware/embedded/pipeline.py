@@ -2,9 +2,10 @@
 
 Export never reaches the call path: spans go through a bounded batching processor (full
 queue: dropped, counted, said once a minute), for the file cw's own `CompactSpanProcessor`
-and for OTLP the SDK's ``BatchSpanProcessor``; metrics go through a
-``PeriodicExportingMetricReader`` (or, with ``metrics="prometheus:HOST:PORT"``, the scrape
-endpoint's reader); log events, when asked, through the SDK's ``BatchLogRecordProcessor``.
+and for OTLP the SDK's ``BatchSpanProcessor``; metrics through a push reader collected on a
+worker (`PeriodicCollection`) or, with ``metrics="prometheus:HOST:PORT"``, the scrape
+endpoint's reader, either collected only once the provider has registered it; log events,
+when asked, through the SDK's ``BatchLogRecordProcessor``.
 Flush and shutdown run on a `Worker` each that the caller waits for at most its timeout:
 the SDK's ``BatchSpanProcessor.force_flush`` ignores its timeout and exports on the calling
 thread behind a stuck export, and a metric flush waits on the same file. Nothing raises
@@ -28,8 +29,8 @@ from ..worker import Worker
 from .file_exporters import OtlpJsonFileMetricExporter, file_log_exporter
 from .health import Health, Hold, exporter_logs
 from .otlp import GuardedMetricExporter, GuardedSpanExporter, guarded_log_exporter, otlp_exporters, otlp_log_exporter
-from .readers import periodic_reader
-from .scrape import ScrapeEndpoint, scrape_endpoint
+from .readers import PeriodicCollection, push_reader
+from .scrape import ScrapeEndpoint
 from .sink import JsonLinesFile
 from .span_queue import CompactSpanProcessor
 
@@ -72,12 +73,20 @@ class Pipeline:
         self.metrics_endpoint: Optional[ScrapeEndpoint] = None
         readers = self._metric_readers(metric_exporter, otlp_metrics)
         self.meter_provider = MeterProvider(resource=self._resource, metric_readers=readers, shutdown_on_exit=False)
-        # Only push readers are flushed: a flush of the scrape endpoint's (pull) reader would queue a
-        # collection that its next scrape prints as well, every series twice (the OpenTelemetry
-        # Prometheus collector emits whatever collections are queued), so MeterProvider.force_flush
-        # is not used.
+        # Only now that the provider has registered the readers may anything collect them (issue 18).
+        if self.metrics_endpoint is not None and not self.metrics_endpoint.serve():
+            # The port is taken: a provider without the endpoint's reader, which nothing would scrape.
+            self.meter_provider.shutdown()
+            self.metrics_endpoint, readers = None, []
+            self.meter_provider = MeterProvider(resource=self._resource, shutdown_on_exit=False)
+        # Only push readers are collected periodically and flushed: a flush of the scrape endpoint's
+        # (pull) reader would queue a collection that its next scrape prints as well, every series
+        # twice (the OpenTelemetry Prometheus collector emits whatever collections are queued), so
+        # MeterProvider.force_flush is not used.
         endpoint_reader = self.metrics_endpoint.reader if self.metrics_endpoint is not None else None
         self._push_readers = [r for r in readers if r is not endpoint_reader]
+        self._collection = PeriodicCollection(self._push_readers, config.metric_interval_ms)
+        self._collection.start()
 
         self.logger_provider: Any = self._logger_provider() if config.log_events and config.export != "none" else None
         self._flusher = Worker("cw-flush", max_jobs=1)
@@ -116,11 +125,11 @@ class Pipeline:
                 else:
                     assert otlp is not None and self.health is not None
                     given = GuardedMetricExporter(otlp, self.health)
-            return [periodic_reader(given, config.metric_interval_ms, config.metric_series_limit)]
+            return [push_reader(given, config.metric_series_limit)]
         if config.metrics_endpoint is not None:
-            self.metrics_endpoint = scrape_endpoint(config)
-            if self.metrics_endpoint is not None:
-                return [self.metrics_endpoint.reader]
+            host, port = config.metrics_endpoint
+            self.metrics_endpoint = ScrapeEndpoint(host, port, config.metric_series_limit)  # served once registered
+            return [self.metrics_endpoint.reader]
         return []
 
     def _logger_provider(self) -> Any:
@@ -171,6 +180,8 @@ class Pipeline:
     def _shutdown_now(self) -> bool:
         if self._sdk_tracer is not None:
             self._sdk_tracer.shutdown()
+        self._collection.stop()
+        self._collection.collect()  # the last collection, which the SDK's own ticker made at shutdown
         self.meter_provider.shutdown()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()

@@ -1,11 +1,20 @@
-"""The metric readers the pipeline builds: a periodic push reader for an exporter, a pull reader for the scrape endpoint.
+"""The metric readers the pipeline builds, and the periodic collection that drives the push readers.
 
-Each aggregates at most ``metric_series_limit`` attribute sets a metric (beyond it, one
-overflow series), the same limit for every instrument class.
+A push reader (an exporter's) is a ``PeriodicExportingMetricReader`` without a thread of its
+own: the SDK's starts its ticker in the reader's constructor, before any ``MeterProvider`` has
+registered the reader, and a tick in that window (a loaded machine, a short interval) logs
+"Cannot call collect on a MetricReader until it is registered on a MeterProvider"
+(issue 18). Here `PeriodicCollection` collects on a `Worker`, started by the pipeline once the
+provider holds the reader. A pull reader (the scrape endpoint's) collects when scraped. Each
+aggregates at most ``metric_series_limit`` attribute sets a metric (beyond it, one overflow
+series), the same limit for every instrument class.
 """
 
 from __future__ import annotations
 
+import math
+import threading
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.sdk.metrics import (
@@ -19,6 +28,9 @@ from opentelemetry.sdk.metrics import (
 from opentelemetry.sdk.metrics import _Gauge as Gauge  # the SDK's synchronous gauge (its public name is the API's)
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, PeriodicExportingMetricReader
 
+from ..worker import Worker
+from .health import warn
+
 
 def series_limits(limit: int) -> dict[type, int]:
     """The same cardinality limit for every instrument class (the SDK's default is 2000 each)."""
@@ -28,10 +40,11 @@ def series_limits(limit: int) -> dict[type, int]:
     }
 
 
-def periodic_reader(exporter: MetricExporter, interval_ms: float, series_limit: int) -> MetricReader:
-    """Pushes to ``exporter`` every ``interval_ms``."""
+def push_reader(exporter: MetricExporter, series_limit: int) -> MetricReader:
+    """Exports to ``exporter`` when collected: by `PeriodicCollection`, a flush, or its shutdown's last collection."""
+    # An infinite interval: the SDK starts no ticker thread (nor an at-fork hook that restarts it).
     return PeriodicExportingMetricReader(
-        exporter, export_interval_millis=interval_ms, cardinality_limits=series_limits(series_limit)
+        exporter, export_interval_millis=math.inf, cardinality_limits=series_limits(series_limit)
     )
 
 
@@ -40,3 +53,40 @@ def prometheus_reader(registry: Any, series_limit: int) -> MetricReader:
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
 
     return PrometheusMetricReader(registry=registry, cardinality_limits=series_limits(series_limit))
+
+
+class PeriodicCollection:
+    """Collects the push readers every ``interval_ms`` on a worker of its own, from `start` to `stop`.
+
+    One job at a time: each waits the interval (woken early by `stop`), collects, and queues
+    the next. `start` must come after the provider registered the readers.
+    """
+
+    def __init__(self, readers: Sequence[MetricReader], interval_ms: float) -> None:
+        self._readers = list(readers)
+        self._interval = interval_ms / 1000
+        self._stopped = threading.Event()
+        self._worker = Worker("cw-metric-export", max_jobs=1)
+
+    def start(self) -> None:
+        if self._readers and self._interval < math.inf:
+            self._worker.submit(self._tick)
+
+    def _tick(self) -> None:
+        if self._stopped.wait(self._interval):
+            return
+        self.collect()
+        self._worker.submit(self._tick)
+
+    def collect(self) -> None:
+        """One collection of every push reader, now (the SDK's ticker's broad catch: never into a thread of ours)."""
+        for reader in self._readers:
+            try:
+                reader.collect()
+            except Exception as exc:  # noqa: BLE001 - a failed collection is the telemetry's, never the app's
+                warn("metric-collect", f"cw_middleware: metric collection failed ({type(exc).__name__})")
+
+    def stop(self) -> None:
+        """No more periodic collections (a running one finishes); the pipeline's shutdown collects once more."""
+        self._stopped.set()
+        self._worker.close(timeout=0)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from collections.abc import Sequence
+from typing import Any
 
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from cw_middleware.config import resolve
-from cw_middleware.embedded import install
+from cw_middleware.embedded import install, pipeline
 from cw_middleware.embedded.health import exporter_logs
 
 
@@ -84,3 +88,65 @@ def test_an_otlp_pipeline_holds_the_exporters_loggers_until_shutdown(monkeypatch
     )
     pipeline.shutdown(0.5)
     assert exporter_logs.held() == before
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _refused(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.parametrize("metrics", ["export", "prometheus"])
+def test_nothing_collects_a_metric_reader_before_the_provider_has_registered_it(tmp_path, monkeypatch, caplog, metrics):
+    """Issue 18: a reader collected before its MeterProvider registered it logs an SDK warning (and loses the collection).
+
+    The provider's constructor, which registers the readers, is held until the test opens it: a
+    slow registration, as on a loaded machine. Nothing the pipeline has started by then may
+    be able to collect: no thread of the pipeline runs, and no scrape endpoint answers.
+    """
+    entered, release = threading.Event(), threading.Event()
+
+    class SlowToRegister(MeterProvider):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            entered.set()
+            assert release.wait(60)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "MeterProvider", SlowToRegister)
+    port = _free_port()
+    settings = (
+        {"export": f"file:{tmp_path / 't.jsonl'}", "metric_interval_ms": 1}
+        if metrics == "export"
+        else {"export": "none", "metrics": f"prometheus:127.0.0.1:{port}"}
+    )
+    before = set(threading.enumerate())
+    built: list[Any] = []
+    assembling = threading.Thread(target=lambda: built.append(install(resolve(environ={}, **settings))), name="assembling")
+    with caplog.at_level(logging.WARNING):
+        assembling.start()
+        try:
+            assert entered.wait(30)
+            started = {t.name for t in set(threading.enumerate()) - before} - {"assembling"}
+            assert started == set()  # the old order had the SDK's ticker (and the endpoint's server) running here
+            assert _refused(port)
+        finally:
+            release.set()
+        assembling.join(30)
+        (built_pipeline,) = built
+        built_pipeline.meter_provider.get_meter("m").create_counter("agent.context_window.snapshots").add(1)
+        if metrics == "export":
+            assert built_pipeline.flush(10)
+        else:
+            import httpx
+
+            page = httpx.get(built_pipeline.metrics_endpoint.url, timeout=10).text
+            assert "agent_context_window_snapshots_total{" in page
+        built_pipeline.shutdown(10)
+    assert not [r.getMessage() for r in caplog.records if "Cannot call collect" in r.getMessage()]
+    if metrics == "export":
+        assert '"name":"agent.context_window.snapshots"' in (tmp_path / "t.jsonl").read_text()
