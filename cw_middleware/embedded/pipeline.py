@@ -125,10 +125,9 @@ class Pipeline:
                 else:
                     assert otlp is not None and self.health is not None
                     given = GuardedMetricExporter(otlp, self.health)
-            return [push_reader(given, config.metric_series_limit)]
+            return [push_reader(given, config)]
         if config.metrics_endpoint is not None:
-            host, port = config.metrics_endpoint
-            self.metrics_endpoint = ScrapeEndpoint(host, port, config.metric_series_limit)  # served once registered
+            self.metrics_endpoint = ScrapeEndpoint(config)  # served once the provider has registered its reader
             return [self.metrics_endpoint.reader]
         return []
 

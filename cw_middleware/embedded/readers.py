@@ -5,13 +5,21 @@ own: the SDK's starts its ticker in the reader's constructor, before any ``Meter
 registered the reader, and a tick in that window (a loaded machine, a short interval) logs
 "Cannot call collect on a MetricReader until it is registered on a MeterProvider"
 (issue 18). Here `PeriodicCollection` collects on a `Worker`, started by the pipeline once the
-provider holds the reader. A pull reader (the scrape endpoint's) collects when scraped. Each
-aggregates at most ``metric_series_limit`` attribute sets a metric (beyond it, one overflow
-series), the same limit for every instrument class.
+provider holds the reader. A pull reader (the scrape endpoint's) collects when scraped.
+
+Each aggregates at most ``metric_series_limit`` attribute sets a metric (beyond it, one
+overflow series), the same limit for every instrument class, where the installed SDK can say
+so: readers take ``cardinality_limits`` from opentelemetry-sdk 1.45.2 on (1.44.0 and 1.45.1
+have neither that argument nor a View's ``aggregation_cardinality_limit``, and no limit at
+all). Each reader class's signature is read once; without the argument the reader is built
+without it (series unbounded, as those SDKs always are) and one warning says so when it
+matters (run/stage labels on, or a limit asked for).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import threading
 from collections.abc import Sequence
@@ -28,6 +36,7 @@ from opentelemetry.sdk.metrics import (
 from opentelemetry.sdk.metrics import _Gauge as Gauge  # the SDK's synchronous gauge (its public name is the API's)
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, PeriodicExportingMetricReader
 
+from ..config import Config
 from ..worker import Worker
 from .health import warn
 
@@ -40,19 +49,41 @@ def series_limits(limit: int) -> dict[type, int]:
     }
 
 
-def push_reader(exporter: MetricExporter, series_limit: int) -> MetricReader:
+@functools.cache
+def takes_series_limits(reader_class: type) -> bool:
+    """Whether this SDK's ``reader_class`` accepts ``cardinality_limits`` (its signature, read once)."""
+    try:
+        return "cardinality_limits" in inspect.signature(reader_class).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _limit_arguments(reader_class: type, config: Config) -> dict[str, Any]:
+    if takes_series_limits(reader_class):
+        return {"cardinality_limits": series_limits(config.metric_series_limit)}
+    if config.metric_run_labels or config.metric_series_limit != Config.metric_series_limit:
+        warn(
+            "series-limit",
+            f"cw_middleware: this opentelemetry-sdk cannot limit metric series (cardinality limits came with 1.45.2), "
+            f"so metric_series_limit={config.metric_series_limit} is not applied"
+            + (": each run/stage adds series without bound" if config.metric_run_labels else ""),
+        )
+    return {}
+
+
+def push_reader(exporter: MetricExporter, config: Config) -> MetricReader:
     """Exports to ``exporter`` when collected: by `PeriodicCollection`, a flush, or its shutdown's last collection."""
     # An infinite interval: the SDK starts no ticker thread (nor an at-fork hook that restarts it).
     return PeriodicExportingMetricReader(
-        exporter, export_interval_millis=math.inf, cardinality_limits=series_limits(series_limit)
+        exporter, export_interval_millis=math.inf, **_limit_arguments(PeriodicExportingMetricReader, config)
     )
 
 
-def prometheus_reader(registry: Any, series_limit: int) -> MetricReader:
+def prometheus_reader(registry: Any, config: Config) -> MetricReader:
     """Collects when ``registry`` is scraped (opentelemetry-exporter-prometheus, imported only when asked)."""
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
 
-    return PrometheusMetricReader(registry=registry, cardinality_limits=series_limits(series_limit))
+    return PrometheusMetricReader(registry=registry, **_limit_arguments(PrometheusMetricReader, config))
 
 
 class PeriodicCollection:

@@ -13,6 +13,7 @@ import logging
 import threading
 from typing import Any, Optional
 
+from ..config import Config
 from .health import warn
 from .readers import prometheus_reader
 
@@ -22,12 +23,13 @@ logger = logging.getLogger("cw_middleware")
 class ScrapeEndpoint:
     """Prometheus text format on HOST:PORT, from a PrometheusMetricReader with a registry of its own."""
 
-    def __init__(self, host: str, port: int, series_limit: int) -> None:
+    def __init__(self, config: Config) -> None:
         from prometheus_client import CollectorRegistry
 
-        self.address: tuple[str, int] = (host, port)
+        assert config.metrics_endpoint is not None
+        self.address: tuple[str, int] = config.metrics_endpoint
         self._registry = CollectorRegistry(auto_describe=True)
-        self.reader = prometheus_reader(self._registry, series_limit)
+        self.reader = prometheus_reader(self._registry, config)
         self._httpd: Any = None
         self._thread: Optional[threading.Thread] = None
 
