@@ -12,16 +12,15 @@ from embedded_helpers import embedded_runtime
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import cw_middleware as cw
-from cw_middleware import embedded
+from cw_middleware._log import RateLimitedLog
+from cw_middleware.embedded import health
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
 
 
 @pytest.fixture(autouse=True)
-def fresh_warnings():
-    embedded._log = embedded.RateLimitedLog()
-    embedded._warn = embedded._log.warning
-    yield
+def fresh_warnings(monkeypatch):
+    monkeypatch.setattr(health, "export_warnings", RateLimitedLog())
 
 
 def _closed_port() -> int:

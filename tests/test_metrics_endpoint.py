@@ -11,6 +11,7 @@ import pytest
 from embedded_helpers import embedded_runtime
 from http_servers import OpenAIStub, running
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client.parser import text_string_to_metric_families
 from servers import free_port
@@ -18,6 +19,7 @@ from test_content_free import CANARIES, _request
 
 import cw_middleware as cw
 from cw_middleware.config import resolve
+from cw_middleware.embedded.readers import takes_series_limits
 from cw_middleware.errors import ConfigError
 
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]
@@ -173,6 +175,9 @@ def test_the_applications_own_providers_are_never_given_a_port(monkeypatch, capl
         runtime.shutdown()
 
 
+@pytest.mark.skipif(
+    not takes_series_limits(PeriodicExportingMetricReader), reason="this opentelemetry-sdk has no cardinality limits (1.45.2 on)"
+)
 def test_series_beyond_the_limit_fold_into_the_overflow_series():
     port = free_port()
     with embedded_runtime(export="none", metrics=f"prometheus:{port}", metric_run_labels=True, metric_series_limit=10):

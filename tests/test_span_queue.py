@@ -23,7 +23,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import cw_middleware as cw
-from cw_middleware.embedded import _CompactSpanProcessor, _JsonLinesFile, encode_spans_json
+from cw_middleware.embedded.encode import encode_spans_json
+from cw_middleware.embedded.sink import JsonLinesFile
+from cw_middleware.embedded.span_queue import CompactSpanProcessor
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
 
@@ -73,8 +75,8 @@ def test_no_finished_span_object_outlives_its_call_and_the_file_gets_every_span(
 def test_a_span_reaches_the_file_as_the_sdk_would_encode_it(tmp_path):
     """Remote parent, trace state, a link, an error status, events and dropped counts survive the tuples."""
     path = tmp_path / "t.jsonl"
-    processor = _CompactSpanProcessor(
-        _JsonLinesFile(str(path)), max_queue_size=64, schedule_delay_millis=60_000, max_export_batch_size=64
+    processor = CompactSpanProcessor(
+        JsonLinesFile(str(path)), max_queue_size=64, schedule_delay_millis=60_000, max_export_batch_size=64
     )
     seen = InMemorySpanExporter()
     provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=3, max_events=1, max_event_attributes=2))
@@ -151,8 +153,8 @@ def test_the_otlp_export_keeps_the_sdk_batcher(monkeypatch):
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
 def test_the_parents_queue_copied_by_fork_takes_nothing_in_the_child(tmp_path):
     path = tmp_path / "t.jsonl"
-    processor = _CompactSpanProcessor(
-        _JsonLinesFile(str(path)), max_queue_size=64, schedule_delay_millis=60_000, max_export_batch_size=64
+    processor = CompactSpanProcessor(
+        JsonLinesFile(str(path)), max_queue_size=64, schedule_delay_millis=60_000, max_export_batch_size=64
     )
     provider = TracerProvider()
     provider.add_span_processor(processor)
@@ -163,7 +165,7 @@ def test_the_parents_queue_copied_by_fork_takes_nothing_in_the_child(tmp_path):
     if pid == 0:  # the child: its copy queues nothing and writes nothing, without waiting on the parent's lock
         with tracer.start_as_current_span("child-span"):
             pass
-        os._exit(0 if processor.force_flush() and len(processor._queue) == 1 else 1)
+        os._exit(0 if processor.force_flush() and processor.queued == 1 else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert processor.force_flush()
