@@ -247,8 +247,8 @@ _ELSEWHERE = (
 
 def _file_hint(args: argparse.Namespace) -> str:
     """Why a file backend may know nothing: no file, an empty one, or one without cw_middleware spans."""
+    from .codec import ATTR_SCHEMA
     from .readback import default_backend_url, parse_backend_url
-    from .schema import ATTR_SCHEMA
 
     try:
         url, _ = parse_backend_url(getattr(args, "backend", None) or default_backend_url())

@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
-from .. import schema as keys
+from .. import codec
 from .._log import RateLimitedLog
 from ..errors import ConfigError
 from .otlp_json import Span
 
 # Array attributes of the contract. Stores built on Jaeger's span model (Elasticsearch,
 # OpenSearch, Cassandra, Badger) keep arrays as their JSON text.
-ARRAY_KEYS = (keys.ATTR_WARNINGS, keys.ATTR_DETAIL_CATEGORIES, keys.ATTR_DETAIL_SOURCES, keys.ATTR_DETAIL_TOKENS)
+ARRAY_KEYS = (codec.ATTR_WARNINGS, codec.ATTR_DETAIL_CATEGORIES, codec.ATTR_DETAIL_SOURCES, codec.ATTR_DETAIL_TOKENS)
 
 
 _log = RateLimitedLog()

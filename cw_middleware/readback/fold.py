@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Optional
 
-from .. import schema as keys
+from .. import codec
 from ..config import parse_seconds
 from ..contract import StageContextWindow, Staleness, UnavailableReason, WarningCode
 from .otlp_json import Span
@@ -66,23 +66,23 @@ class SnapshotRecord:
     event_time_ns: int
 
     def to_window(self, stage_id: str, staleness: Staleness) -> StageContextWindow:
-        return keys.window_from_attributes(self.attributes, stage_id, staleness, self.event_time_ns)
+        return codec.window_from_attributes(self.attributes, stage_id, staleness, self.event_time_ns)
 
 
 def snapshot_records(span: Span, run_id: str, stage_id: str) -> list[SnapshotRecord]:
     out = []
     for event in span.events:
-        if event.name != keys.SNAPSHOT_EVENT:
+        if event.name != codec.SNAPSHOT_EVENT:
             continue
         a = event.attributes
-        if a.get(keys.ATTR_SUPERSEDED):  # an older call's late count: kept in the backend, never the latest
+        if a.get(codec.ATTR_SUPERSEDED):  # an older call's late count: kept in the backend, never the latest
             continue
-        if a.get(keys.ATTR_RUN_ID, span.attributes.get(keys.ATTR_RUN_ID)) != run_id:
+        if a.get(codec.ATTR_RUN_ID, span.attributes.get(codec.ATTR_RUN_ID)) != run_id:
             continue
-        if a.get(keys.ATTR_STAGE_ID, span.attributes.get(keys.ATTR_STAGE_ID)) != stage_id:
+        if a.get(codec.ATTR_STAGE_ID, span.attributes.get(codec.ATTR_STAGE_ID)) != stage_id:
             continue
-        generated = keys.parse_time(a.get(keys.ATTR_GENERATED_AT), event.time_ns).timestamp()
-        record = SnapshotRecord((generated, keys.as_int(a.get(keys.ATTR_EVENT_SEQ)), event.time_ns), a, event.time_ns)
+        generated = codec.parse_time(a.get(codec.ATTR_GENERATED_AT), event.time_ns).timestamp()
+        record = SnapshotRecord((generated, codec.as_int(a.get(codec.ATTR_EVENT_SEQ)), event.time_ns), a, event.time_ns)
         try:
             record.to_window(stage_id, Staleness.STORED)  # a damaged snapshot is skipped, not fatal
         except Exception:  # noqa: BLE001 - whatever a foreign or broken producer wrote
@@ -101,38 +101,38 @@ class SpanRole:
 
 def role_of(span: Span, run_id: str, stage_id: str) -> str:
     a = span.attributes
-    if a.get(keys.ATTR_RUN_ID) != run_id or a.get(keys.ATTR_STAGE_ID) != stage_id:
+    if a.get(codec.ATTR_RUN_ID) != run_id or a.get(codec.ATTR_STAGE_ID) != stage_id:
         # Snapshot events may carry the ids when the span does not (a foreign producer).
-        if any(e.name == keys.SNAPSHOT_EVENT for e in span.events):
+        if any(e.name == codec.SNAPSHOT_EVENT for e in span.events):
             return SpanRole.LATE
         return SpanRole.OTHER
-    state = a.get(keys.ATTR_STAGE_STATE)
-    if state == keys.STAGE_STATE_ENDED:
+    state = a.get(codec.ATTR_STAGE_STATE)
+    if state == codec.STAGE_STATE_ENDED:
         return SpanRole.END
-    if state == keys.STAGE_STATE_STARTED:
+    if state == codec.STAGE_STATE_STARTED:
         # A stage span exported without its end state (old producers) still ended.
-        return SpanRole.START if span.name == keys.STAGE_START_SPAN else SpanRole.END
-    if a.get(keys.ATTR_LATE) or span.name == keys.LATE_SNAPSHOT_SPAN:
+        return SpanRole.START if span.name == codec.STAGE_START_SPAN else SpanRole.END
+    if a.get(codec.ATTR_LATE) or span.name == codec.LATE_SNAPSHOT_SPAN:
         return SpanRole.LATE
     return SpanRole.CALL
 
 
 # The attributes `stage_pairs`, `role_of` and `RunsFold` read: an index decodes only these.
-ROUTING_KEYS = frozenset({keys.ATTR_RUN_ID, keys.ATTR_STAGE_ID})
-INDEX_KEYS = ROUTING_KEYS | {keys.ATTR_STAGE_STATE, keys.ATTR_STAGE_KIND, keys.ATTR_LATE}
+ROUTING_KEYS = frozenset({codec.ATTR_RUN_ID, codec.ATTR_STAGE_ID})
+INDEX_KEYS = ROUTING_KEYS | {codec.ATTR_STAGE_STATE, codec.ATTR_STAGE_KIND, codec.ATTR_LATE}
 
 
 def stage_pairs(span: Span) -> set[tuple[str, str]]:
     """Every (run_id, stage_id) whose `StageFold` this span can change (any other fold ignores it)."""
     a = span.attributes
-    run_id, stage_id = a.get(keys.ATTR_RUN_ID), a.get(keys.ATTR_STAGE_ID)
+    run_id, stage_id = a.get(codec.ATTR_RUN_ID), a.get(codec.ATTR_STAGE_ID)
     out = set()
     if isinstance(run_id, str) and isinstance(stage_id, str):
         out.add((run_id, stage_id))
     for event in span.events:
-        if event.name == keys.SNAPSHOT_EVENT:
+        if event.name == codec.SNAPSHOT_EVENT:
             ea = event.attributes
-            er, es = ea.get(keys.ATTR_RUN_ID, run_id), ea.get(keys.ATTR_STAGE_ID, stage_id)
+            er, es = ea.get(codec.ATTR_RUN_ID, run_id), ea.get(codec.ATTR_STAGE_ID, stage_id)
             if isinstance(er, str) and isinstance(es, str):
                 out.add((er, es))
     return out
@@ -184,8 +184,8 @@ class StageFold:
             return
         self.seen = True
         self.last_activity_ns = max(self.last_activity_ns, _activity_ns(span))
-        if self.kind is None and isinstance(span.attributes.get(keys.ATTR_STAGE_KIND), str):
-            self.kind = span.attributes[keys.ATTR_STAGE_KIND]
+        if self.kind is None and isinstance(span.attributes.get(codec.ATTR_STAGE_KIND), str):
+            self.kind = span.attributes[codec.ATTR_STAGE_KIND]
         if self.state is None and role in (SpanRole.START, SpanRole.END):
             self.state = "stored" if role == SpanRole.END else "live"
         self.call_seen |= role == SpanRole.CALL
@@ -211,7 +211,7 @@ class StageFold:
         if self.best is not None:
             return self._older_than_best or self.started_marker_seen
         # No snapshot yet: an agent stage entered again may have one from an earlier entry.
-        return self.kind != keys.AGENT_STAGE_KIND
+        return self.kind != codec.AGENT_STAGE_KIND
 
     def result(self) -> Optional[StageContextWindow]:
         """The answer, or None when no span names this stage."""
@@ -224,15 +224,15 @@ class StageFold:
             answer = self.best.to_window(self.stage_id, staleness)
             if aged_out:
                 answer = answer.model_copy(
-                    update={"warnings": [*answer.warnings, *keys.warnings_from_codes([WarningCode.STAGE_END_NOT_SEEN.value])]}
+                    update={"warnings": [*answer.warnings, *codec.warnings_from_codes([WarningCode.STAGE_END_NOT_SEEN.value])]}
                 )
             return answer
-        if self.kind is not None and self.kind != keys.AGENT_STAGE_KIND:
+        if self.kind is not None and self.kind != codec.AGENT_STAGE_KIND:
             return StageContextWindow.unavailable(
-                self.stage_id, UnavailableReason.NOT_AGENT_STAGE, keys.warnings_from_codes([WarningCode.NOT_AGENT_STAGE.value])
+                self.stage_id, UnavailableReason.NOT_AGENT_STAGE, codec.warnings_from_codes([WarningCode.NOT_AGENT_STAGE.value])
             )
         return StageContextWindow.unavailable(
-            self.stage_id, UnavailableReason.NOT_OBSERVED, keys.warnings_from_codes([WarningCode.NOT_OBSERVED.value])
+            self.stage_id, UnavailableReason.NOT_OBSERVED, codec.warnings_from_codes([WarningCode.NOT_OBSERVED.value])
         )
 
 
@@ -253,7 +253,7 @@ class StageSummary:
         return {
             "stage_id": self.stage_id,
             "kind": self.kind,
-            "agent_stage": self.kind == keys.AGENT_STAGE_KIND if self.kind else None,
+            "agent_stage": self.kind == codec.AGENT_STAGE_KIND if self.kind else None,
             "staleness": self.staleness.value,
             "started_at": self.started_at.isoformat() if self.started_at else None,
             "last_seen_at": self.last_seen_at.isoformat() if self.last_seen_at else None,
@@ -305,7 +305,7 @@ class StageState:
     def summary(self, stage_id: str, horizon: Horizon) -> StageSummary:
         live = self.state is not Staleness.STORED and not horizon.expired(self.last_ns)
         staleness = Staleness.LIVE if live else Staleness.STORED
-        return StageSummary(stage_id, self.kind, staleness, keys.from_ns(self.first_ns), keys.from_ns(self.last_ns))
+        return StageSummary(stage_id, self.kind, staleness, codec.from_ns(self.first_ns), codec.from_ns(self.last_ns))
 
 
 def summarize_stages(states: Iterable[tuple[str, StageState]], horizon: Horizon) -> Optional[list[StageSummary]]:
@@ -345,21 +345,21 @@ class RunFold:
 
     def add(self, span: Span) -> None:
         a = span.attributes
-        stage_id = a.get(keys.ATTR_STAGE_ID)
-        if a.get(keys.ATTR_RUN_ID) != self.run_id or not isinstance(stage_id, str):
+        stage_id = a.get(codec.ATTR_STAGE_ID)
+        if a.get(codec.ATTR_RUN_ID) != self.run_id or not isinstance(stage_id, str):
             for event in span.events:  # ids only on the events (a foreign producer)
                 ea = event.attributes
                 if (
-                    event.name == keys.SNAPSHOT_EVENT
-                    and ea.get(keys.ATTR_RUN_ID) == self.run_id
-                    and isinstance(ea.get(keys.ATTR_STAGE_ID), str)
+                    event.name == codec.SNAPSHOT_EVENT
+                    and ea.get(codec.ATTR_RUN_ID) == self.run_id
+                    and isinstance(ea.get(codec.ATTR_STAGE_ID), str)
                 ):
-                    self._touch(ea[keys.ATTR_STAGE_ID], None, None, event.time_ns, event.time_ns)
+                    self._touch(ea[codec.ATTR_STAGE_ID], None, None, event.time_ns, event.time_ns)
             return
         role = role_of(span, self.run_id, stage_id)
         # Markers and stage spans decide staleness (see StageFold); a call span only names the stage.
         state = {SpanRole.END: Staleness.STORED, SpanRole.START: Staleness.LIVE}.get(role)
-        kind = a.get(keys.ATTR_STAGE_KIND) if isinstance(a.get(keys.ATTR_STAGE_KIND), str) else None
+        kind = a.get(codec.ATTR_STAGE_KIND) if isinstance(a.get(codec.ATTR_STAGE_KIND), str) else None
         self._touch(stage_id, kind, state, span.start_ns, _activity_ns(span))
 
     def _touch(self, stage_id: str, kind: Optional[str], state: Optional[Staleness], start_ns: int, last_ns: int) -> None:
@@ -381,8 +381,8 @@ class RunsFold:
         self._runs: dict[str, RunFold] = {}
 
     def add(self, span: Span) -> None:
-        run_ids = {span.attributes.get(keys.ATTR_RUN_ID)}
-        run_ids.update(e.attributes.get(keys.ATTR_RUN_ID) for e in span.events if e.name == keys.SNAPSHOT_EVENT)
+        run_ids = {span.attributes.get(codec.ATTR_RUN_ID)}
+        run_ids.update(e.attributes.get(codec.ATTR_RUN_ID) for e in span.events if e.name == codec.SNAPSHOT_EVENT)
         for run_id in run_ids:
             if isinstance(run_id, str) and run_id:
                 fold = self._runs.get(run_id)

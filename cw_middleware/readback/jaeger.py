@@ -23,7 +23,7 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Optional
 
-from .. import schema as keys
+from .. import codec
 from ..contract import StageContextWindow
 from ..errors import BackendResponseError
 from ._spans import export_order, positive_int, restore_arrays, warn_truncated
@@ -59,11 +59,11 @@ class JaegerReader:
     # ------------------------------------------------------------ SnapshotReader
 
     def latest(self, run_id: str, stage_id: str) -> Optional[StageContextWindow]:
-        spans = self._search({keys.ATTR_RUN_ID: run_id, keys.ATTR_STAGE_ID: stage_id})
+        spans = self._search({codec.ATTR_RUN_ID: run_id, codec.ATTR_STAGE_ID: stage_id})
         return fold_stage(spans, run_id, stage_id, self.horizon)
 
     def stages(self, run_id: str) -> Optional[list[StageSummary]]:
-        return fold_run(self._search({keys.ATTR_RUN_ID: run_id}), run_id, self.horizon)
+        return fold_run(self._search({codec.ATTR_RUN_ID: run_id}), run_id, self.horizon)
 
     def runs(self) -> list[RunSummary]:
         return fold_runs(self._search({}), self.horizon)
@@ -75,7 +75,7 @@ class JaegerReader:
 
     def _search(self, attributes: dict[str, str]) -> list[Span]:
         """Every span of the traces matching ``attributes`` (and the schema marker), in export order."""
-        query = {keys.ATTR_SCHEMA: str(keys.SCHEMA_VERSION), **attributes}
+        query = {codec.ATTR_SCHEMA: str(codec.SCHEMA_VERSION), **attributes}
         start_ns, end_ns = window_ns(self.params)
         spans: dict[tuple[str, str], Span] = {}
         traces: set[str] = set()

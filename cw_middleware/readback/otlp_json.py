@@ -35,7 +35,7 @@ from typing import Any, Optional, Union
 
 import msgspec
 
-from ..schema import as_int as _int
+from ..codec import as_int as _int
 
 # ---------------------------------------------------------------- decoding
 

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import quote
 
-from .. import schema as keys
+from .. import codec
 from ..contract import StageContextWindow
 from ..errors import BackendResponseError, ConfigError
 from ._spans import export_order, positive_int, warn_truncated
@@ -104,11 +104,11 @@ class PhoenixReader:
     # ------------------------------------------------------------ SnapshotReader
 
     def latest(self, run_id: str, stage_id: str) -> Optional[StageContextWindow]:
-        spans = self._spans({keys.ATTR_RUN_ID: run_id, keys.ATTR_STAGE_ID: stage_id})
+        spans = self._spans({codec.ATTR_RUN_ID: run_id, codec.ATTR_STAGE_ID: stage_id})
         return fold_stage(spans, run_id, stage_id, self.horizon)
 
     def stages(self, run_id: str) -> Optional[list[StageSummary]]:
-        return fold_run(self._spans({keys.ATTR_RUN_ID: run_id}), run_id, self.horizon)
+        return fold_run(self._spans({codec.ATTR_RUN_ID: run_id}), run_id, self.horizon)
 
     def runs(self) -> list[RunSummary]:
         return fold_runs(self._spans({}), self.horizon)
@@ -120,7 +120,7 @@ class PhoenixReader:
 
     def _spans(self, wanted: dict[str, str]) -> list[Span]:
         """The project's spans carrying ``wanted`` (and the schema marker), in export order."""
-        filters = [f"{keys.ATTR_SCHEMA}:{keys.SCHEMA_VERSION}"]
+        filters = [f"{codec.ATTR_SCHEMA}:{codec.SCHEMA_VERSION}"]
         filters += [f for f in (_filter(k, v) for k, v in wanted.items()) if f is not None]
         start_ns, _ = window_ns(self.params)
         params: dict[str, Any] = {

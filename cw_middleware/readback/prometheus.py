@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Optional
 
-from .. import schema as keys
+from .. import codec
 from ..contract import (
     CATEGORIES,
     BreakdownItem,
@@ -64,9 +64,9 @@ if TYPE_CHECKING:
     from . import BackendURL, ReaderOptions
 
 # Metric and label names as a Prometheus backend stores the contract's instruments and attributes.
-SNAPSHOTS, TOKENS, LIMIT = keys.PROM_SNAPSHOTS, keys.PROM_TOKENS, keys.PROM_LIMIT
-RUN, STAGE, CATEGORY, METHOD = keys.PROM_RUN, keys.PROM_STAGE, keys.PROM_CATEGORY, keys.PROM_COUNT_METHOD
-PROVIDER, MODEL = keys.PROM_PROVIDER, keys.PROM_MODEL
+SNAPSHOTS, TOKENS, LIMIT = codec.PROM_SNAPSHOTS, codec.PROM_TOKENS, codec.PROM_LIMIT
+RUN, STAGE, CATEGORY, METHOD = codec.PROM_RUN, codec.PROM_STAGE, codec.PROM_CATEGORY, codec.PROM_COUNT_METHOD
+PROVIDER, MODEL = codec.PROM_PROVIDER, codec.PROM_MODEL
 OVERFLOW = "otel_metric_overflow"  # the SDK's otel.metric.overflow=true series, past the cardinality limit
 
 COARSE_STEPS = 1000  # subquery resolution: lookback / COARSE_STEPS
@@ -146,7 +146,7 @@ class PrometheusReader:
         return StageContextWindow.unavailable(
             stage_id,
             UnavailableReason.NOT_OBSERVED,
-            keys.warnings_from_codes([WarningCode.NOT_OBSERVED.value, WarningCode.FROM_METRICS.value]),
+            codec.warnings_from_codes([WarningCode.NOT_OBSERVED.value, WarningCode.FROM_METRICS.value]),
         )
 
     def stages(self, run_id: str) -> Optional[list[StageSummary]]:
@@ -284,7 +284,7 @@ class PrometheusReader:
             return StageContextWindow.unavailable(
                 stage_id,
                 UnavailableReason.NOT_OBSERVED,
-                keys.warnings_from_codes([WarningCode.METRICS_SERIES_OVERFLOW.value, WarningCode.FROM_METRICS.value]),
+                codec.warnings_from_codes([WarningCode.METRICS_SERIES_OVERFLOW.value, WarningCode.FROM_METRICS.value]),
             )
         if self._query(f"count(last_over_time({_selector(SNAPSHOTS, **{RUN: run_id})}[{window}]))", now):
             return None  # the run is known, the stage is not
@@ -292,7 +292,7 @@ class PrometheusReader:
             return StageContextWindow.unavailable(
                 stage_id,
                 UnavailableReason.NOT_OBSERVED,
-                keys.warnings_from_codes([WarningCode.METRICS_WITHOUT_RUN_LABELS.value, WarningCode.FROM_METRICS.value]),
+                codec.warnings_from_codes([WarningCode.METRICS_WITHOUT_RUN_LABELS.value, WarningCode.FROM_METRICS.value]),
             )
         return None
 
@@ -371,16 +371,16 @@ def _answer(
         model=series.labels.get(MODEL),
         context_window_tokens=limit,
         input_tokens=total,
-        usage_percent=keys.percent(total, limit),
+        usage_percent=codec.percent(total, limit),
         count_method=method,
         staleness=staleness,
         generated_at=datetime.fromtimestamp(generated_at, tz=UTC),
         event_seq=None,
         breakdown=[
-            BreakdownItem(category=category, tokens=tokens[category], usage_percent=keys.percent(tokens[category], limit))
+            BreakdownItem(category=category, tokens=tokens[category], usage_percent=codec.percent(tokens[category], limit))
             for category in CATEGORIES
         ],
-        warnings=keys.warnings_from_codes(warning_codes),
+        warnings=codec.warnings_from_codes(warning_codes),
         details=[],
     )
 

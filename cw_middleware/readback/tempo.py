@@ -24,7 +24,7 @@ import json
 from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import quote
 
-from .. import schema as keys
+from .. import codec
 from ..contract import StageContextWindow
 from ..errors import BackendResponseError
 from ._spans import export_order, positive_int, warn_truncated
@@ -51,12 +51,11 @@ def _equals(key: str, value: str) -> str:
     return f"span.{key} = {string_literal(value)}"
 
 
-_STAGE_STATE_SET = (
-    f"({_equals(keys.ATTR_STAGE_STATE, keys.STAGE_STATE_STARTED)} || {_equals(keys.ATTR_STAGE_STATE, keys.STAGE_STATE_ENDED)})"
-)
+_STAGE_STATES = (codec.STAGE_STATE_STARTED, codec.STAGE_STATE_ENDED)
+_STAGE_STATE_SET = "(" + " || ".join(_equals(codec.ATTR_STAGE_STATE, state) for state in _STAGE_STATES) + ")"
 _LISTING_SELECT = (
     " | select("
-    + ", ".join(f"span.{k}" for k in (keys.ATTR_RUN_ID, keys.ATTR_STAGE_ID, keys.ATTR_STAGE_KIND, keys.ATTR_STAGE_STATE))
+    + ", ".join(f"span.{k}" for k in (codec.ATTR_RUN_ID, codec.ATTR_STAGE_ID, codec.ATTR_STAGE_KIND, codec.ATTR_STAGE_STATE))
     + ")"
 )
 
@@ -76,14 +75,14 @@ class TempoReader:
     # ------------------------------------------------------------ SnapshotReader
 
     def latest(self, run_id: str, stage_id: str) -> Optional[StageContextWindow]:
-        query = "{ " + _equals(keys.ATTR_RUN_ID, run_id) + " && " + _equals(keys.ATTR_STAGE_ID, stage_id) + " }"
+        query = "{ " + _equals(codec.ATTR_RUN_ID, run_id) + " && " + _equals(codec.ATTR_STAGE_ID, stage_id) + " }"
         spans: list[Span] = []
         for trace_id, _ in self._search(query, spss=1):
             spans.extend(self._trace(trace_id))
         return fold_stage(export_order(spans), run_id, stage_id, self.horizon)
 
     def stages(self, run_id: str) -> Optional[list[StageSummary]]:
-        query = "{ " + _equals(keys.ATTR_RUN_ID, run_id) + " && " + _STAGE_STATE_SET + " }" + _LISTING_SELECT
+        query = "{ " + _equals(codec.ATTR_RUN_ID, run_id) + " && " + _STAGE_STATE_SET + " }" + _LISTING_SELECT
         return fold_run(self._listing(query), run_id, self.horizon)
 
     def runs(self) -> list[RunSummary]:
@@ -117,7 +116,7 @@ class TempoReader:
         spans: list[Span] = []
         for trace_id, span_sets in self._search(query, spss=self.spss):
             found = [s for span_set in span_sets for s in span_set.get("spans") or [] if isinstance(s, dict)]
-            matched = max([keys.as_int(span_set.get("matched")) for span_set in span_sets] or [0])
+            matched = max([codec.as_int(span_set.get("matched")) for span_set in span_sets] or [0])
             if matched > len(found):
                 spans.extend(self._trace(trace_id))
             else:
@@ -138,14 +137,14 @@ class TempoReader:
 
 
 def _search_span(trace_id: str, raw: dict[str, Any]) -> Span:
-    start = keys.as_int(raw.get("startTimeUnixNano"))
+    start = codec.as_int(raw.get("startTimeUnixNano"))
     return Span(
         trace_id=normalize_id(trace_id.rjust(32, "0")),
         span_id=normalize_id(str(raw.get("spanID", "")).rjust(16, "0")),
         parent_span_id="",
         name=str(raw.get("name", "")),
         start_ns=start,
-        end_ns=start + keys.as_int(raw.get("durationNanos")),
+        end_ns=start + codec.as_int(raw.get("durationNanos")),
         attributes=attributes(raw.get("attributes")),
     )
 
