@@ -20,6 +20,8 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
+from functools import cached_property
 from typing import Any, Optional
 
 from .. import codec
@@ -59,14 +61,24 @@ class Horizon:
 
 @dataclass(frozen=True)
 class SnapshotRecord:
-    """One snapshot event as read back; ordered by (generated_at, event_seq, event time)."""
+    """One snapshot event as read back; ordered by (generated_at, event_seq, event time).
+
+    Only what ordering needs is read up front; the attributes are decoded into an answer
+    (`window`) when a record could become its stage's latest, once.
+    """
 
     order: tuple[float, int, int]
     attributes: dict[str, Any]
     event_time_ns: int
+    stage_id: str
 
-    def to_window(self, stage_id: str, staleness: Staleness) -> StageContextWindow:
-        return codec.window_from_attributes(self.attributes, stage_id, staleness, self.event_time_ns)
+    @cached_property
+    def window(self) -> Optional[StageContextWindow]:
+        """The answer this snapshot gives (as stored); None for a damaged snapshot, which is skipped, never fatal."""
+        try:
+            return codec.window_from_attributes(self.attributes, self.stage_id, Staleness.STORED, self.event_time_ns)
+        except Exception:  # noqa: BLE001 - whatever a foreign or broken producer wrote
+            return None
 
 
 def snapshot_records(span: Span, run_id: str, stage_id: str) -> list[SnapshotRecord]:
@@ -82,12 +94,8 @@ def snapshot_records(span: Span, run_id: str, stage_id: str) -> list[SnapshotRec
         if a.get(codec.ATTR_STAGE_ID, span.attributes.get(codec.ATTR_STAGE_ID)) != stage_id:
             continue
         generated = codec.parse_time(a.get(codec.ATTR_GENERATED_AT), event.time_ns).timestamp()
-        record = SnapshotRecord((generated, codec.as_int(a.get(codec.ATTR_EVENT_SEQ)), event.time_ns), a, event.time_ns)
-        try:
-            record.to_window(stage_id, Staleness.STORED)  # a damaged snapshot is skipped, not fatal
-        except Exception:  # noqa: BLE001 - whatever a foreign or broken producer wrote
-            continue
-        out.append(record)
+        order = (generated, codec.as_int(a.get(codec.ATTR_EVENT_SEQ)), event.time_ns)
+        out.append(SnapshotRecord(order, a, event.time_ns, stage_id))
     return out
 
 
@@ -180,8 +188,8 @@ class StageFold:
         if role == SpanRole.OTHER:
             return
         records = snapshot_records(span, self.run_id, self.stage_id)
-        if role == SpanRole.LATE and not records:
-            return
+        if role == SpanRole.LATE and all(r.window is None for r in records):
+            return  # a late snapshot's carrier says nothing without a readable snapshot
         self.seen = True
         self.last_activity_ns = max(self.last_activity_ns, _activity_ns(span))
         if self.kind is None and isinstance(span.attributes.get(codec.ATTR_STAGE_KIND), str):
@@ -192,7 +200,7 @@ class StageFold:
         if role == SpanRole.START:
             self.started_marker_seen = True
         for record in records:
-            if self.best is None or record.order > self.best.order:
+            if (self.best is None or record.order > self.best.order) and record.window is not None:
                 self.best, self._best_writer = record, span.writer
         if self.best is not None and span.end_ns:
             # A span's events happen before it ends, and one writer exports spans in the order
@@ -220,13 +228,13 @@ class StageFold:
         state = self.state or ("live" if self.call_seen else None)
         aged_out = state != "stored" and self.horizon.expired(self.last_activity_ns)
         staleness = Staleness.STORED if state == "stored" or aged_out else Staleness.LIVE
-        if self.best is not None:
-            answer = self.best.to_window(self.stage_id, staleness)
+        stored = self.best.window if self.best is not None else None
+        if stored is not None:
+            update: dict[str, Any] = {"staleness": staleness}
             if aged_out:
-                answer = answer.model_copy(
-                    update={"warnings": [*answer.warnings, *codec.warnings_from_codes([WarningCode.STAGE_END_NOT_SEEN.value])]}
-                )
-            return answer
+                codes = [WarningCode.STAGE_END_NOT_SEEN.value]
+                update["warnings"] = [*stored.warnings, *codec.warnings_from_codes(codes)]
+            return stored.model_copy(update=update)
         if self.kind is not None and self.kind != codec.AGENT_STAGE_KIND:
             return StageContextWindow.unavailable(
                 self.stage_id, UnavailableReason.NOT_AGENT_STAGE, codec.warnings_from_codes([WarningCode.NOT_AGENT_STAGE.value])
@@ -237,6 +245,13 @@ class StageFold:
 
 
 # ---------------------------------------------------------------- one run, all runs
+
+
+class Missing(Enum):
+    """What a backend holds none of, when it has no answer for (run_id, stage_id): `Reader` says which in its NotFound."""
+
+    RUN = "run"
+    STAGE = "stage"  # the run is known, the stage is not
 
 
 @dataclass

@@ -43,7 +43,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from .. import codec
 from ..contract import (
@@ -56,12 +56,12 @@ from ..contract import (
     WarningCode,
 )
 from ..errors import BackendResponseError
-from .fold import Horizon, RunSummary, StageSummary
+from .fold import Horizon, Missing, RunSummary, StageSummary
 from .http import BackendClient
 from .window import lookback, parse_duration
 
 if TYPE_CHECKING:
-    from . import BackendURL, ReaderOptions
+    from .options import BackendURL, ReaderOptions
 
 # Metric and label names as a Prometheus backend stores the contract's instruments and attributes.
 SNAPSHOTS, TOKENS, LIMIT = codec.PROM_SNAPSHOTS, codec.PROM_TOKENS, codec.PROM_LIMIT
@@ -113,7 +113,7 @@ class PrometheusReader:
 
     # ------------------------------------------------------------ SnapshotReader
 
-    def latest(self, run_id: str, stage_id: str) -> Optional[StageContextWindow]:
+    def latest(self, run_id: str, stage_id: str) -> Union[StageContextWindow, Missing]:
         now = self._now()
         ids = {RUN: run_id, STAGE: stage_id}
         counters = self._query(f"last_over_time({_selector(SNAPSHOTS, **ids)}[{_seconds(self.lookback)}])", now)
@@ -277,7 +277,7 @@ class PrometheusReader:
                 times[key] = rise
         return times
 
-    def _missing(self, run_id: str, stage_id: str, now: float) -> Optional[StageContextWindow]:
+    def _missing(self, run_id: str, stage_id: str, now: float) -> Union[StageContextWindow, Missing]:
         """No series for the stage: unknown, or unknowable (no run labels, or folded into the overflow series)."""
         window = _seconds(self.lookback)
         if self._query(f'count(last_over_time({SNAPSHOTS}{{{OVERFLOW}="true"}}[{window}]))', now):
@@ -287,14 +287,14 @@ class PrometheusReader:
                 codec.warnings_from_codes([WarningCode.METRICS_SERIES_OVERFLOW.value, WarningCode.FROM_METRICS.value]),
             )
         if self._query(f"count(last_over_time({_selector(SNAPSHOTS, **{RUN: run_id})}[{window}]))", now):
-            return None  # the run is known, the stage is not
+            return Missing.STAGE
         if self._holds_unlabelled(now):
             return StageContextWindow.unavailable(
                 stage_id,
                 UnavailableReason.NOT_OBSERVED,
                 codec.warnings_from_codes([WarningCode.METRICS_WITHOUT_RUN_LABELS.value, WarningCode.FROM_METRICS.value]),
             )
-        return None
+        return Missing.RUN
 
     def _holds_unlabelled(self, now: float) -> bool:
         return bool(self._query(f'count(last_over_time({SNAPSHOTS}{{{RUN}=""}}[{_seconds(self.lookback)}]))', now))
