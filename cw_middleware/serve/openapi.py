@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core import API_PREFIX
+from .route import API_PREFIX
 
 
 def _error_schema() -> dict[str, Any]:
