@@ -254,6 +254,10 @@ class Missing(Enum):
     STAGE = "stage"  # the run is known, the stage is not
 
 
+def _iso(moment: Optional[datetime]) -> Optional[str]:
+    return moment.isoformat() if moment else None
+
+
 @dataclass
 class StageSummary:
     """One stage of a run, as a listing shows it."""
@@ -270,8 +274,8 @@ class StageSummary:
             "kind": self.kind,
             "agent_stage": self.kind == codec.AGENT_STAGE_KIND if self.kind else None,
             "staleness": self.staleness.value,
-            "started_at": self.started_at.isoformat() if self.started_at else None,
-            "last_seen_at": self.last_seen_at.isoformat() if self.last_seen_at else None,
+            "started_at": _iso(self.started_at),
+            "last_seen_at": _iso(self.last_seen_at),
         }
 
 
@@ -290,8 +294,8 @@ class RunSummary:
             "run_id": self.run_id,
             "stages": self.stages,
             "live_stages": self.live_stages,
-            "first_seen_at": self.first_seen_at.isoformat() if self.first_seen_at else None,
-            "last_seen_at": self.last_seen_at.isoformat() if self.last_seen_at else None,
+            "first_seen_at": _iso(self.first_seen_at),
+            "last_seen_at": _iso(self.last_seen_at),
         }
 
 
