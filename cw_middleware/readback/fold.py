@@ -214,12 +214,11 @@ class StageFold:
     @property
     def done(self) -> bool:
         """True when older spans cannot change the answer (used by readers that scan backwards)."""
-        if self.state is None or self.kind is None:
+        if self.state is None or self.kind is None or self.best is None:
+            # Without a snapshot yet, older lines may hold the stage's model calls whatever its kind
+            # (a label), or those of an earlier entry: only all of them tell a stage without a call.
             return False
-        if self.best is not None:
-            return self._older_than_best or self.started_marker_seen
-        # No snapshot yet: an agent stage entered again may have one from an earlier entry.
-        return self.kind != codec.AGENT_STAGE_KIND
+        return self._older_than_best or self.started_marker_seen
 
     def result(self) -> Optional[StageContextWindow]:
         """The answer, or None when no span names this stage."""
@@ -235,7 +234,9 @@ class StageFold:
                 codes = [WarningCode.STAGE_END_NOT_SEEN.value]
                 update["warnings"] = [*stored.warnings, *codec.warnings_from_codes(codes)]
             return stored.model_copy(update=update)
-        if self.kind is not None and self.kind != codec.AGENT_STAGE_KIND:
+        if self.kind is not None and self.kind != codec.AGENT_STAGE_KIND and not self.call_seen:
+            # No model call: what `not_agent_stage` means. A kind says nothing about calls, so a
+            # stage of any kind that made one has its breakdown, or reads as not observed.
             return StageContextWindow.unavailable(
                 self.stage_id, UnavailableReason.NOT_AGENT_STAGE, codec.warnings_from_codes([WarningCode.NOT_AGENT_STAGE.value])
             )
