@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import Optional
 
-from cw_middleware import schema as keys
+from cw_middleware import codec as keys
 from cw_middleware.contract import StageContextWindow
 from cw_middleware.errors import BackendResponseError, BackendUnavailable
 from cw_middleware.readback.fold import Horizon, RunFold, RunsFold, RunSummary, StageFold, StageSummary

@@ -215,25 +215,32 @@ def _indexing_note() -> Iterator[None]:
 
 
 def _read_errors(fn: Any) -> Any:
-    """CLI error mapping: bad input 2, not found 3, backend failure 4; messages, never tracebacks."""
+    """A read command, run on the reader it opens; bad input 2, not found 3, backend failure 4; messages, never tracebacks."""
 
     def run(args: argparse.Namespace) -> int:
         from .errors import BackendError, ConfigError, NotFound
 
         try:
-            return int(fn(args) or 0)
+            reader = _open_reader(args)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            return int(fn(args, reader) or 0)
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         except NotFound as exc:
             print(f"not found: {exc}", file=sys.stderr)
-            hint = _file_hint(args)
+            hint = _file_hint(reader)
             if hint:
                 print(hint, file=sys.stderr)
             return EXIT_NOT_FOUND
         except BackendError as exc:
             print(f"backend error: {exc}", file=sys.stderr)
             return EXIT_BACKEND
+        finally:
+            reader.close()
 
     return run
 
@@ -245,44 +252,36 @@ _ELSEWHERE = (
 )
 
 
-def _file_hint(args: argparse.Namespace) -> str:
-    """Why a file backend may know nothing: no file, an empty one, or one without cw_middleware spans."""
-    from .readback import default_backend_url, parse_backend_url
-    from .schema import ATTR_SCHEMA
+def _file_hint(reader: Any) -> str:
+    """Why a file backend may know nothing: no file, an empty one, or one without cw_middleware spans (its index says)."""
+    from .readback.otlp_file import FileContents, OtlpFileReader
 
+    backend = reader.backend
+    if not isinstance(backend, OtlpFileReader):
+        return ""
     try:
-        url, _ = parse_backend_url(getattr(args, "backend", None) or default_backend_url())
+        contents = backend.contents()
     except Exception:  # noqa: BLE001 - the hint is best effort
         return ""
-    if url.scheme != "file":
-        return ""
-    path = os.path.expanduser(url.location)
-    if not os.path.exists(path):
+    path = backend.path
+    if contents is FileContents.MISSING:
         return f"  (there is no telemetry file at {path!r} yet: has anything been exported there?)\n{_ELSEWHERE}"
-    try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                return f"  (the telemetry file {path!r} is empty)\n{_ELSEWHERE}"
-            # Plain reads, never a memory map: the file may be truncated (rotated) while we look.
-            marker, tail = ATTR_SCHEMA.encode(), b""
-            while chunk := f.read(1 << 20):
-                if marker in tail + chunk:
-                    return ""
-                tail = chunk[-len(marker) :]
-            return f"  (the telemetry file {path!r} holds no cw_middleware spans)\n{_ELSEWHERE}"
-    except (OSError, ValueError):
-        return ""
+    if contents is FileContents.EMPTY:
+        return f"  (the telemetry file {path!r} is empty)\n{_ELSEWHERE}"
+    if contents is FileContents.NO_SPANS:
+        return f"  (the telemetry file {path!r} holds no cw_middleware spans)\n{_ELSEWHERE}"
+    return ""
 
 
 @_read_errors
-def _cmd_runs(args: argparse.Namespace) -> int:
-    with _open_reader(args) as reader, _indexing_note():
+def _cmd_runs(args: argparse.Namespace, reader: Any) -> int:
+    with _indexing_note():
         runs = reader.runs()
     if args.json:
         print(json.dumps({"runs": [r.as_dict() for r in runs]}, indent=2))
     elif not runs:
         print(f"no runs in {reader.url}", file=sys.stderr)
-        hint = _file_hint(args)
+        hint = _file_hint(reader)
         if hint:
             print(hint, file=sys.stderr)
     else:
@@ -293,8 +292,8 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 
 
 @_read_errors
-def _cmd_show(args: argparse.Namespace) -> int:
-    with _open_reader(args) as reader, _indexing_note():
+def _cmd_show(args: argparse.Namespace, reader: Any) -> int:
+    with _indexing_note():
         answer = reader.context_window(args.run_id, args.stage_id)
     if args.json:
         print(answer.model_dump_json(indent=2))
@@ -306,8 +305,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 @_read_errors
-def _cmd_stages(args: argparse.Namespace) -> int:
-    with _open_reader(args) as reader, _indexing_note():
+def _cmd_stages(args: argparse.Namespace, reader: Any) -> int:
+    with _indexing_note():
         stages = reader.stages(args.run_id)
     if args.json:
         print(json.dumps({"run_id": args.run_id, "stages": [s.as_dict() for s in stages]}, indent=2))
@@ -317,15 +316,12 @@ def _cmd_stages(args: argparse.Namespace) -> int:
 
 
 @_read_errors
-def _cmd_serve(args: argparse.Namespace) -> int:
-    import os
-
+def _cmd_serve(args: argparse.Namespace, reader: Any) -> int:
     from .server import make_server
 
     token = args.token or os.environ.get("CW_SERVE_TOKEN") or None
     if args.host not in ("127.0.0.1", "localhost", "::1") and not token:
         print(f"warning: serving on {args.host} without a bearer token (--token or CW_SERVE_TOKEN)", file=sys.stderr)
-    reader = _open_reader(args)
     try:
         server = make_server(reader, args.host, args.port, token)
     except OSError as exc:
@@ -343,7 +339,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         pass
     finally:
         server.server_close()
-        reader.close()
     return EXIT_OK
 
 

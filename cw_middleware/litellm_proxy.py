@@ -36,12 +36,12 @@ from typing import Any, Optional
 
 from litellm.integrations.custom_logger import CustomLogger
 
+from .codec import AGENT_STAGE_KIND
 from .contract import validate_id
 from .errors import ConfigError
 from .instrument import instrument
 from .process import PROCESS
 from .runtime import get_runtime
-from .schema import AGENT_STAGE_KIND
 from .stages import default_stage, set_for_this_task
 from .telemetry import StageInfo
 

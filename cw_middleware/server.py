@@ -12,12 +12,12 @@ Every answer other than 200 is our JSON error ``{"error": {"code", "message"}}``
 the stdlib's own (bad request line, unknown method, headers too large) included;
 never a stack trace. Ids are path segments: percent-encode a ``/`` as ``%2F``.
 
-Bounds (`serve.core.Limits`): each connection has a socket timeout (idle clients are
+Bounds (`serve.limits.Limits`): each connection has a socket timeout (idle clients are
 closed), the request head must arrive within ``head_timeout`` (slow clients are cut by
 one reaper thread), at most ``max_connections`` connection threads run at once (the
 accept loop answers 503 past that, so threads stay bounded however many sockets are
 open), the listen backlog is 128, backend queries are capped and time-boxed
-(`serve.gate`), event streams are capped (`serve.events`).
+(`serve.gate`), event streams are capped (`serve.watch`).
 
 The bearer token (``--token`` or CW_SERVE_TOKEN) is text; on the wire it is matched
 as UTF-8 (curl, most clients) and, when the token fits ISO-8859-1, as ISO-8859-1
@@ -41,10 +41,12 @@ from urllib.parse import urlsplit
 
 from .readback import Reader
 from .serve import api, events, page
-from .serve.core import API_PREFIX, Context, HttpError, Limits, Route
-from .serve.events import Watchers
 from .serve.gate import QueryGate
+from .serve.http_errors import HttpError
+from .serve.limits import Limits
 from .serve.openapi import openapi_document
+from .serve.route import API_PREFIX, Context, Route
+from .serve.watch import Watchers
 
 logger = logging.getLogger("cw_middleware")
 
@@ -278,16 +280,8 @@ class ReadbackServer(ThreadingHTTPServer):
         self.request_queue_size = self.limits.backlog  # read by server_activate() inside __init__ below
         self.reader = reader
         self.token = token or None
-        watchers = Watchers()
-        self.context = Context(
-            reader,
-            self.limits,
-            QueryGate(self.limits.max_queries, self.limits.query_wait, self.limits.query_timeout),
-            watchers,
-            self.token,
-            openapi_document(),
-        )
-        watchers.bind(self.context)
+        gate = QueryGate(self.limits.max_queries, self.limits.query_wait, self.limits.query_timeout)
+        self.context = Context(reader, self.limits, gate, Watchers(reader, gate, self.limits), self.token, openapi_document())
         self.closing = False
         self._active = 0
         self._active_lock = threading.Lock()

@@ -20,6 +20,7 @@ from typing import Any, Optional, TypeVar
 
 from pydantic import BaseModel
 
+from .codec import percent as _percent
 from .contract import (
     CATEGORIES,
     WARNING_MESSAGES,
@@ -32,7 +33,6 @@ from .contract import (
     WarningCode,
 )
 from .reconcile import reconcile_with_prefix
-from .schema import percent as _percent
 
 _UNATTRIBUTED = (Category.OTHER, "unattributed")
 _UNESTIMATED = (Category.OTHER, "unestimated")

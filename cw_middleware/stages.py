@@ -22,10 +22,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Optional
 
+from .codec import AGENT_STAGE_KIND
 from .contract import validate_id
 from .errors import ConfigError
 from .runtime import get_runtime
-from .schema import AGENT_STAGE_KIND
 from .telemetry import StageInfo
 
 DEFAULT_RUN_PREFIX = "default:"

@@ -18,9 +18,7 @@ from typing import Any, Optional
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-from .config import Config
-from .contract import CATEGORIES, Category, Snapshot
-from .schema import (
+from .codec import (
     ATTR_CATEGORY,
     ATTR_COUNT_METHOD,
     ATTR_LATE,
@@ -57,6 +55,8 @@ from .schema import (
     snapshot_attributes,
     span_level,
 )
+from .config import Config
+from .contract import CATEGORIES, Category, Snapshot
 
 logger = logging.getLogger("cw_middleware")
 

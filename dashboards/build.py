@@ -30,7 +30,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import prometheus as prom_model
 
-from cw_middleware import schema as keys
+from cw_middleware import codec as keys
 
 OUT = Path(__file__).with_name("cw-context-window.json")
 UID = "cw-context-window"

@@ -190,9 +190,9 @@ def test_a_file_that_is_not_otlp_json_is_said_to_be_so(tmp_path, capsys):
 
 
 def test_the_backend_help_lists_the_registered_schemes(monkeypatch):
-    from cw_middleware.readback import BACKENDS
+    from cw_middleware.readback import BACKENDS, Backend
 
-    monkeypatch.setitem(BACKENDS, "tempo", lambda url, options: None)
+    monkeypatch.setitem(BACKENDS, "tempo", Backend("tempo", "tempo+http://HOST:3200", lambda url, options: None))
     helps = []
     parser = cli.build_parser()
     for sub in parser._subparsers._group_actions[0].choices.values():

@@ -222,3 +222,42 @@ def test_a_stream_consumed_after_its_stage_ended_leaves_the_stage_stored(tmp_pat
     reader = cw.reader(f"file:{path}")
     assert reader.context_window("run-s", "impl@1").staleness.value == "stored"
     assert [s.staleness.value for s in reader.stages("run-s")] == ["stored"]
+
+
+@pytest.mark.parametrize("kind", ["planning", "tool"])
+def test_a_stage_of_any_kind_that_called_a_model_reads_back_its_breakdown(tmp_path, capsys, served, kind):
+    # The kind is a label: not_agent_stage is only for a stage that made no model call.
+    path = tmp_path / "telemetry.jsonl"
+    backend = f"file:{path}"
+    with embedded_runtime(export=backend) as rt:
+        with cw.stage(run_id="r", stage_id="planning@1", kind=kind):
+            cw.completion(model="gpt-4o", messages=_agent_messages(0), mock_response="ok")
+            rt.flush(5.0)  # the call's snapshots in one export line, the stage's end in a later one
+        with cw.stage(run_id="r", stage_id="lookup@1", kind=kind):
+            pass
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.startswith('{"resourceSpans"')]
+    events = [
+        e
+        for line in lines
+        for rs in line["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+        for e in s.get("events", [])
+    ]
+    assert [e["name"] for e in events].count("agent.context_window.snapshot") >= 2  # the file holds the call's snapshots
+
+    answer = cw.reader(backend).context_window("r", "planning@1")
+    assert answer.available and answer.unavailable_reason is None and answer.input_tokens
+    assert sum(item.tokens for item in answer.breakdown) == answer.input_tokens
+    quiet = cw.reader(backend).context_window("r", "lookup@1")
+    assert not quiet.available and quiet.unavailable_reason == UnavailableReason.NOT_AGENT_STAGE
+
+    assert cli.main(["show", "r", "planning@1", "--backend", backend, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["available"] is True and shown["unavailable_reason"] is None
+    assert cli.main(["show", "r", "planning@1", "--backend", backend]) == 0
+    assert "not_agent_stage" not in capsys.readouterr().out
+
+    server = served(backend)
+    status, body = _http(f"{server.url}/api/v1/runs/r/stages/planning%401/context-window")
+    assert status == 200 and body["available"] is True and body["input_tokens"] == answer.input_tokens

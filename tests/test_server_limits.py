@@ -16,7 +16,7 @@ import pytest
 from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
-from cw_middleware.readback import Reader
+from cw_middleware.readback import Missing, Reader
 from cw_middleware.server import Limits, make_server
 
 
@@ -235,7 +235,7 @@ class _Backend:
         self.raises: BaseException | None = None
 
     def latest(self, run_id, stage_id):
-        return None
+        return Missing.RUN
 
     def stages(self, run_id):
         if self.raises is not None:

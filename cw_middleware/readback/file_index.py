@@ -6,8 +6,8 @@ that name the stage. The index is built on the first query and then kept up to
 date incrementally: each query folds in only the lines appended since the last
 one (a ``stat`` call when nothing changed).
 
-The first build reads the file once, 4 MB at a time, splitting lines itself (a line
-that straddles two blocks is the only copy made), and decodes each line narrowly
+The first build reads the file once, 4 MB at a time, splitting lines itself
+(`file_lines`: a line that straddles two blocks is the only copy made), and decodes each line narrowly
 (`otlp_json.index_spans`: span names, times and the attributes `fold.INDEX_KEYS`
 names; every other attribute value is skipped undecoded, trace and span ids are
 not read); metrics and logs lines are recognised by their first bytes and never
@@ -60,6 +60,7 @@ from typing import IO, Any, Optional
 
 from ..contract import Staleness
 from ..errors import BackendUnavailable
+from . import file_lines
 from .fold import (
     INDEX_KEYS,
     Horizon,
@@ -78,9 +79,6 @@ VERSION = "1"
 RESTARTS = 3  # scans started again when the file changes under them, before the query fails
 WINDOW = 1 << 16  # bytes of the file's head and of the indexed tail whose CRC-32 must match
 CHUNK_BYTES = 32 << 20  # committed a chunk at a time: progress survives, other processes interleave
-BLOCK_BYTES = 4 << 20  # read a block at a time, split into lines here
-MAX_LINE = 256 << 20  # a longer line is skipped, never held in memory (a damaged file, not an export batch)
-_SPAN_LINE_PREFIXES = (b'{"resourceSpans"', b'{"resource_spans"', b'{"batches"')
 _MEMORY = "memory"
 
 _SCHEMA = """
@@ -328,12 +326,13 @@ class FileIndex:
         pairs: dict[int, set[tuple[str, str]]] = {}
         refs: list[tuple[int, int, int]] = []
         end = upto
-        for offset, body, length, ended in _lines(f, upto, stop):
+        for offset, body, length, ended in file_lines.lines(f, upto, stop):
             if not ended and offset + length < size:
                 raise FileChanged  # the end of the file came before the size it had: it shrank
             if not length:
                 break
-            found = _line_spans(body) if body is not None and length <= MAX_LINE and _looks_like_spans(body[:24]) else None
+            spans_inside = body is not None and length <= file_lines.MAX_LINE and file_lines.looks_like_spans(body[:24])
+            found = _line_spans(body) if spans_inside else None
             if not ended and not found:
                 break  # the last line has no newline yet: indexed once it is a whole export batch, else next time
             named: set[tuple[str, str]] = set()
@@ -430,6 +429,16 @@ class FileIndex:
             ).fetchall()
         return summarize_stages(((stage, _state(*rest)) for stage, *rest in rows), horizon)
 
+    def holds_run(self, run_id: str) -> bool:
+        """Whether any line names the run (what a run's listing would show)."""
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM stages WHERE run = ? AND listed = 1 LIMIT 1", (run_id,)).fetchone() is not None
+
+    def holds_stages(self) -> bool:
+        """Whether any line of the file names a stage (our writer's spans always do)."""
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM stages LIMIT 1").fetchone() is not None
+
     def runs(self, horizon: Horizon) -> list[RunSummary]:
         """Every run, from the index alone; the rows are streamed, so memory grows with the runs, not the stages."""
         with self._lock:
@@ -459,74 +468,6 @@ def _from_db(time_ns: int) -> int:
 
 def _state(kind: Optional[str], state: Optional[str], first_ns: int, last_ns: int) -> StageState:
     return StageState(kind, Staleness(state) if state else None, _from_db(first_ns), _from_db(last_ns))
-
-
-def _lines(f: IO[bytes], start: int, stop: int) -> Iterator[tuple[int, Optional[memoryview], int, bool]]:
-    """The lines that start in [start, stop), read a block at a time (never memory-mapped).
-
-    Each is (its offset; its bytes less the line end, or None when longer than `MAX_LINE`,
-    which is skipped, never held; its length in the file; whether it ended with a newline).
-    The last one, at the end of the file, may be unended or empty.
-    """
-    f.seek(start)
-    buf, i, offset = b"", 0, start  # buf[i] is the byte at `offset`
-    while offset < stop:
-        nl = buf.find(b"\n", i)
-        if nl >= 0:
-            yield offset, _body(buf, i, nl), nl + 1 - i, True
-            offset += nl + 1 - i
-            i = nl + 1
-            continue
-        parts, pending, ended = [buf[i:]], len(buf) - i, False
-        while not ended and pending <= MAX_LINE:
-            # Past `stop` only the line that straddles it is read on, in small blocks.
-            more = f.read(BLOCK_BYTES if offset + pending < stop else 1 << 20)
-            if not more:
-                break
-            parts.append(more)
-            pending += len(more)
-            ended = b"\n" in more
-        if ended:  # copy only the line that straddles the blocks; the rest of the last block stays as read
-            buf = parts.pop()
-            i = 0
-            if len(parts) > 1 or parts[0]:
-                nl = buf.find(b"\n")
-                line = b"".join([*parts, buf[: nl + 1]])
-                yield offset, _body(line, 0, len(line) - 1), len(line), True
-                offset += len(line)
-                i = nl + 1
-            continue
-        if pending <= MAX_LINE:  # the end of the file: an unended last line
-            buf = b"".join(parts)
-            yield offset, _body(buf, 0, len(buf)), len(buf), False
-            return
-        del parts  # an overlong line: read on to its end without keeping it
-        while True:
-            more = f.read(1 << 20)
-            nl = more.find(b"\n")
-            pending += nl + 1 if nl >= 0 else len(more)
-            if nl >= 0 or not more:
-                break
-        yield offset, None, pending, nl >= 0
-        if nl < 0:
-            return
-        offset += pending
-        buf, i = more[nl + 1 :], 0
-
-
-def _body(buf: bytes, start: int, end: int) -> memoryview:
-    while end > start and buf[end - 1] == 13:  # a CRLF line end
-        end -= 1
-    return memoryview(buf)[start:end]
-
-
-def _looks_like_spans(head: Any) -> bool:
-    """Whether a line may hold spans, from its first 24 bytes: metrics and logs lines are never decoded."""
-    head = bytes(head)
-    if head.startswith(_SPAN_LINE_PREFIXES):
-        return True
-    # An unusual but possibly trace-bearing line (a wrapper, whitespace): let the decoder decide.
-    return head.lstrip().startswith(b"{") and b'"resourceMetrics"' not in head and b'"resourceLogs"' not in head
 
 
 def _line_spans(body: Any) -> Optional[list[Any]]:

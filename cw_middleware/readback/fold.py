@@ -20,9 +20,11 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
+from functools import cached_property
 from typing import Any, Optional
 
-from .. import schema as keys
+from .. import codec
 from ..config import parse_seconds
 from ..contract import StageContextWindow, Staleness, UnavailableReason, WarningCode
 from .otlp_json import Span
@@ -59,35 +61,41 @@ class Horizon:
 
 @dataclass(frozen=True)
 class SnapshotRecord:
-    """One snapshot event as read back; ordered by (generated_at, event_seq, event time)."""
+    """One snapshot event as read back; ordered by (generated_at, event_seq, event time).
+
+    Only what ordering needs is read up front; the attributes are decoded into an answer
+    (`window`) when a record could become its stage's latest, once.
+    """
 
     order: tuple[float, int, int]
     attributes: dict[str, Any]
     event_time_ns: int
+    stage_id: str
 
-    def to_window(self, stage_id: str, staleness: Staleness) -> StageContextWindow:
-        return keys.window_from_attributes(self.attributes, stage_id, staleness, self.event_time_ns)
+    @cached_property
+    def window(self) -> Optional[StageContextWindow]:
+        """The answer this snapshot gives (as stored); None for a damaged snapshot, which is skipped, never fatal."""
+        try:
+            return codec.window_from_attributes(self.attributes, self.stage_id, Staleness.STORED, self.event_time_ns)
+        except Exception:  # noqa: BLE001 - whatever a foreign or broken producer wrote
+            return None
 
 
 def snapshot_records(span: Span, run_id: str, stage_id: str) -> list[SnapshotRecord]:
     out = []
     for event in span.events:
-        if event.name != keys.SNAPSHOT_EVENT:
+        if event.name != codec.SNAPSHOT_EVENT:
             continue
         a = event.attributes
-        if a.get(keys.ATTR_SUPERSEDED):  # an older call's late count: kept in the backend, never the latest
+        if a.get(codec.ATTR_SUPERSEDED):  # an older call's late count: kept in the backend, never the latest
             continue
-        if a.get(keys.ATTR_RUN_ID, span.attributes.get(keys.ATTR_RUN_ID)) != run_id:
+        if a.get(codec.ATTR_RUN_ID, span.attributes.get(codec.ATTR_RUN_ID)) != run_id:
             continue
-        if a.get(keys.ATTR_STAGE_ID, span.attributes.get(keys.ATTR_STAGE_ID)) != stage_id:
+        if a.get(codec.ATTR_STAGE_ID, span.attributes.get(codec.ATTR_STAGE_ID)) != stage_id:
             continue
-        generated = keys.parse_time(a.get(keys.ATTR_GENERATED_AT), event.time_ns).timestamp()
-        record = SnapshotRecord((generated, keys.as_int(a.get(keys.ATTR_EVENT_SEQ)), event.time_ns), a, event.time_ns)
-        try:
-            record.to_window(stage_id, Staleness.STORED)  # a damaged snapshot is skipped, not fatal
-        except Exception:  # noqa: BLE001 - whatever a foreign or broken producer wrote
-            continue
-        out.append(record)
+        generated = codec.parse_time(a.get(codec.ATTR_GENERATED_AT), event.time_ns).timestamp()
+        order = (generated, codec.as_int(a.get(codec.ATTR_EVENT_SEQ)), event.time_ns)
+        out.append(SnapshotRecord(order, a, event.time_ns, stage_id))
     return out
 
 
@@ -101,38 +109,38 @@ class SpanRole:
 
 def role_of(span: Span, run_id: str, stage_id: str) -> str:
     a = span.attributes
-    if a.get(keys.ATTR_RUN_ID) != run_id or a.get(keys.ATTR_STAGE_ID) != stage_id:
+    if a.get(codec.ATTR_RUN_ID) != run_id or a.get(codec.ATTR_STAGE_ID) != stage_id:
         # Snapshot events may carry the ids when the span does not (a foreign producer).
-        if any(e.name == keys.SNAPSHOT_EVENT for e in span.events):
+        if any(e.name == codec.SNAPSHOT_EVENT for e in span.events):
             return SpanRole.LATE
         return SpanRole.OTHER
-    state = a.get(keys.ATTR_STAGE_STATE)
-    if state == keys.STAGE_STATE_ENDED:
+    state = a.get(codec.ATTR_STAGE_STATE)
+    if state == codec.STAGE_STATE_ENDED:
         return SpanRole.END
-    if state == keys.STAGE_STATE_STARTED:
+    if state == codec.STAGE_STATE_STARTED:
         # A stage span exported without its end state (old producers) still ended.
-        return SpanRole.START if span.name == keys.STAGE_START_SPAN else SpanRole.END
-    if a.get(keys.ATTR_LATE) or span.name == keys.LATE_SNAPSHOT_SPAN:
+        return SpanRole.START if span.name == codec.STAGE_START_SPAN else SpanRole.END
+    if a.get(codec.ATTR_LATE) or span.name == codec.LATE_SNAPSHOT_SPAN:
         return SpanRole.LATE
     return SpanRole.CALL
 
 
 # The attributes `stage_pairs`, `role_of` and `RunsFold` read: an index decodes only these.
-ROUTING_KEYS = frozenset({keys.ATTR_RUN_ID, keys.ATTR_STAGE_ID})
-INDEX_KEYS = ROUTING_KEYS | {keys.ATTR_STAGE_STATE, keys.ATTR_STAGE_KIND, keys.ATTR_LATE}
+ROUTING_KEYS = frozenset({codec.ATTR_RUN_ID, codec.ATTR_STAGE_ID})
+INDEX_KEYS = ROUTING_KEYS | {codec.ATTR_STAGE_STATE, codec.ATTR_STAGE_KIND, codec.ATTR_LATE}
 
 
 def stage_pairs(span: Span) -> set[tuple[str, str]]:
     """Every (run_id, stage_id) whose `StageFold` this span can change (any other fold ignores it)."""
     a = span.attributes
-    run_id, stage_id = a.get(keys.ATTR_RUN_ID), a.get(keys.ATTR_STAGE_ID)
+    run_id, stage_id = a.get(codec.ATTR_RUN_ID), a.get(codec.ATTR_STAGE_ID)
     out = set()
     if isinstance(run_id, str) and isinstance(stage_id, str):
         out.add((run_id, stage_id))
     for event in span.events:
-        if event.name == keys.SNAPSHOT_EVENT:
+        if event.name == codec.SNAPSHOT_EVENT:
             ea = event.attributes
-            er, es = ea.get(keys.ATTR_RUN_ID, run_id), ea.get(keys.ATTR_STAGE_ID, stage_id)
+            er, es = ea.get(codec.ATTR_RUN_ID, run_id), ea.get(codec.ATTR_STAGE_ID, stage_id)
             if isinstance(er, str) and isinstance(es, str):
                 out.add((er, es))
     return out
@@ -180,19 +188,19 @@ class StageFold:
         if role == SpanRole.OTHER:
             return
         records = snapshot_records(span, self.run_id, self.stage_id)
-        if role == SpanRole.LATE and not records:
-            return
+        if role == SpanRole.LATE and all(r.window is None for r in records):
+            return  # a late snapshot's carrier says nothing without a readable snapshot
         self.seen = True
         self.last_activity_ns = max(self.last_activity_ns, _activity_ns(span))
-        if self.kind is None and isinstance(span.attributes.get(keys.ATTR_STAGE_KIND), str):
-            self.kind = span.attributes[keys.ATTR_STAGE_KIND]
+        if self.kind is None and isinstance(span.attributes.get(codec.ATTR_STAGE_KIND), str):
+            self.kind = span.attributes[codec.ATTR_STAGE_KIND]
         if self.state is None and role in (SpanRole.START, SpanRole.END):
             self.state = "stored" if role == SpanRole.END else "live"
         self.call_seen |= role == SpanRole.CALL
         if role == SpanRole.START:
             self.started_marker_seen = True
         for record in records:
-            if self.best is None or record.order > self.best.order:
+            if (self.best is None or record.order > self.best.order) and record.window is not None:
                 self.best, self._best_writer = record, span.writer
         if self.best is not None and span.end_ns:
             # A span's events happen before it ends, and one writer exports spans in the order
@@ -206,12 +214,11 @@ class StageFold:
     @property
     def done(self) -> bool:
         """True when older spans cannot change the answer (used by readers that scan backwards)."""
-        if self.state is None or self.kind is None:
+        if self.state is None or self.kind is None or self.best is None:
+            # Without a snapshot yet, older lines may hold the stage's model calls whatever its kind
+            # (a label), or those of an earlier entry: only all of them tell a stage without a call.
             return False
-        if self.best is not None:
-            return self._older_than_best or self.started_marker_seen
-        # No snapshot yet: an agent stage entered again may have one from an earlier entry.
-        return self.kind != keys.AGENT_STAGE_KIND
+        return self._older_than_best or self.started_marker_seen
 
     def result(self) -> Optional[StageContextWindow]:
         """The answer, or None when no span names this stage."""
@@ -220,23 +227,36 @@ class StageFold:
         state = self.state or ("live" if self.call_seen else None)
         aged_out = state != "stored" and self.horizon.expired(self.last_activity_ns)
         staleness = Staleness.STORED if state == "stored" or aged_out else Staleness.LIVE
-        if self.best is not None:
-            answer = self.best.to_window(self.stage_id, staleness)
+        stored = self.best.window if self.best is not None else None
+        if stored is not None:
+            update: dict[str, Any] = {"staleness": staleness}
             if aged_out:
-                answer = answer.model_copy(
-                    update={"warnings": [*answer.warnings, *keys.warnings_from_codes([WarningCode.STAGE_END_NOT_SEEN.value])]}
-                )
-            return answer
-        if self.kind is not None and self.kind != keys.AGENT_STAGE_KIND:
+                codes = [WarningCode.STAGE_END_NOT_SEEN.value]
+                update["warnings"] = [*stored.warnings, *codec.warnings_from_codes(codes)]
+            return stored.model_copy(update=update)
+        if self.kind is not None and self.kind != codec.AGENT_STAGE_KIND and not self.call_seen:
+            # No model call: what `not_agent_stage` means. A kind says nothing about calls, so a
+            # stage of any kind that made one has its breakdown, or reads as not observed.
             return StageContextWindow.unavailable(
-                self.stage_id, UnavailableReason.NOT_AGENT_STAGE, keys.warnings_from_codes([WarningCode.NOT_AGENT_STAGE.value])
+                self.stage_id, UnavailableReason.NOT_AGENT_STAGE, codec.warnings_from_codes([WarningCode.NOT_AGENT_STAGE.value])
             )
         return StageContextWindow.unavailable(
-            self.stage_id, UnavailableReason.NOT_OBSERVED, keys.warnings_from_codes([WarningCode.NOT_OBSERVED.value])
+            self.stage_id, UnavailableReason.NOT_OBSERVED, codec.warnings_from_codes([WarningCode.NOT_OBSERVED.value])
         )
 
 
 # ---------------------------------------------------------------- one run, all runs
+
+
+class Missing(Enum):
+    """What a backend holds none of, when it has no answer for (run_id, stage_id): `Reader` says which in its NotFound."""
+
+    RUN = "run"
+    STAGE = "stage"  # the run is known, the stage is not
+
+
+def _iso(moment: Optional[datetime]) -> Optional[str]:
+    return moment.isoformat() if moment else None
 
 
 @dataclass
@@ -253,10 +273,10 @@ class StageSummary:
         return {
             "stage_id": self.stage_id,
             "kind": self.kind,
-            "agent_stage": self.kind == keys.AGENT_STAGE_KIND if self.kind else None,
+            "agent_stage": self.kind == codec.AGENT_STAGE_KIND if self.kind else None,
             "staleness": self.staleness.value,
-            "started_at": self.started_at.isoformat() if self.started_at else None,
-            "last_seen_at": self.last_seen_at.isoformat() if self.last_seen_at else None,
+            "started_at": _iso(self.started_at),
+            "last_seen_at": _iso(self.last_seen_at),
         }
 
 
@@ -275,8 +295,8 @@ class RunSummary:
             "run_id": self.run_id,
             "stages": self.stages,
             "live_stages": self.live_stages,
-            "first_seen_at": self.first_seen_at.isoformat() if self.first_seen_at else None,
-            "last_seen_at": self.last_seen_at.isoformat() if self.last_seen_at else None,
+            "first_seen_at": _iso(self.first_seen_at),
+            "last_seen_at": _iso(self.last_seen_at),
         }
 
 
@@ -305,7 +325,7 @@ class StageState:
     def summary(self, stage_id: str, horizon: Horizon) -> StageSummary:
         live = self.state is not Staleness.STORED and not horizon.expired(self.last_ns)
         staleness = Staleness.LIVE if live else Staleness.STORED
-        return StageSummary(stage_id, self.kind, staleness, keys.from_ns(self.first_ns), keys.from_ns(self.last_ns))
+        return StageSummary(stage_id, self.kind, staleness, codec.from_ns(self.first_ns), codec.from_ns(self.last_ns))
 
 
 def summarize_stages(states: Iterable[tuple[str, StageState]], horizon: Horizon) -> Optional[list[StageSummary]]:
@@ -345,21 +365,21 @@ class RunFold:
 
     def add(self, span: Span) -> None:
         a = span.attributes
-        stage_id = a.get(keys.ATTR_STAGE_ID)
-        if a.get(keys.ATTR_RUN_ID) != self.run_id or not isinstance(stage_id, str):
+        stage_id = a.get(codec.ATTR_STAGE_ID)
+        if a.get(codec.ATTR_RUN_ID) != self.run_id or not isinstance(stage_id, str):
             for event in span.events:  # ids only on the events (a foreign producer)
                 ea = event.attributes
                 if (
-                    event.name == keys.SNAPSHOT_EVENT
-                    and ea.get(keys.ATTR_RUN_ID) == self.run_id
-                    and isinstance(ea.get(keys.ATTR_STAGE_ID), str)
+                    event.name == codec.SNAPSHOT_EVENT
+                    and ea.get(codec.ATTR_RUN_ID) == self.run_id
+                    and isinstance(ea.get(codec.ATTR_STAGE_ID), str)
                 ):
-                    self._touch(ea[keys.ATTR_STAGE_ID], None, None, event.time_ns, event.time_ns)
+                    self._touch(ea[codec.ATTR_STAGE_ID], None, None, event.time_ns, event.time_ns)
             return
         role = role_of(span, self.run_id, stage_id)
         # Markers and stage spans decide staleness (see StageFold); a call span only names the stage.
         state = {SpanRole.END: Staleness.STORED, SpanRole.START: Staleness.LIVE}.get(role)
-        kind = a.get(keys.ATTR_STAGE_KIND) if isinstance(a.get(keys.ATTR_STAGE_KIND), str) else None
+        kind = a.get(codec.ATTR_STAGE_KIND) if isinstance(a.get(codec.ATTR_STAGE_KIND), str) else None
         self._touch(stage_id, kind, state, span.start_ns, _activity_ns(span))
 
     def _touch(self, stage_id: str, kind: Optional[str], state: Optional[Staleness], start_ns: int, last_ns: int) -> None:
@@ -381,8 +401,8 @@ class RunsFold:
         self._runs: dict[str, RunFold] = {}
 
     def add(self, span: Span) -> None:
-        run_ids = {span.attributes.get(keys.ATTR_RUN_ID)}
-        run_ids.update(e.attributes.get(keys.ATTR_RUN_ID) for e in span.events if e.name == keys.SNAPSHOT_EVENT)
+        run_ids = {span.attributes.get(codec.ATTR_RUN_ID)}
+        run_ids.update(e.attributes.get(codec.ATTR_RUN_ID) for e in span.events if e.name == codec.SNAPSHOT_EVENT)
         for run_id in run_ids:
             if isinstance(run_id, str) and run_id:
                 fold = self._runs.get(run_id)

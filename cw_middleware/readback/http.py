@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from ..errors import BackendResponseError, BackendUnavailable
 
 if TYPE_CHECKING:
-    from . import BackendURL, ReaderOptions
+    from .options import BackendURL, ReaderOptions
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 MAX_BACKOFF = 2.0

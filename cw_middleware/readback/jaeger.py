@@ -21,19 +21,17 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
-from .. import schema as keys
-from ..contract import StageContextWindow
+from .. import codec
 from ..errors import BackendResponseError
-from ._spans import export_order, positive_int, restore_arrays, warn_truncated
-from .fold import RunSummary, StageSummary, fold_run, fold_runs, fold_stage
 from .http import BackendClient
 from .otlp_json import Span, iter_spans
+from .traces import TraceReader, Wanted, positive_int, restore_arrays, warn_truncated
 from .window import window_ns
 
 if TYPE_CHECKING:
-    from . import BackendURL, ReaderOptions
+    from .options import BackendURL, ReaderOptions
 
 DEFAULT_SERVICE = "cw-middleware"
 SEARCH_PATH = "/api/v3/traces"
@@ -44,42 +42,27 @@ def _rfc3339(time_ns: int) -> str:
     return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{nanos:09d}Z"
 
 
-class JaegerReader:
-    """`SnapshotReader` over Jaeger's api_v3 (Jaeger v2, and the v1 query service's api_v3)."""
+class JaegerSearch:
+    """`SpanSearch` over Jaeger's api_v3 (Jaeger v2, and the v1 query service's api_v3)."""
 
     def __init__(self, url: BackendURL, options: ReaderOptions) -> None:
         self.client = BackendClient("Jaeger", url, options)
-        self.horizon = options.horizon
         self.params = dict(url.params)
         self.service = url.params.get("service", DEFAULT_SERVICE)
         self.search_depth = positive_int(url.params, "search_depth", 1000)
         self.max_pages = positive_int(url.params, "max_pages", 20, maximum=1000)
         window_ns(self.params)  # a bad lookback is a ConfigError now, not at the first query
 
-    # ------------------------------------------------------------ SnapshotReader
-
-    def latest(self, run_id: str, stage_id: str) -> Optional[StageContextWindow]:
-        spans = self._search({keys.ATTR_RUN_ID: run_id, keys.ATTR_STAGE_ID: stage_id})
-        return fold_stage(spans, run_id, stage_id, self.horizon)
-
-    def stages(self, run_id: str) -> Optional[list[StageSummary]]:
-        return fold_run(self._search({keys.ATTR_RUN_ID: run_id}), run_id, self.horizon)
-
-    def runs(self) -> list[RunSummary]:
-        return fold_runs(self._search({}), self.horizon)
-
-    def close(self) -> None:
-        self.client.close()
-
-    # ------------------------------------------------------------ search
-
-    def _search(self, attributes: dict[str, str]) -> list[Span]:
-        """Every span of the traces matching ``attributes`` (and the schema marker), in export order."""
-        query = {keys.ATTR_SCHEMA: str(keys.SCHEMA_VERSION), **attributes}
+    def spans(self, wanted: Wanted, probe: bool = False) -> list[Span]:
+        """Every span of the traces matching ``wanted`` (and the schema marker); whole traces, page by page."""
+        query = {codec.ATTR_SCHEMA: str(codec.SCHEMA_VERSION), **wanted.attributes}
+        # A probe reads one page, a full one: a Jaeger before v2.19 ignores the attributes, so
+        # its first trace could be another run's.
+        pages = 1 if probe else self.max_pages
         start_ns, end_ns = window_ns(self.params)
         spans: dict[tuple[str, str], Span] = {}
         traces: set[str] = set()
-        for _ in range(self.max_pages):
+        for _ in range(pages):
             params: dict[str, Any] = {
                 "query.attributes": json.dumps(query, separators=(",", ":")),
                 "query.start_time_min": _rfc3339(start_ns),
@@ -106,9 +89,13 @@ class JaegerReader:
                 break
             end_ns = oldest - 1
         else:
-            warn_truncated(self.client.display, f"max_pages={self.max_pages} searches of search_depth={self.search_depth}")
-        return export_order(spans.values())
+            if not probe:  # a probe asks for one page only
+                warn_truncated(self.client.display, f"max_pages={self.max_pages} searches of search_depth={self.search_depth}")
+        return list(spans.values())
+
+    def close(self) -> None:
+        self.client.close()
 
 
-def open_reader(url: BackendURL, options: ReaderOptions) -> JaegerReader:
-    return JaegerReader(url, options)
+def open_reader(url: BackendURL, options: ReaderOptions) -> TraceReader:
+    return TraceReader(JaegerSearch(url, options), options.horizon)

@@ -24,16 +24,17 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Optional
+from enum import Enum
+from typing import TYPE_CHECKING, Optional, Union
 
 from ..contract import StageContextWindow
 from ..errors import BackendResponseError, BackendUnavailable, ConfigError
 from .file_index import RESTARTS, FileChanged, FileIndex
-from .fold import ROUTING_KEYS, Horizon, RunSummary, StageFold, StageSummary, stage_pairs
+from .fold import ROUTING_KEYS, Horizon, Missing, RunSummary, StageFold, StageSummary, stage_pairs
 from .otlp_json import Span, decode_line
 
 if TYPE_CHECKING:
-    from . import ReaderOptions
+    from .options import BackendURL, ReaderOptions
 
 # How any OTLP JSON line opens (traces, metrics, logs; camelCase or snake_case; API wrappers).
 _OTLP_LINE = re.compile(
@@ -41,6 +42,13 @@ _OTLP_LINE = re.compile(
 )
 _SHAPE_LINES = 5  # non-empty lines looked at: a line being written, or one damaged line, is not enough to refuse
 _SHAPE_BYTES = 1 << 20
+
+
+class FileContents(Enum):
+    MISSING = "missing"  # no file (yet)
+    EMPTY = "empty"
+    NO_SPANS = "no_spans"  # no line names a stage: metrics only, or another program's spans
+    SPANS = "spans"
 
 
 class OtlpFileReader:
@@ -58,20 +66,21 @@ class OtlpFileReader:
 
     # ------------------------------------------------------------ SnapshotReader
 
-    def latest(self, run_id: str, stage_id: str) -> Optional[StageContextWindow]:
+    def latest(self, run_id: str, stage_id: str) -> Union[StageContextWindow, Missing]:
         for _ in range(RESTARTS):
             index = self._refreshed()
             if index is None:
-                return None
+                return Missing.RUN
             try:
                 fold = self._stage_fold(index, run_id, stage_id)
             except FileChanged:
                 index.forget()  # a line no longer matches the index: rebuild it and read again
                 continue
             answer = fold.result() if fold is not None else None
-            if answer is None:
-                self._check_shape()
-            return answer
+            if answer is not None:
+                return answer
+            self._check_shape()
+            return Missing.STAGE if index.holds_run(run_id) else Missing.RUN
         raise BackendUnavailable(
             f"the telemetry file {self.path} kept changing while it was read (truncated or replaced during the scan); try again"
         )
@@ -89,6 +98,16 @@ class OtlpFileReader:
         if not found:
             self._check_shape()
         return found
+
+    def contents(self) -> FileContents:
+        """What the file holds, for a hint after an empty answer: from the index the query just used, no new scan."""
+        try:
+            if os.path.getsize(self.path) == 0:
+                return FileContents.EMPTY
+        except OSError:
+            return FileContents.MISSING
+        index = self._index or self._refreshed()
+        return FileContents.SPANS if index is not None and index.holds_stages() else FileContents.NO_SPANS
 
     def _refreshed(self) -> Optional[FileIndex]:
         """The index, up to date with the file; None when there is no file."""
@@ -157,7 +176,8 @@ class OtlpFileReader:
             self._index = None
 
 
-def open_reader(location: str, options: Optional[ReaderOptions] = None) -> OtlpFileReader:
+def open_reader(url: BackendURL, options: Optional[ReaderOptions] = None) -> OtlpFileReader:
+    location = url.location
     if not location:
         raise ConfigError("the file backend needs a path: file:PATH")
     path = os.path.expanduser(location)

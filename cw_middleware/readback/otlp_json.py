@@ -31,11 +31,11 @@ import binascii
 import json
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Generic, Optional, TypeVar, Union
 
 import msgspec
 
-from ..schema import as_int as _int
+from ..codec import as_int as _int
 
 # ---------------------------------------------------------------- decoding
 
@@ -257,52 +257,63 @@ def _typed_value(v: Optional[_AnyValue]) -> Any:
     return None
 
 
-class _Event(msgspec.Struct, gc=False):
+# The file exporters' shape, for the full read (`_KeyValue`: values decoded) and, with `_RawKeyValue`
+# (values kept as raw bytes, decoded only for the keys asked for), for an index's narrow read.
+KeyValueT = TypeVar("KeyValueT")
+SpanT = TypeVar("SpanT")
+
+
+class _Event(msgspec.Struct, Generic[KeyValueT], gc=False):
     name: str = ""
     timeUnixNano: _Int = None
     time_unix_nano: _Int = None
-    attributes: list[_KeyValue] = []
+    attributes: list[KeyValueT] = []
 
 
-class _Span(msgspec.Struct, gc=False):
+class _SpanBody(msgspec.Struct, Generic[KeyValueT], gc=False):
+    """A span without its ids: all an index reads (undeclared fields are skipped undecoded)."""
+
+    name: str = ""
+    startTimeUnixNano: _Int = None
+    start_time_unix_nano: _Int = None
+    endTimeUnixNano: _Int = None
+    end_time_unix_nano: _Int = None
+    attributes: list[KeyValueT] = []
+    events: list[_Event[KeyValueT]] = []
+
+
+class _Span(_SpanBody[_KeyValue], gc=False):
     traceId: Optional[str] = None
     trace_id: Optional[str] = None
     spanId: Optional[str] = None
     span_id: Optional[str] = None
     parentSpanId: Optional[str] = None
     parent_span_id: Optional[str] = None
-    name: str = ""
-    startTimeUnixNano: _Int = None
-    start_time_unix_nano: _Int = None
-    endTimeUnixNano: _Int = None
-    end_time_unix_nano: _Int = None
-    attributes: list[_KeyValue] = []
-    events: list[_Event] = []
 
 
-class _Scope(msgspec.Struct, gc=False):
-    spans: list[_Span] = []
+class _Resource(msgspec.Struct, Generic[KeyValueT], gc=False):
+    attributes: list[KeyValueT] = []  # an index reads it for its shape only: a line whose list is not one fails both reads
 
 
-class _Resource(msgspec.Struct, gc=False):
-    attributes: list[_KeyValue] = []
+class _Scope(msgspec.Struct, Generic[SpanT], gc=False):
+    spans: list[SpanT] = []
 
 
-class _ResourceSpans(msgspec.Struct, gc=False):
-    resource: Optional[_Resource] = None
-    scopeSpans: list[_Scope] = []
-    scope_spans: list[_Scope] = []
-    instrumentationLibrarySpans: list[_Scope] = []
-    instrumentation_library_spans: list[_Scope] = []
+class _ResourceSpans(msgspec.Struct, Generic[SpanT, KeyValueT], gc=False):
+    resource: Optional[_Resource[KeyValueT]] = None
+    scopeSpans: list[_Scope[SpanT]] = []
+    scope_spans: list[_Scope[SpanT]] = []
+    instrumentationLibrarySpans: list[_Scope[SpanT]] = []
+    instrumentation_library_spans: list[_Scope[SpanT]] = []
 
 
-class _Line(msgspec.Struct, gc=False):
-    resourceSpans: list[_ResourceSpans] = []
-    resource_spans: list[_ResourceSpans] = []
-    batches: list[_ResourceSpans] = []
+class _Line(msgspec.Struct, Generic[SpanT, KeyValueT], gc=False):
+    resourceSpans: list[_ResourceSpans[SpanT, KeyValueT]] = []
+    resource_spans: list[_ResourceSpans[SpanT, KeyValueT]] = []
+    batches: list[_ResourceSpans[SpanT, KeyValueT]] = []
 
 
-_LINE = msgspec.json.Decoder(_Line)
+_LINE = msgspec.json.Decoder(_Line[_Span, _KeyValue])
 _WRITER_KEY = "service.instance.id"
 
 
@@ -399,47 +410,7 @@ class _RawKeyValue(msgspec.Struct, gc=False):
     value: msgspec.Raw = msgspec.Raw(b"null")  # decoded only for the keys asked for
 
 
-class _IndexEvent(msgspec.Struct, gc=False):
-    name: str = ""
-    timeUnixNano: _Int = None
-    time_unix_nano: _Int = None
-    attributes: list[_RawKeyValue] = []
-
-
-class _IndexSpan(msgspec.Struct, gc=False):
-    # `_Span` without the ids; every field kept has `_Span`'s type, so a line fails here when it fails there.
-    name: str = ""
-    startTimeUnixNano: _Int = None
-    start_time_unix_nano: _Int = None
-    endTimeUnixNano: _Int = None
-    end_time_unix_nano: _Int = None
-    attributes: list[_RawKeyValue] = []
-    events: list[_IndexEvent] = []
-
-
-class _IndexScope(msgspec.Struct, gc=False):
-    spans: list[_IndexSpan] = []
-
-
-class _IndexResource(msgspec.Struct, gc=False):
-    attributes: list[_RawKeyValue] = []  # read for its shape only: the tolerant decoder fails a line whose list is not one
-
-
-class _IndexResourceSpans(msgspec.Struct, gc=False):
-    resource: Optional[_IndexResource] = None
-    scopeSpans: list[_IndexScope] = []
-    scope_spans: list[_IndexScope] = []
-    instrumentationLibrarySpans: list[_IndexScope] = []
-    instrumentation_library_spans: list[_IndexScope] = []
-
-
-class _IndexLine(msgspec.Struct, gc=False):
-    resourceSpans: list[_IndexResourceSpans] = []
-    resource_spans: list[_IndexResourceSpans] = []
-    batches: list[_IndexResourceSpans] = []
-
-
-_INDEX_LINE = msgspec.json.Decoder(_IndexLine)
+_INDEX_LINE = msgspec.json.Decoder(_Line[_SpanBody[_RawKeyValue], _RawKeyValue])
 _VALUE = msgspec.json.Decoder(Optional[_AnyValue])
 
 

@@ -26,17 +26,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import quote
 
-from .. import schema as keys
-from ..contract import StageContextWindow
+from .. import codec
 from ..errors import BackendResponseError, ConfigError
-from ._spans import export_order, positive_int, warn_truncated
-from .fold import RunSummary, StageSummary, fold_run, fold_runs, fold_stage
 from .http import BackendClient
 from .otlp_json import Event, Span, normalize_id
+from .traces import TraceReader, Wanted, positive_int, warn_truncated
 from .window import window_ns
 
 if TYPE_CHECKING:
-    from . import BackendURL, ReaderOptions
+    from .options import BackendURL, ReaderOptions
 
 DEFAULT_PROJECT = "default"
 PAGE_LIMIT = 1000  # Phoenix's maximum ``limit``
@@ -88,44 +86,28 @@ def _filter(key: str, value: Any) -> Optional[str]:
     return f"{key}:{text}"
 
 
-class PhoenixReader:
-    """`SnapshotReader` over Phoenix's REST span search."""
+class PhoenixSearch:
+    """`SpanSearch` over Phoenix's REST span search."""
 
     def __init__(self, url: BackendURL, options: ReaderOptions) -> None:
         self.project = url.params.get("project") or DEFAULT_PROJECT
         if any(c in self.project for c in "/?#"):
             raise ConfigError(f"a Phoenix project name cannot contain '/', '?' or '#': {self.project!r}")
         self.client = BackendClient("Phoenix", url, options)
-        self.horizon = options.horizon
         self.params = dict(url.params)
         self.max_pages = positive_int(url.params, "max_pages", 100, maximum=10_000)
         window_ns(self.params)
 
-    # ------------------------------------------------------------ SnapshotReader
-
-    def latest(self, run_id: str, stage_id: str) -> Optional[StageContextWindow]:
-        spans = self._spans({keys.ATTR_RUN_ID: run_id, keys.ATTR_STAGE_ID: stage_id})
-        return fold_stage(spans, run_id, stage_id, self.horizon)
-
-    def stages(self, run_id: str) -> Optional[list[StageSummary]]:
-        return fold_run(self._spans({keys.ATTR_RUN_ID: run_id}), run_id, self.horizon)
-
-    def runs(self) -> list[RunSummary]:
-        return fold_runs(self._spans({}), self.horizon)
-
-    def close(self) -> None:
-        self.client.close()
-
-    # ------------------------------------------------------------ search
-
-    def _spans(self, wanted: dict[str, str]) -> list[Span]:
-        """The project's spans carrying ``wanted`` (and the schema marker), in export order."""
-        filters = [f"{keys.ATTR_SCHEMA}:{keys.SCHEMA_VERSION}"]
-        filters += [f for f in (_filter(k, v) for k, v in wanted.items()) if f is not None]
+    def spans(self, wanted: Wanted, probe: bool = False) -> list[Span]:
+        """The project's spans carrying ``wanted``'s ids (and the schema marker), page by page."""
+        ids = wanted.attributes
+        filters = [f"{codec.ATTR_SCHEMA}:{codec.SCHEMA_VERSION}"]
+        filters += [f for f in (_filter(k, v) for k, v in ids.items()) if f is not None]
+        exact = len(filters) == 1 + len(ids)  # every id filtered by Phoenix: any one span answers a probe
         start_ns, _ = window_ns(self.params)
         params: dict[str, Any] = {
             "attribute": filters,
-            "limit": PAGE_LIMIT,
+            "limit": 1 if probe and exact else PAGE_LIMIT,
             "start_time": datetime.fromtimestamp(start_ns / 1e9).astimezone().isoformat(),
         }
         path = f"/v1/projects/{quote(self.project, safe='')}/spans"
@@ -138,16 +120,19 @@ class PhoenixReader:
                 raise BackendResponseError(f"Phoenix at {self.client.display} answered spans that are not Phoenix's shape")
             for raw in doc.get("data") or []:
                 span = decode_phoenix_span(raw)
-                if span is not None and all(span.attributes.get(k) == v for k, v in wanted.items()):
+                if span is not None and all(span.attributes.get(k) == v for k, v in ids.items()):
                     out.append(span)
             cursor = doc.get("next_cursor")
-            if not cursor:
+            if not cursor or (probe and out):
                 break
             params = {**params, "cursor": cursor}
         else:
             warn_truncated(self.client.display, f"max_pages={self.max_pages} pages of {PAGE_LIMIT} spans")
-        return export_order(out)
+        return out
+
+    def close(self) -> None:
+        self.client.close()
 
 
-def open_reader(url: BackendURL, options: ReaderOptions) -> PhoenixReader:
-    return PhoenixReader(url, options)
+def open_reader(url: BackendURL, options: ReaderOptions) -> TraceReader:
+    return TraceReader(PhoenixSearch(url, options), options.horizon)

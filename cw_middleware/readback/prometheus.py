@@ -43,9 +43,9 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
-from .. import schema as keys
+from .. import codec
 from ..contract import (
     CATEGORIES,
     BreakdownItem,
@@ -56,17 +56,17 @@ from ..contract import (
     WarningCode,
 )
 from ..errors import BackendResponseError
-from .fold import Horizon, RunSummary, StageSummary
+from .fold import Horizon, Missing, RunSummary, StageSummary
 from .http import BackendClient
 from .window import lookback, parse_duration
 
 if TYPE_CHECKING:
-    from . import BackendURL, ReaderOptions
+    from .options import BackendURL, ReaderOptions
 
 # Metric and label names as a Prometheus backend stores the contract's instruments and attributes.
-SNAPSHOTS, TOKENS, LIMIT = keys.PROM_SNAPSHOTS, keys.PROM_TOKENS, keys.PROM_LIMIT
-RUN, STAGE, CATEGORY, METHOD = keys.PROM_RUN, keys.PROM_STAGE, keys.PROM_CATEGORY, keys.PROM_COUNT_METHOD
-PROVIDER, MODEL = keys.PROM_PROVIDER, keys.PROM_MODEL
+SNAPSHOTS, TOKENS, LIMIT = codec.PROM_SNAPSHOTS, codec.PROM_TOKENS, codec.PROM_LIMIT
+RUN, STAGE, CATEGORY, METHOD = codec.PROM_RUN, codec.PROM_STAGE, codec.PROM_CATEGORY, codec.PROM_COUNT_METHOD
+PROVIDER, MODEL = codec.PROM_PROVIDER, codec.PROM_MODEL
 OVERFLOW = "otel_metric_overflow"  # the SDK's otel.metric.overflow=true series, past the cardinality limit
 
 COARSE_STEPS = 1000  # subquery resolution: lookback / COARSE_STEPS
@@ -113,7 +113,7 @@ class PrometheusReader:
 
     # ------------------------------------------------------------ SnapshotReader
 
-    def latest(self, run_id: str, stage_id: str) -> Optional[StageContextWindow]:
+    def latest(self, run_id: str, stage_id: str) -> Union[StageContextWindow, Missing]:
         now = self._now()
         ids = {RUN: run_id, STAGE: stage_id}
         counters = self._query(f"last_over_time({_selector(SNAPSHOTS, **ids)}[{_seconds(self.lookback)}])", now)
@@ -146,7 +146,7 @@ class PrometheusReader:
         return StageContextWindow.unavailable(
             stage_id,
             UnavailableReason.NOT_OBSERVED,
-            keys.warnings_from_codes([WarningCode.NOT_OBSERVED.value, WarningCode.FROM_METRICS.value]),
+            codec.warnings_from_codes([WarningCode.NOT_OBSERVED.value, WarningCode.FROM_METRICS.value]),
         )
 
     def stages(self, run_id: str) -> Optional[list[StageSummary]]:
@@ -277,24 +277,24 @@ class PrometheusReader:
                 times[key] = rise
         return times
 
-    def _missing(self, run_id: str, stage_id: str, now: float) -> Optional[StageContextWindow]:
+    def _missing(self, run_id: str, stage_id: str, now: float) -> Union[StageContextWindow, Missing]:
         """No series for the stage: unknown, or unknowable (no run labels, or folded into the overflow series)."""
         window = _seconds(self.lookback)
         if self._query(f'count(last_over_time({SNAPSHOTS}{{{OVERFLOW}="true"}}[{window}]))', now):
             return StageContextWindow.unavailable(
                 stage_id,
                 UnavailableReason.NOT_OBSERVED,
-                keys.warnings_from_codes([WarningCode.METRICS_SERIES_OVERFLOW.value, WarningCode.FROM_METRICS.value]),
+                codec.warnings_from_codes([WarningCode.METRICS_SERIES_OVERFLOW.value, WarningCode.FROM_METRICS.value]),
             )
         if self._query(f"count(last_over_time({_selector(SNAPSHOTS, **{RUN: run_id})}[{window}]))", now):
-            return None  # the run is known, the stage is not
+            return Missing.STAGE
         if self._holds_unlabelled(now):
             return StageContextWindow.unavailable(
                 stage_id,
                 UnavailableReason.NOT_OBSERVED,
-                keys.warnings_from_codes([WarningCode.METRICS_WITHOUT_RUN_LABELS.value, WarningCode.FROM_METRICS.value]),
+                codec.warnings_from_codes([WarningCode.METRICS_WITHOUT_RUN_LABELS.value, WarningCode.FROM_METRICS.value]),
             )
-        return None
+        return Missing.RUN
 
     def _holds_unlabelled(self, now: float) -> bool:
         return bool(self._query(f'count(last_over_time({SNAPSHOTS}{{{RUN}=""}}[{_seconds(self.lookback)}]))', now))
@@ -371,16 +371,16 @@ def _answer(
         model=series.labels.get(MODEL),
         context_window_tokens=limit,
         input_tokens=total,
-        usage_percent=keys.percent(total, limit),
+        usage_percent=codec.percent(total, limit),
         count_method=method,
         staleness=staleness,
         generated_at=datetime.fromtimestamp(generated_at, tz=UTC),
         event_seq=None,
         breakdown=[
-            BreakdownItem(category=category, tokens=tokens[category], usage_percent=keys.percent(tokens[category], limit))
+            BreakdownItem(category=category, tokens=tokens[category], usage_percent=codec.percent(tokens[category], limit))
             for category in CATEGORIES
         ],
-        warnings=keys.warnings_from_codes(warning_codes),
+        warnings=codec.warnings_from_codes(warning_codes),
         details=[],
     )
 

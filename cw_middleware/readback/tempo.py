@@ -24,17 +24,15 @@ import json
 from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import quote
 
-from .. import schema as keys
-from ..contract import StageContextWindow
+from .. import codec
 from ..errors import BackendResponseError
-from ._spans import export_order, positive_int, warn_truncated
-from .fold import RunSummary, StageSummary, fold_run, fold_runs, fold_stage
 from .http import BackendClient
 from .otlp_json import Span, attributes, iter_spans, normalize_id
+from .traces import TraceReader, Wanted, positive_int, warn_truncated
 from .window import window_ns
 
 if TYPE_CHECKING:
-    from . import BackendURL, ReaderOptions
+    from .options import BackendURL, ReaderOptions
 
 SEARCH_PATH = "/api/search"
 TRACE_V2_PATH = "/api/v2/traces/"
@@ -51,58 +49,51 @@ def _equals(key: str, value: str) -> str:
     return f"span.{key} = {string_literal(value)}"
 
 
-_STAGE_STATE_SET = (
-    f"({_equals(keys.ATTR_STAGE_STATE, keys.STAGE_STATE_STARTED)} || {_equals(keys.ATTR_STAGE_STATE, keys.STAGE_STATE_ENDED)})"
-)
+_STAGE_STATES = (codec.STAGE_STATE_STARTED, codec.STAGE_STATE_ENDED)
+_STAGE_STATE_SET = "(" + " || ".join(_equals(codec.ATTR_STAGE_STATE, state) for state in _STAGE_STATES) + ")"
 _LISTING_SELECT = (
     " | select("
-    + ", ".join(f"span.{k}" for k in (keys.ATTR_RUN_ID, keys.ATTR_STAGE_ID, keys.ATTR_STAGE_KIND, keys.ATTR_STAGE_STATE))
+    + ", ".join(f"span.{k}" for k in (codec.ATTR_RUN_ID, codec.ATTR_STAGE_ID, codec.ATTR_STAGE_KIND, codec.ATTR_STAGE_STATE))
     + ")"
 )
 
 
-class TempoReader:
-    """`SnapshotReader` over Tempo's search and trace-by-id APIs."""
+class TempoSearch:
+    """`SpanSearch` over Tempo's search and trace-by-id APIs."""
 
     def __init__(self, url: BackendURL, options: ReaderOptions) -> None:
         self.client = BackendClient("Tempo", url, options)
-        self.horizon = options.horizon
         self.params = dict(url.params)
         self.limit = positive_int(url.params, "limit", 5000)
         self.spss = positive_int(url.params, "spss", 100)
         self._trace_path: Optional[str] = None  # which trace-by-id API this Tempo has, once known
         window_ns(self.params)
 
-    # ------------------------------------------------------------ SnapshotReader
-
-    def latest(self, run_id: str, stage_id: str) -> Optional[StageContextWindow]:
-        query = "{ " + _equals(keys.ATTR_RUN_ID, run_id) + " && " + _equals(keys.ATTR_STAGE_ID, stage_id) + " }"
+    def spans(self, wanted: Wanted, probe: bool = False) -> list[Span]:
+        """A stage: the traces that name it, fetched whole. A listing: the stage spans and markers the search returns."""
+        limit = 1 if probe else self.limit
+        matches = [_equals(key, value) for key, value in wanted.attributes.items()]
+        if wanted.listing:
+            return self._listing("{ " + " && ".join([*matches, _STAGE_STATE_SET]) + " }" + _LISTING_SELECT, limit)
         spans: list[Span] = []
-        for trace_id, _ in self._search(query, spss=1):
+        for trace_id, _ in self._search("{ " + " && ".join(matches) + " }", spss=1, limit=limit):
             spans.extend(self._trace(trace_id))
-        return fold_stage(export_order(spans), run_id, stage_id, self.horizon)
-
-    def stages(self, run_id: str) -> Optional[list[StageSummary]]:
-        query = "{ " + _equals(keys.ATTR_RUN_ID, run_id) + " && " + _STAGE_STATE_SET + " }" + _LISTING_SELECT
-        return fold_run(self._listing(query), run_id, self.horizon)
-
-    def runs(self) -> list[RunSummary]:
-        return fold_runs(self._listing("{ " + _STAGE_STATE_SET + " }" + _LISTING_SELECT), self.horizon)
+        return spans
 
     def close(self) -> None:
         self.client.close()
 
     # ------------------------------------------------------------ search
 
-    def _search(self, query: str, spss: int) -> list[tuple[str, list[Any]]]:
+    def _search(self, query: str, spss: int, limit: int) -> list[tuple[str, list[Any]]]:
         """(trace id, its span sets) for each trace the TraceQL query matches."""
         start_ns, end_ns = window_ns(self.params)
-        params = {"q": query, "limit": self.limit, "spss": spss, "start": start_ns // 10**9, "end": end_ns // 10**9 + 1}
+        params = {"q": query, "limit": limit, "spss": spss, "start": start_ns // 10**9, "end": end_ns // 10**9 + 1}
         doc = self.client.get_json(SEARCH_PATH, params)
         traces = doc.get("traces") if isinstance(doc, dict) else None
         if not isinstance(doc, dict) or not isinstance(traces, (list, type(None))):
             raise BackendResponseError(f"Tempo at {self.client.display} answered a search that is not Tempo's shape")
-        if traces and len(traces) >= self.limit:
+        if traces and len(traces) >= limit and limit == self.limit:
             warn_truncated(self.client.display, f"limit={self.limit} traces")
         out = []
         for trace in traces or []:
@@ -112,17 +103,17 @@ class TempoReader:
             out.append((str(trace["traceID"]), [s for s in span_sets if isinstance(s, dict)]))
         return out
 
-    def _listing(self, query: str) -> list[Span]:
+    def _listing(self, query: str, limit: int) -> list[Span]:
         """The spans a listing needs, from search results; a trace whose span set was cut short is fetched whole."""
         spans: list[Span] = []
-        for trace_id, span_sets in self._search(query, spss=self.spss):
+        for trace_id, span_sets in self._search(query, spss=self.spss, limit=limit):
             found = [s for span_set in span_sets for s in span_set.get("spans") or [] if isinstance(s, dict)]
-            matched = max([keys.as_int(span_set.get("matched")) for span_set in span_sets] or [0])
+            matched = max([codec.as_int(span_set.get("matched")) for span_set in span_sets] or [0])
             if matched > len(found):
                 spans.extend(self._trace(trace_id))
             else:
                 spans.extend(_search_span(trace_id, raw) for raw in found)
-        return export_order(spans)
+        return spans
 
     def _trace(self, trace_id: str) -> list[Span]:
         """The trace's spans by id: the v2 API, else the older one (remembered once one answers)."""
@@ -138,17 +129,17 @@ class TempoReader:
 
 
 def _search_span(trace_id: str, raw: dict[str, Any]) -> Span:
-    start = keys.as_int(raw.get("startTimeUnixNano"))
+    start = codec.as_int(raw.get("startTimeUnixNano"))
     return Span(
         trace_id=normalize_id(trace_id.rjust(32, "0")),
         span_id=normalize_id(str(raw.get("spanID", "")).rjust(16, "0")),
         parent_span_id="",
         name=str(raw.get("name", "")),
         start_ns=start,
-        end_ns=start + keys.as_int(raw.get("durationNanos")),
+        end_ns=start + codec.as_int(raw.get("durationNanos")),
         attributes=attributes(raw.get("attributes")),
     )
 
 
-def open_reader(url: BackendURL, options: ReaderOptions) -> TempoReader:
-    return TempoReader(url, options)
+def open_reader(url: BackendURL, options: ReaderOptions) -> TraceReader:
+    return TraceReader(TempoSearch(url, options), options.horizon)

@@ -1,11 +1,19 @@
-"""The routes of ``cw-middleware serve``, one module each; `cw_middleware.server` is the HTTP core under them.
+"""The routes of ``cw-middleware serve``, one module each, and what they stand on; `cw_middleware.server` is the HTTP core.
 
-    core.py     what routes and the core share: `Limits`, `HttpError`, `Route`, the `Exchange` a route answers on
-    gate.py     the cap on concurrent backend queries and their time box
+Routes (each a list ``ROUTES`` the core matches requests against):
+
     api.py      the JSON read-back API (runs, stages, a stage's context window)
-    openapi.py  the OpenAPI document of every route
-    events.py   Server-Sent Events: a run's new snapshots and stage changes, by polling any reader
+    events.py   Server-Sent Events: a run's new snapshots and stage changes
     page.py     the live page (static files shipped in ``static/``)
 
-A route module imports only `core` (and `gate`), never the server, so there is no import circle.
+What they stand on, top down:
+
+    openapi.py      the OpenAPI document of every route
+    route.py        what a route is and may use: `Route`, the `Exchange` it answers on, the `Context`
+    watch.py        the run watchers: each polls one run through the gate and keeps its events
+    gate.py         the cap on concurrent backend queries, their time box, their errors as HTTP answers
+    http_errors.py  `HttpError` (our JSON error) and the one mapping from what a read raised to it
+    limits.py       `Limits`: what one client, and all of them together, can hold of the server
+
+A module imports only the ones below it, never a route nor the server: there is no import circle.
 """

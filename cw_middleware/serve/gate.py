@@ -1,7 +1,8 @@
 """The cap on backend queries running at once, and the time box of each.
 
 A query runs on a worker thread of its own pool; the request thread waits for it at
-most ``query_timeout`` seconds (then 504). A query that outlives its request keeps
+most ``query_timeout`` seconds (then 504), and what the query raised comes back as the
+HTTP answer it means (`http_errors.as_http_error`). A query that outlives its request keeps
 its slot until it really ends, so runaway scans cannot pile up past ``max_queries``:
 a request that finds every slot taken for ``query_wait`` seconds gets 503 ``busy``
 with ``Retry-After``. The routes that need no backend (``/healthz``, the page, the
@@ -17,19 +18,21 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Optional, TypeVar
 
-from .core import HttpError
+from .http_errors import HttpError, as_http_error
 
 T = TypeVar("T")
 
 
 class QueryGate:
+    """The query slots (``max_queries``) and the pool their queries run on."""
+
     def __init__(self, max_queries: int, query_wait: float, query_timeout: float) -> None:
         self._slots = threading.BoundedSemaphore(max_queries)
         self._pool = ThreadPoolExecutor(max_workers=max_queries, thread_name_prefix="cw-serve-query")
         self.query_wait, self.query_timeout = query_wait, query_timeout
 
     def run(self, query: Callable[[], T], wait: Optional[float] = None) -> T:
-        """The query's result (or its exception); HttpError 503 when no slot frees in time, 504 past the time box."""
+        """The query's result; HttpError for what it raised, 503 when no slot frees in time, 504 past the time box."""
         if not self._slots.acquire(timeout=self.query_wait if wait is None else wait):
             raise HttpError(503, "busy", "the server is answering other queries; retry shortly", {"Retry-After": "1"})
         try:
@@ -47,6 +50,8 @@ class QueryGate:
                 f"the backend query took longer than {self.query_timeout:g} s; it goes on in the background",
                 {"Retry-After": "5"},
             ) from None
+        except Exception as exc:  # noqa: BLE001 - translated, never re-raised as is
+            raise as_http_error(exc) from None
 
     @contextlib.contextmanager
     def slot(self, wait: float) -> Iterator[None]:

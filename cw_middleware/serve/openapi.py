@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core import API_PREFIX
+from .route import API_PREFIX
 
 
 def _error_schema() -> dict[str, Any]:
@@ -21,6 +21,10 @@ def _error_schema() -> dict[str, Any]:
     }
 
 
+def _json_error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
 def openapi_document() -> dict[str, Any]:
     from ..contract import StageContextWindow
 
@@ -28,27 +32,15 @@ def openapi_document() -> dict[str, Any]:
     defs = window_schema.pop("$defs", {})
     id_param = {"in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 256}}
     errors = {
-        "400": {"description": "invalid id", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
-        "401": {
-            "description": "missing or wrong bearer token",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-        },
-        "404": {
-            "description": "no such run or stage",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-        },
-        "502": {
-            "description": "the backend answered something unreadable",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-        },
-        "503": {
-            "description": "the backend could not be reached, or every query slot is taken (busy; Retry-After)",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-        },
-        "504": {
-            "description": "the backend query outlived the request's time box (query_timeout; Retry-After)",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-        },
+        status: _json_error(description)
+        for status, description in (
+            ("400", "invalid id"),
+            ("401", "missing or wrong bearer token"),
+            ("404", "no such run or stage"),
+            ("502", "the backend answered something unreadable"),
+            ("503", "the backend could not be reached, or every query slot is taken (busy; Retry-After)"),
+            ("504", "the backend query outlived the request's time box (query_timeout; Retry-After)"),
+        )
     }
     stage_summary = {
         "type": "object",

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from importlib import resources
 
-from .core import Exchange, HttpError, Route
+from .http_errors import HttpError
+from .route import Exchange, Route
 
 _TYPES = {
     ".html": "text/html; charset=utf-8",

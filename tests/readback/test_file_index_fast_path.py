@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cw_middleware.readback import file_index
+from cw_middleware.readback import file_index, file_lines
 from cw_middleware.readback.fold import INDEX_KEYS, RunsFold, stage_pairs
 from cw_middleware.readback.otlp_json import decode_line, index_spans
 
@@ -327,7 +327,7 @@ def test_a_file_indexed_through_the_block_reader_holds_what_the_full_decode_name
     path = tmp_path / "t.jsonl"
     content = b"\n".join(_file_lines(block)) + b"\n"
     path.write_bytes(content)
-    monkeypatch.setattr(file_index, "BLOCK_BYTES", block)  # lines straddle blocks
+    monkeypatch.setattr(file_lines, "BLOCK_BYTES", block)  # lines straddle blocks
     monkeypatch.setattr(file_index, "CHUNK_BYTES", 3000)  # and transactions
     index = file_index.FileIndex(str(path), str(tmp_path / "index"))
     assert index.refresh()
@@ -374,8 +374,8 @@ def test_an_overlong_line_is_skipped_and_the_next_line_indexed(tmp_path, monkeyp
     good = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
     overlong = b'{"resourceSpans":[' + b" " * 5000 + b"]}"
     path.write_bytes(overlong + b"\n" + good + b"\n" + overlong)  # and one at the end, unended
-    monkeypatch.setattr(file_index, "MAX_LINE", 1000)
-    monkeypatch.setattr(file_index, "BLOCK_BYTES", 300)
+    monkeypatch.setattr(file_lines, "MAX_LINE", 1000)
+    monkeypatch.setattr(file_lines, "BLOCK_BYTES", 300)
     index = file_index.FileIndex(str(path), "memory")
     assert index.refresh()
     (ref,) = index.lines_newest_first("run-a", "s@1")

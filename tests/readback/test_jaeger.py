@@ -96,6 +96,16 @@ def test_unknown_run_and_stage_are_not_found(store):
             cw.reader(f"jaeger+{jaeger.url}?service=someone-else").stages(RUN)
 
 
+def test_a_missing_stage_costs_its_search_and_one_probe_not_a_run_listing(store):
+    with serving(JaegerStub(store)) as jaeger:
+        reader = cw.reader(f"jaeger+{jaeger.url}?search_depth=2")  # the run's listing takes 3 searches here
+        with pytest.raises(cw.NotFound, match="stage 'nope@1' not found in run"):
+            reader.context_window(RUN, "nope@1")
+        asked = [json.loads(query["query.attributes"][0]) for _, query in jaeger.requests]
+    assert [a.get("agent.stage.id") for a in asked] == ["nope@1", None]
+    assert asked[1]["agent.run.id"] == RUN
+
+
 def test_a_search_deeper_than_the_store_is_a_clear_error(store, monkeypatch):
     monkeypatch.setattr("cw_middleware.readback.http.time.sleep", lambda s: None)
     with serving(JaegerStub(store, max_traces=100)) as jaeger:

@@ -9,6 +9,7 @@ from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
 from cw_middleware.contract import Category, CountMethod, Staleness
+from cw_middleware.readback import Missing
 from cw_middleware.readback.otlp_file import OtlpFileReader
 from cw_middleware.snapshot import RequestMeta, SnapshotParts, build_snapshot
 
@@ -46,7 +47,7 @@ def test_missing_file_is_not_found(tmp_path):
     reader = cw.reader(f"file:{tmp_path / 'absent.jsonl'}")
     with pytest.raises(cw.NotFound):
         reader.context_window("r", "s")
-    assert OtlpFileReader(str(tmp_path / "absent.jsonl")).latest("r", "s") is None
+    assert OtlpFileReader(str(tmp_path / "absent.jsonl")).latest("r", "s") is Missing.RUN
 
 
 def test_a_directory_or_no_path_is_an_input_mistake(tmp_path):

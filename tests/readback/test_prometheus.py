@@ -16,7 +16,7 @@ from test_content_free import CANARIES
 
 import cw_middleware as cw
 from cw_middleware.contract import CountMethod, Staleness, UnavailableReason
-from cw_middleware.readback import BACKEND_FORMS
+from cw_middleware.readback import BACKENDS
 from cw_middleware.readback.prometheus import PrometheusReader, parse_duration, quote
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "prometheus-2.42-query-responses.json"
@@ -357,4 +357,4 @@ def test_an_answer_that_is_not_a_result_is_a_backend_error():
 def test_the_backend_is_registered_for_http_and_https():
     assert isinstance(cw.reader("prometheus+http://h:9090").backend, PrometheusReader)
     assert isinstance(cw.reader("prometheus+https://h").backend, PrometheusReader)
-    assert BACKEND_FORMS["prometheus"] == "prometheus+http://HOST:9090"
+    assert BACKENDS["prometheus"].form == "prometheus+http://HOST:9090"

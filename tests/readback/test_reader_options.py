@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 import cw_middleware as cw
-from cw_middleware.readback import BACKENDS, BackendURL, ReaderOptions, parse_backend_url, resolve_options
+from cw_middleware.readback import BACKENDS, Backend, BackendURL, Missing, ReaderOptions, parse_backend_url, resolve_options
 from cw_middleware.readback.http import BackendClient
 
 SECRET = "s3cr3t-CANARY-pw"
@@ -67,7 +67,7 @@ def test_a_backend_is_one_registry_line(monkeypatch):
             seen["url"], seen["options"] = url, options
 
         def latest(self, run_id, stage_id):
-            return None
+            return Missing.RUN
 
         def stages(self, run_id):
             return None
@@ -78,7 +78,7 @@ def test_a_backend_is_one_registry_line(monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setitem(BACKENDS, "fake", Fake)
+    monkeypatch.setitem(BACKENDS, "fake", Backend("fake", "fake+http://HOST", Fake))
     r = cw.reader(f"fake+http://bob:{SECRET}@h:1/?project=p", timeout=2)
     assert isinstance(r.backend, cw.SnapshotReader)
     assert seen["url"].params == {"project": "p"} and seen["options"].basic_auth == ("bob", SECRET)
@@ -86,6 +86,33 @@ def test_a_backend_is_one_registry_line(monkeypatch):
     with pytest.raises(cw.NotFound, match="run 'r' not found"):
         r.context_window("r", "s")
     assert r.runs() == []
+
+
+def test_a_miss_is_one_backend_question_that_says_which_id_is_missing():
+    asked = []
+
+    class Backend_:
+        def __init__(self, missing):
+            self.missing = missing
+
+        def latest(self, run_id, stage_id):
+            asked.append("latest")
+            return self.missing
+
+        def stages(self, run_id):
+            raise AssertionError("a miss needs no run listing to name what is missing")
+
+        def runs(self):
+            return []
+
+        def close(self):
+            pass
+
+    with pytest.raises(cw.NotFound, match="^run 'r' not found$"):
+        cw.Reader(Backend_(Missing.RUN)).context_window("r", "s")
+    with pytest.raises(cw.NotFound, match="^stage 's' not found in run 'r'$"):
+        cw.Reader(Backend_(Missing.STAGE)).context_window("r", "s")
+    assert asked == ["latest", "latest"]
 
 
 def _client(handler, **options):

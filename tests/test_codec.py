@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from cw_middleware.codec import snapshot_attributes, span_level, window_from_attributes
 from cw_middleware.contract import Category, CountMethod, Staleness, WarningCode
-from cw_middleware.schema import snapshot_attributes, span_level, window_from_attributes
 from cw_middleware.snapshot import RequestMeta, build_snapshot
 
 BY_SOURCE = {

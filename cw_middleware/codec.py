@@ -1,12 +1,13 @@
-"""The telemetry contract: every key, name and value a snapshot is written and read back with.
+"""The codec of the contract's telemetry: attribute keys, span, event and metric names, and snapshot <-> attributes.
 
-Writers (``telemetry.py``) and readers (``readback/``) both import this module
-and nothing of each other: dashboards, alert rules and every backend reader depend
-on these names, so they are spelled once, here. `snapshot_attributes` encodes a
-`Snapshot` into the flat, typed, content-free attributes of a span event;
-`window_from_attributes` decodes them into the read-back `StageContextWindow`.
-A round trip through both is lossless for everything the contract carries
-(tests/test_schema.py).
+`contract.py` holds the models (`Snapshot`, `StageContextWindow`); this module says how
+they travel through OpenTelemetry. Writers (``telemetry.py``) and readers
+(``readback/``) both import it and nothing of each other: dashboards, alert rules and
+every backend reader depend on these names, so they are spelled once, here.
+`snapshot_attributes` encodes a `Snapshot` into the flat, typed, content-free attributes
+of a span event; `window_from_attributes` decodes them into the read-back
+`StageContextWindow`. A round trip through both is lossless for everything the
+contract carries (tests/test_codec.py).
 
 GenAI keys follow the OpenTelemetry GenAI semantic conventions v1.41
 (https://opentelemetry.io/docs/specs/semconv/gen-ai/); our own keys live under
