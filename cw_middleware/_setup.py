@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -44,12 +43,6 @@ class _SaidOnce(RateLimitedLog):
 
     def after_fork_in_child(self) -> None:
         pass  # its lock is renewed with every log's; what was said stays said
-
-
-def sdk_disabled(environ: Optional[Mapping[str, str]] = None) -> bool:
-    """OTEL_SDK_DISABLED=true: the OpenTelemetry SDK's own switch (spec: "true", case-insensitive)."""
-    env = os.environ if environ is None else environ
-    return env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
 
 
 @dataclass(frozen=True)
@@ -79,7 +72,7 @@ def choose_providers(
         return Providers(tracer_provider, meter_provider, logger_provider)  # the caller's, as given
     if cfg.export == "none" and cfg.metrics_endpoint is None:
         return Providers(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), logger_provider)
-    if sdk_disabled():
+    if cfg.sdk_disabled:
         PROCESS.part(_SaidOnce).warning(
             "sdk-disabled",
             f"cw_middleware: OTEL_SDK_DISABLED=true switches OpenTelemetry off, so no snapshots are exported "

@@ -141,9 +141,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if path is None:
         print(f"\n(export={runtime.config.export}: nothing to read back locally)", file=sys.stderr)
         return EXIT_OK
-    from ._setup import sdk_disabled
-
-    if sdk_disabled():
+    if runtime.config.sdk_disabled:
         print("\n(OTEL_SDK_DISABLED=true: nothing was exported, so there is nothing to read back)", file=sys.stderr)
         return EXIT_OK
     backend = f"file:{path}"

@@ -8,9 +8,9 @@ in `SETTINGS` (the call path's, resolved into a frozen `Config` by `resolve`) or
 read and what it means. The documentation's settings reference is generated from these
 tables, so it cannot drift from the code.
 
-Two reads stay at call time, on purpose: provider credentials (`credential`), which
-LiteLLM itself reads on every call and a user may set after the first one, and nothing
-else.
+One kind of read stays at call time, on purpose: the provider's own variables
+(`provider_variable`: API keys, base URLs, ``AZURE_API_VERSION``), which LiteLLM itself
+reads on every call and a user may set after the first one.
 
 The embedded file (``file:PATH``) holds OTLP JSON lines, one export batch a line:
 ``{"resourceSpans":[...]}`` and ``{"resourceMetrics":[...]}``, the OpenTelemetry
@@ -339,15 +339,6 @@ SETTINGS: tuple[Setting, ...] = (
         parse_otel_flag,
         "OpenTelemetry's own off switch: nothing is exported (`cw.snapshots()` and `cw.estimate()` still work).",
     ),
-    Setting(
-        "azure_api_version",
-        ("AZURE_API_VERSION",),
-        None,
-        _as_is,
-        "The Azure OpenAI API version when a call gives none (LiteLLM's variable): before 2024-09-01 Azure "
-        "refuses `stream_options`, so such streams go out without it.",
-        "none",
-    ),
 )
 
 READ_SETTINGS: tuple[Setting, ...] = (
@@ -424,7 +415,6 @@ class Config:
     stream_usage: StreamUsagePolicy = StreamUsagePolicy.AUTO
     exit_timeout: float = 2.0
     sdk_disabled: bool = False
-    azure_api_version: Optional[str] = None
 
     @property
     def export_path(self) -> Optional[str]:
@@ -513,7 +503,7 @@ def resolve_read(*, environ: Optional[Mapping[str, str]] = None, **settings: Any
     return ReadConfig(**values)
 
 
-def credential(names: tuple[str, ...], environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+def provider_variable(names: tuple[str, ...], environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """The first of these provider variables that is set (API keys, base URLs), read at call time as LiteLLM reads them."""
     env = os.environ if environ is None else environ
     return next((env[name] for name in names if env.get(name)), None)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import socket
 import threading
 import time
@@ -38,6 +37,7 @@ from typing import Any, Optional
 import httpx
 
 from ._log import RateLimitedLog
+from .config import provider_variable
 from .contract import WarningCode
 from .count_bodies import to_anthropic, to_gemini, to_openai_responses
 from .rules import split_provider
@@ -89,15 +89,14 @@ def target_for(
     provider: Optional[str], model: str, kwargs: Mapping[str, Any], environ: Optional[Mapping[str, str]] = None
 ) -> Optional[CountTarget]:
     """The count endpoint for this request, or None when no credentials are configured."""
-    env = os.environ if environ is None else environ
     family_guess, bare, _ = split_provider(model, kwargs.get("custom_llm_provider"))
     family = _FAMILY.get(provider or "") or (_FAMILY.get(family_guess) if provider is None else None)
     if family is None:
         return None
-    key = kwargs.get("api_key") or next((env[k] for k in _KEY_ENV[family] if env.get(k)), None)
+    key = kwargs.get("api_key") or provider_variable(_KEY_ENV[family], environ)
     if not isinstance(key, str) or not key:
         return None
-    base = kwargs.get("api_base") or kwargs.get("base_url") or next((env[k] for k in _BASE_ENV[family] if env.get(k)), None)
+    base = kwargs.get("api_base") or kwargs.get("base_url") or provider_variable(_BASE_ENV[family], environ)
     return CountTarget(family, bare, base if isinstance(base, str) and base else None, key)
 
 

@@ -45,9 +45,8 @@ def _cw_warnings(caplog) -> list[str]:
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 def test_dead_collector_neither_blocks_nor_raises(monkeypatch, caplog, protocol):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
-    with embedded_runtime(export="otlp", export_interval_ms=50) as rt:
+    with embedded_runtime(export="otlp", otlp_protocol=protocol, export_interval_ms=50) as rt:
         inner = rt.pipeline.span_processor._batch_processor._exporter._inner  # type: ignore[attr-defined]
         assert ("grpc" in type(inner).__module__) == (protocol == "grpc")
         _calls(1)  # warm caches (model map, tokenizer) before timing

@@ -18,12 +18,12 @@ never adds it.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
+from ..config import provider_variable
 from ..process import PROCESS
 from ..reconcile import usage_cache_prefix_tokens, usage_input_tokens
 from ..tags import strip_messages, strip_tools
@@ -154,7 +154,7 @@ def asks_stream_usage(provider: Optional[str], kwargs: Mapping[str, Any]) -> boo
     if provider not in STREAM_USAGE_PROVIDERS:
         return False
     if provider == "azure":
-        version = kwargs.get("api_version") or os.environ.get("AZURE_API_VERSION") or ""
+        version = kwargs.get("api_version") or provider_variable(("AZURE_API_VERSION",)) or ""
         if isinstance(version, str) and version[:10] < AZURE_STREAM_OPTIONS_SINCE and version[:4].isdigit():
             return False
     return _endpoint(provider, kwargs) not in refusing_endpoints()

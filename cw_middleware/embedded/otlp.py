@@ -11,23 +11,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, Optional
+from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from ..config import Config
 from .health import Health, inside_export
 
 
-def otlp_protocol(environ: Optional[dict[str, str]] = None) -> str:
-    env = os.environ if environ is None else environ
-    return (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf").strip()
-
-
-def otlp_exporters() -> tuple[SpanExporter, MetricExporter, str]:
-    """OTLP exporters configured by the standard OTEL_EXPORTER_OTLP_* variables (read by the exporters); and where they send."""
-    protocol = otlp_protocol()
+def otlp_exporters(config: Config) -> tuple[SpanExporter, MetricExporter, str]:
+    """OTLP exporters for ``config.otlp_protocol`` (the endpoint, headers and TLS are read by the exporters themselves,
+    from the standard OTEL_EXPORTER_OTLP_* variables); and where they send, as cw's messages name it."""
+    protocol = config.otlp_protocol
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
@@ -39,12 +36,12 @@ def otlp_exporters() -> tuple[SpanExporter, MetricExporter, str]:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
 
         spans, metric = HttpSpans(), HttpMetrics()
-    where = f"OTLP ({protocol}) {os.environ.get('OTEL_EXPORTER_OTLP_ENDPOINT', 'default endpoint')}"
+    where = f"OTLP ({protocol}) {config.otlp_endpoint or 'default endpoint'}"
     return spans, metric, where
 
 
-def otlp_log_exporter() -> Any:
-    if otlp_protocol() == "grpc":
+def otlp_log_exporter(config: Config) -> Any:
+    if config.otlp_protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
     else:
         from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter  # type: ignore[assignment]

@@ -57,7 +57,7 @@ class Pipeline:
         otlp_metrics: Optional[MetricExporter] = None
         wants_export_metrics = config.metrics == "export" and metric_exporter is None
         if config.export == "otlp" and (span_exporter is None or wants_export_metrics or config.log_events):
-            otlp_spans, otlp_metrics, where = otlp_exporters()
+            otlp_spans, otlp_metrics, where = otlp_exporters(config)
             self.health = Health(where, f"cannot export telemetry to {where}")
         self._holds: list[Hold] = [exporter_logs.hold(e for e in (otlp_spans, otlp_metrics) if e is not None)]
 
@@ -140,7 +140,7 @@ class Pipeline:
             exporter = file_log_exporter(self._sink)
         else:
             assert self.health is not None
-            inner = otlp_log_exporter()
+            inner = otlp_log_exporter(self.config)
             self._holds.append(exporter_logs.hold([inner]))
             exporter = guarded_log_exporter(inner, self.health)
         provider = LoggerProvider(resource=self._resource, shutdown_on_exit=False)
