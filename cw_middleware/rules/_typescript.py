@@ -7,7 +7,8 @@ rendering is OpenAI's `harmony` renderer (github.com/openai/harmony,
 ``src/encoding.rs``: ``json_schema_to_typescript`` and
 ``template_tools_section``); the chat models' format matches it on the points
 below (checked against reported usage): a ``// description`` line above each
-function and property, ``name?:`` for optional properties, string enums as
+function and property (a function's multi-line description one ``//`` line per
+line, indentation and blank lines dropped: `description_lines`), ``name?:`` for optional properties, string enums as
 ``"a" | "b"``, ``integer`` as ``number``, arrays as ``T[]``, nested objects as
 indented ``{ ... }`` blocks, a property's title as a comment line above its
 description, and a trailing ``// default: x`` comment.
@@ -25,6 +26,16 @@ from typing import Any
 _MAX_REF_DEPTH = 6
 
 
+def description_lines(description: str) -> list[str]:
+    """A function's description as the renderer shows it: one ``//`` line per line of text.
+
+    Each line loses its indentation and blank lines are dropped, so an indented docstring
+    (``Args:`` and ``Returns:`` sections) costs its words, not its indentation; a line's
+    trailing whitespace stays (the Responses API trims the whole description first).
+    """
+    return [f"// {line.lstrip()}" for line in description.split("\n") if line.strip()]
+
+
 def render_function(fn: Mapping[str, Any], responses: bool = False) -> str:
     """One function of the namespace, ending with the blank line that separates functions.
 
@@ -34,10 +45,8 @@ def render_function(fn: Mapping[str, Any], responses: bool = False) -> str:
     """
     lines = []
     description = fn.get("description")
-    if isinstance(description, str) and responses:
-        description = description.strip()
-    if isinstance(description, str) and description:
-        lines.append(f"// {description}")  # one comment marker, even for multi-line text
+    if isinstance(description, str):
+        lines.extend(description_lines(description.strip() if responses else description))
     name = fn.get("name", "")
     params = fn.get("parameters")
     if responses and isinstance(params, Mapping):
@@ -48,6 +57,18 @@ def render_function(fn: Mapping[str, Any], responses: bool = False) -> str:
     else:
         lines.append(f"type {name} = () => any;")
     return "\n".join(lines) + "\n\n"
+
+
+def opens_bare(fn: Mapping[str, Any]) -> bool:
+    """The function's parameters open on a property with no comment line (no title, no description)."""
+    params = fn.get("parameters")
+    if not isinstance(params, Mapping):
+        return False
+    props = params.get("properties")
+    if not isinstance(props, Mapping) or not props:
+        return False
+    first = _resolve(next(iter(props.values())), params, 0)
+    return not (isinstance(first, Mapping) and any(isinstance(first.get(k), str) and first[k] for k in ("title", "description")))
 
 
 def _resolve(schema: Any, root: Mapping[str, Any], depth: int) -> Any:

@@ -45,6 +45,9 @@ SLICE = {
     "openai-chat_completions-2ef507ad1d59": 1.5,  # a parallel call of three, results with names
     "openai-chat_completions-1a259f1778f5": 1.0,  # tools + structured output
     "openai-chat_completions-81037bed6569": 2.0,  # tools + schema + history
+    "openai-chat_completions-680db78f8ff6": 0.5,  # two functions opening on bare properties
+    "openai-chat_completions-a4156d79ef0c": 0.5,  # multi-line docstring descriptions (Args:/Returns:)
+    "openai-chat_completions-4f44dd2310eb": 1.0,  # 21 tools, indented docstrings, bare first properties
     # OpenAI responses (scored natively when the scorer can, as litellm.responses() arguments)
     "openai-responses-5a2c39710131": 0.5,  # structured output
     "openai-responses-5ae0e4d308ad": 1.0,  # tools, long instructions
@@ -106,7 +109,7 @@ def records():
 
 
 def test_slice_size():
-    assert 20 <= len(SLICE) <= 50
+    assert 20 <= len(SLICE) <= 60
 
 
 @pytest.mark.parametrize("record_id", sorted(SLICE))

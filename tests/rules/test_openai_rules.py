@@ -47,14 +47,20 @@ def test_responses_shows_the_schema_title_and_description_and_trims_the_function
     responses = render_tool(FLAT_TOOL, responses=True)
     assert "get_weather_args" not in chat and "Typed arguments." not in chat
     assert responses.startswith("// Weather for a city.\n// get_weather_args\n// Typed arguments.\ntype get_weather = (_: {")
-    assert chat.startswith("//   Weather for a city.\n")
+    # chat drops the indentation and the blank last line, but not a line's trailing space
+    assert chat.startswith("// Weather for a city.\ntype get_weather")
+    spaced = {"type": "function", "function": {**WEATHER, "description": "Weather for a city. "}}
+    assert render_tool(spaced).startswith("// Weather for a city. \ntype")
+    assert render_tool({"type": "function", **spaced["function"]}, responses=True).startswith("// Weather for a city.\n")
 
 
 def test_responses_opens_no_message_for_the_tool_block():
     chat = cw.estimate(model="openai/gpt-4o", messages=ASK, tools=[CHAT_TOOL])
     responses = cw.estimate(model="openai/gpt-4o", input=ASK, tools=[FLAT_TOOL])
-    rules = rules_for("openai/gpt-4o", api="responses")
-    shown = rules.text(render_tool(FLAT_TOOL, responses=True)) - rules.text(render_tool(CHAT_TOOL))
+    # what the two renderers bill for the definition itself differs: set it aside
+    shown = rules_for("openai/gpt-4o", api="responses").tool_definition(FLAT_TOOL) - rules_for("openai/gpt-4o").tool_definition(
+        CHAT_TOOL
+    )
     assert shown > 0
     # the chat block opens a system message and carries a "# Tools" header; the Responses block neither
     assert chat.tokens("tools") - (responses.tokens("tools") - shown) >= 6
@@ -111,12 +117,49 @@ def test_only_gpt_5_and_later_read_harmonys_function_call_preamble():
 
 
 def test_a_function_without_description_bills_less_than_its_rendering():
+    # harmony-layout models and the Responses API: the function's description decides
+    for rules in (rules_for("openai/gpt-5-mini"), rules_for("openai/gpt-4o", api="responses")):
+        bare = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "description"}}
+        assert rules.tool_definition(bare) < rules.text(rules._render(bare))
+        assert rules.tool_definition(CHAT_TOOL) == rules.text(rules._render(CHAT_TOOL))
+        no_params = {"type": "function", "function": {"name": "ping"}}
+        assert rules.tool_definition(no_params) == rules.text(rules._render(no_params))
+
+
+def _with_city(spec):
+    return {"type": "function", "function": {**WEATHER, "parameters": {**WEATHER["parameters"], "properties": {"city": spec}}}}
+
+
+def test_chat_functions_opening_on_a_bare_property_bill_less_than_their_rendering():
     rules = rules_for("openai/gpt-4o")
-    bare = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "description"}}
-    assert rules.tool_definition(bare) < rules.text(render_tool(bare))
-    assert rules.tool_definition(CHAT_TOOL) == rules.text(render_tool(CHAT_TOOL))
-    no_params = {"type": "function", "function": {"name": "ping"}}
-    assert rules.tool_definition(no_params) == rules.text(render_tool(no_params))
+    described, undescribed = _with_city({"type": "string"}), {"type": "function", "function": {"name": "f", "parameters": {}}}
+    # described or not, a function whose first property has no comment line bills one token less
+    assert rules.tool_definition(described) == rules.text(render_tool(described)) - 1
+    for commented in (
+        _with_city({"type": "string", "description": "The city."}),
+        _with_city({"type": "string", "title": "City"}),
+    ):
+        assert rules.tool_definition(commented) == rules.text(render_tool(commented))
+    # a $ref'd first property shows its target's title: not bare
+    ref = {
+        "$defs": {"City": {"title": "City", "type": "string"}},
+        "type": "object",
+        "properties": {"city": {"$ref": "#/$defs/City"}},
+    }
+    by_ref = {"type": "function", "function": {"name": "f", "description": "F.", "parameters": ref}}
+    assert rules.tool_definition(by_ref) == rules.text(render_tool(by_ref))
+    assert rules.tool_definition(undescribed) == rules.text(render_tool(undescribed))
+
+
+def test_a_multi_line_description_is_one_comment_line_per_line_without_indentation():
+    docstring = "Convert Celsius to Fahrenheit.\n\n    Args:\n        celsius: Temperature in Celsius\n    "
+    tool = {"type": "function", "function": {"name": "convert", "description": docstring}}
+    assert render_tool(tool) == (
+        "// Convert Celsius to Fahrenheit.\n// Args:\n// celsius: Temperature in Celsius\ntype convert = () => any;\n\n"
+    )
+    one_marker = "// " + docstring + "\ntype convert = () => any;\n\n"
+    rules = rules_for("openai/gpt-4o")
+    assert rules.tool_definition(tool) < rules.text(one_marker)
 
 
 def test_responses_does_not_indent_nested_objects():
