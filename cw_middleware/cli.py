@@ -315,11 +315,18 @@ def _cmd_stages(args: argparse.Namespace, reader: Any) -> int:
 
 @_read_errors
 def _cmd_serve(args: argparse.Namespace, reader: Any) -> int:
+    from .errors import ConfigError
+    from .serve.access import is_loopback
     from .server import make_server
 
-    token = args.token or os.environ.get("CW_SERVE_TOKEN") or None
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not token:
-        print(f"warning: serving on {args.host} without a bearer token (--token or CW_SERVE_TOKEN)", file=sys.stderr)
+    token = _serve_token(args)
+    if not token and not is_loopback(args.host):
+        if not args.allow_without_token:
+            raise ConfigError(
+                f"serving {args.host} without a bearer token lets anyone who reaches it read the runs: set CW_SERVE_TOKEN "
+                "or --token-file FILE (or pass --allow-without-token)"
+            )
+        print(f"warning: serving on {args.host} without a bearer token", file=sys.stderr)
     try:
         server = make_server(reader, args.host, args.port, token)
     except OSError as exc:
@@ -338,6 +345,22 @@ def _cmd_serve(args: argparse.Namespace, reader: Any) -> int:
     finally:
         server.server_close()
     return EXIT_OK
+
+
+def _serve_token(args: argparse.Namespace) -> Optional[str]:
+    """The bearer token: --token-file's first line, else --token (which `ps` shows), else $CW_SERVE_TOKEN."""
+    from .errors import ConfigError
+
+    if args.token_file:
+        try:
+            with open(args.token_file, encoding="utf-8") as f:
+                token = f.readline().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read the token file {args.token_file!r} ({type(exc).__name__})") from None
+        if not token:
+            raise ConfigError(f"the token file {args.token_file!r} is empty")
+        return token
+    return args.token or os.environ.get("CW_SERVE_TOKEN") or None
 
 
 def _count(minimum: int) -> Any:
@@ -404,9 +427,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_stages)
     p = sub.add_parser("serve", help="serve the read-back API over HTTP (loopback by default)")
     p.add_argument("--backend", help=backend_help)
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; others need --token)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs a token)")
     p.add_argument("--port", type=_port, default=8765, help="port to listen on (default 8765; 0 picks a free one)")
-    p.add_argument("--token", help="require this bearer token (also $CW_SERVE_TOKEN)")
+    given = p.add_mutually_exclusive_group()
+    given.add_argument("--token-file", metavar="FILE", help="require the bearer token on the first line of FILE")
+    given.add_argument("--token", help="require this bearer token (visible in `ps`: prefer --token-file or $CW_SERVE_TOKEN)")
+    p.add_argument(
+        "--allow-without-token",
+        action="store_true",
+        help="serve a non-loopback --host without a token (anyone who reaches it reads the runs)",
+    )
     p.set_defaults(func=_cmd_serve)
     return parser
 

@@ -19,15 +19,13 @@ accept loop answers 503 past that, so threads stay bounded however many sockets 
 open), the listen backlog is 128, backend queries are capped and time-boxed
 (`serve.gate`), event streams are capped (`serve.watch`).
 
-The bearer token (``--token`` or CW_SERVE_TOKEN) is text; on the wire it is matched
-as UTF-8 (curl, most clients) and, when the token fits ISO-8859-1, as ISO-8859-1
-bytes too (what browsers and Python's http.client send for such text): both are
-accepted, compared in constant time. Binds 127.0.0.1 by default.
+Who may ask (`serve.access`): with a bearer token (``--token-file``, CW_SERVE_TOKEN or
+``--token``), whoever sends it; without one, only requests whose Host is a loopback name
+or the bound address (DNS rebinding). Binds 127.0.0.1 by default.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import select
@@ -41,6 +39,7 @@ from urllib.parse import urlsplit
 
 from .readback import Reader
 from .serve import api, events, page
+from .serve.access import Access, token_matches
 from .serve.gate import QueryGate
 from .serve.http_errors import HttpError
 from .serve.limits import Limits
@@ -55,23 +54,6 @@ __all__ = ["API_PREFIX", "Limits", "ReadbackServer", "make_server", "openapi_doc
 ROUTES: list[Route] = [*api.ROUTES, *events.ROUTES, *page.ROUTES]
 ALLOW = "GET, HEAD"
 _MAX_MESSAGE = 200
-
-
-def token_matches(given: str, token: str) -> bool:
-    """``given`` is a header value as http.client decoded it (ISO-8859-1); see the module docstring."""
-    try:
-        raw = given.encode("latin-1")
-    except UnicodeEncodeError:
-        return False
-    candidates = [token.encode("utf-8", "surrogateescape")]
-    try:
-        candidates.append(token.encode("latin-1"))
-    except UnicodeEncodeError:
-        pass
-    matched = False
-    for candidate in candidates:  # every candidate is compared: the time taken does not say which one matched
-        matched |= hmac.compare_digest(raw, candidate)
-    return matched
 
 
 class _HeadReaper:
@@ -240,13 +222,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
 
-    def _authorized(self) -> bool:
-        token = self.context.token
-        if not token:
-            return True
-        scheme, _, value = self.headers.get("Authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and token_matches(value.strip(), token)
-
     def _dispatch(self) -> None:
         target = self.path
         path = urlsplit(target).path if target.startswith(("http://", "https://")) else target.split("?", 1)[0].split("#", 1)[0]
@@ -256,8 +231,7 @@ class _Handler(BaseHTTPRequestHandler):
                 break
         else:
             route, params = None, None
-        if (route is None or route.auth) and not self._authorized():
-            raise HttpError(401, "unauthorized", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
+        self.server.access.check(self.headers, needs_token=route is None or route.auth)
         if route is None or params is None:
             raise HttpError(404, "no_route", f"no such endpoint: {path[:100]}")
         route.handler(self, params)
@@ -280,8 +254,9 @@ class ReadbackServer(ThreadingHTTPServer):
         self.request_queue_size = self.limits.backlog  # read by server_activate() inside __init__ below
         self.reader = reader
         self.token = token or None
+        self.access = Access(self.token, host)
         gate = QueryGate(self.limits.max_queries, self.limits.query_wait, self.limits.query_timeout)
-        self.context = Context(reader, self.limits, gate, Watchers(reader, gate, self.limits), self.token, openapi_document())
+        self.context = Context(reader, self.limits, gate, Watchers(reader, gate, self.limits), openapi_document())
         self.closing = False
         self._active = 0
         self._active_lock = threading.Lock()

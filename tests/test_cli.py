@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from cw_middleware import cli
 from cw_middleware.runtime import get_runtime, set_runtime
 
@@ -231,3 +233,77 @@ def test_not_found_hints_where_the_telemetry_may_have_gone(tmp_path, capsys):
         assert cli.main(["show", "r", "s", "--backend", f"file:{path}"]) == cli.EXIT_NOT_FOUND
         err = capsys.readouterr().err
         assert "own TracerProvider" in err, path
+
+
+# ---------------------------------------------------------------- serve: where the token comes from, who may bind
+
+
+def _serving(argv: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """`cw-middleware serve ...` on a free port, and its URL once it listens."""
+    import os
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cw_middleware", "serve", "--port", "0", *argv],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    assert process.stderr is not None
+    lines = [process.stderr.readline()]
+    while " on http://" not in lines[-1] and lines[-1] and len(lines) < 5:
+        lines.append(process.stderr.readline())  # a warning may come first
+    assert " on http://" in lines[-1], lines
+    return process, lines[-1].split(" on ", 1)[1].split()[0]
+
+
+def _status(url: str, token: str | None = None) -> int:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+@pytest.mark.parametrize("source", ["file", "environment"])
+def test_serve_reads_its_token_from_a_file_or_the_environment_never_the_command_line(tmp_path, source):
+    token = "t0ken-from-" + source
+    if source == "file":
+        (tmp_path / "token").write_text(token + "\n")
+        argv, env = ["--token-file", str(tmp_path / "token")], {}
+    else:
+        argv, env = [], {"CW_SERVE_TOKEN": token}
+    process, url = _serving(["--backend", f"file:{tmp_path / 't.jsonl'}", *argv], env)
+    try:
+        assert _status(f"{url}/api/v1/runs") == 401
+        assert _status(f"{url}/api/v1/runs", token) == 200
+        with open(f"/proc/{process.pid}/cmdline", "rb") as f:
+            assert token.encode() not in f.read()  # what `ps` shows
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_serve_refuses_a_non_loopback_address_without_a_token_unless_told(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.delenv("CW_SERVE_TOKEN", raising=False)
+    backend = f"file:{tmp_path / 't.jsonl'}"
+    (tmp_path / "empty").write_text("\n")
+    for argv, said in (
+        (["--host", "0.0.0.0"], "--allow-without-token"),
+        (["--token-file", str(tmp_path / "empty")], "is empty"),
+    ):
+        command = [sys.executable, "-m", "cw_middleware", "serve", "--port", "0", "--backend", backend, *argv]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30, env=dict(os.environ))
+        assert done.returncode == cli.EXIT_USAGE and said in done.stderr, (argv, done.stderr)
+        assert "Traceback" not in done.stderr
+    process, url = _serving(["--host", "0.0.0.0", "--allow-without-token", "--backend", backend])
+    try:
+        assert _status(url.replace("0.0.0.0", "127.0.0.1") + "/healthz") == 200
+    finally:
+        process.terminate()
+        process.wait(10)

@@ -135,3 +135,66 @@ def test_a_file_that_is_not_otlp_json_is_a_502(serve, tmp_path):
     for route in ("/api/v1/runs", "/api/v1/runs/r/stages", "/api/v1/runs/r/stages/s/context-window"):
         status, body, _ = _get(server.url + route)
         assert status == 502 and "not an OTLP JSON file" in body["error"]["message"], route
+
+
+# ---------------------------------------------------------------- who may ask: Host (DNS rebinding), token
+
+
+def _raw(server, path, headers):
+    """A GET with exactly these headers (Host included), as a browser or an attacker's page would send them."""
+    import http.client
+
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        conn.putrequest("GET", path, skip_host=True, skip_accept_encoding=True)
+        for name, value in headers:
+            conn.putheader(name, value)
+        conn.endheaders()
+        response = conn.getresponse()
+        return response.status, json.loads(response.read() or b"null")
+    finally:
+        conn.close()
+
+
+def test_without_a_token_a_foreign_host_is_refused_as_dns_rebinding(serve):
+    server = serve()
+    port = server.server_address[1]
+    for path in ("/api/v1/runs", "/api/v1/runs/run-1/stages/agent@1/context-window", "/api/v1/runs/run-1/events", "/"):
+        status, body = _raw(server, path, [("Host", f"rebind.attacker.example:{port}")])
+        assert status == 403 and body["error"]["code"] == "host_not_allowed", path
+        assert "run-1" not in json.dumps(body)
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST.", f"[::1]:{port}", "127.0.0.1"):
+        assert _raw(server, "/api/v1/runs", [("Host", host)])[0] == 200, host
+
+
+def test_with_a_token_the_token_decides_whatever_the_host(serve):
+    server = serve(token="s3cret")
+    host = ("Host", "cw.internal.example")
+    assert _raw(server, "/api/v1/runs", [host, ("Authorization", "Bearer s3cret")])[0] == 200
+    assert _raw(server, "/api/v1/runs", [host])[0] == 401
+
+
+def test_two_authorization_or_host_headers_are_a_400(serve):
+    server = serve(token="s3cret")
+    local = ("Host", "127.0.0.1")
+    for headers in (
+        [local, ("Authorization", "Bearer s3cret"), ("Authorization", "Bearer wrong")],
+        [local, ("Authorization", "Bearer wrong"), ("Authorization", "Bearer s3cret")],
+        [local, local, ("Authorization", "Bearer s3cret")],
+    ):
+        status, body = _raw(server, "/api/v1/runs", headers)
+        assert status == 400 and body["error"]["code"] == "bad_request", headers
+
+
+def test_a_server_bound_to_every_address_answers_to_ip_addresses_but_not_to_names(backend):
+    server = make_server(cw.reader(backend), "0.0.0.0", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        assert _raw(server, "/api/v1/runs", [("Host", f"10.1.2.3:{port}")])[0] == 200
+        assert _raw(server, "/api/v1/runs", [("Host", f"[fd00::1]:{port}")])[0] == 200
+        assert _raw(server, "/api/v1/runs", [("Host", f"rebind.attacker.example:{port}")])[0] == 403
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -34,7 +34,7 @@ class Stream:
             headers += f"Last-Event-ID: {last_event_id}\r\n"
         if token is not None:
             headers += f"Authorization: Bearer {token}\r\n"
-        self.sock.sendall(f"GET /api/v1/runs/{run_id}/events HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
+        self.sock.sendall(f"GET /api/v1/runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}\r\n".encode())
         self.buffer = b""
         while b"\r\n\r\n" not in self.buffer:
             chunk = self.sock.recv(65536)

@@ -284,3 +284,68 @@ def test_a_reader_failing_mid_scan_is_a_json_502_and_the_server_stays_up(serve, 
     assert status == 502 and body["error"]["code"] == "backend_error"
     assert type(error).__name__ in body["error"]["message"] and "Traceback" not in body["error"]["message"]
     assert _get(server, "/healthz")[0] == 200
+
+
+# ---------------------------------------------------------------- event-stream clients that never read
+
+
+class _BigRun:
+    """A SnapshotReader whose run's state is some megabytes of events: more than a socket's buffers hold."""
+
+    STAGES = 200
+
+    def latest(self, run_id, stage_id):
+        from cw_middleware.contract import Category, DetailItem, StageContextWindow, Staleness
+
+        details = [DetailItem(category=Category.MEMORY, source=f"memory-file-{i:03d}-" + "x" * 200, tokens=i) for i in range(40)]
+        return StageContextWindow(stage_id=stage_id, available=True, staleness=Staleness.LIVE, input_tokens=1, details=details)
+
+    def stages(self, run_id):
+        from cw_middleware.contract import Staleness
+        from cw_middleware.readback import StageSummary
+
+        return [StageSummary(f"stage-{i:03d}@1", "agent", Staleness.LIVE) for i in range(self.STAGES)]
+
+    def runs(self):
+        return []
+
+    def close(self):
+        pass
+
+
+def test_event_stream_clients_that_never_read_hold_bounded_threads_and_memory_and_are_dropped(serve):
+    import tracemalloc
+
+    big = _BigRun()
+    state = big.STAGES * len(json.dumps(big.latest("r", "s").model_dump(mode="json")))  # what each stream is sent first
+    server = serve(reader=Reader(big), max_streams=2, idle_timeout=1.0, heartbeat=0.5, max_connections=16)
+    threads_before = threading.active_count()
+    tracemalloc.start()
+    clients = []
+    try:
+        for _ in range(12):  # six times the stream cap
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a client that reads nothing, with a small window
+            sock.connect(server.server_address[:2])
+            sock.sendall(b"GET /api/v1/runs/r/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            clients.append(sock)
+        peak_threads = peak_connections = peak_streams = 0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            peak_threads = max(peak_threads, threading.active_count() - threads_before)
+            peak_connections = max(peak_connections, server.connections)
+            peak_streams = max(peak_streams, server.context.watchers.streams)
+            if peak_streams and server.context.watchers.streams == 0 and server.connections == 0:
+                break  # every stream's write timed out: the clients (still connected) hold nothing
+            time.sleep(0.02)
+        _, peak_memory = tracemalloc.get_traced_memory()
+        assert peak_streams == 2 and server.context.watchers.streams == 0 and server.connections == 0
+        # The watcher's state and each served stream's first frames; nothing per client that never reads
+        # (twelve of them would be 12 states).
+        assert peak_memory < 6 * state, (peak_memory, state)
+        assert peak_connections <= 12 and peak_threads <= 12 + 1 + server.limits.max_queries + 2
+        assert _get(server, "/healthz")[0] == 200  # and the server goes on
+    finally:
+        tracemalloc.stop()
+        for sock in clients:
+            sock.close()

@@ -27,17 +27,21 @@ lines that name it and what a stage listing shows (kind, live/stored, first and
 last activity time). Ids, offsets, counts and times: never a snapshot's numbers,
 prompt text or any other content.
 
-Where it lives: ``$CW_INDEX_DIR``, else ``$XDG_CACHE_HOME/cw-middleware/file-index``,
+Where it lives (`index_db`): ``$CW_INDEX_DIR``, else ``$XDG_CACHE_HOME/cw-middleware/file-index``,
 else ``~/.cache/cw-middleware/file-index`` (one ``<hash of the path>.sqlite``);
-``CW_INDEX_DIR=memory`` (or a directory that cannot be written) keeps it in
-memory, rebuilt by each process. Never beside the telemetry file: rotation
-tools match ``file.jsonl*``.
+``CW_INDEX_DIR=memory`` keeps it in memory, rebuilt by each process. Never beside the
+telemetry file: rotation tools match ``file.jsonl*``. A query never waits on another
+process: it first checks the index against the file without a lock (WAL readers never
+wait) and takes the write lock only when there are lines to add, waiting at most
+`index_db.BUSY_TIMEOUT`; a lock held longer, an unwritable or full cache directory
+sends this process to an index of its own in memory; a damaged index is made anew.
+Either says so in one warning, on whichever query meets it.
 
 Never trusted blindly: before use, its header (format and version), the file's
 device and inode, its size (never smaller than what was indexed) and the CRC-32
 of the file's first and last indexed 64 KiB must match, and every line read is
 checked against its stored length and CRC. Anything else (``copytruncate``
-rotation, a file replaced, a damaged index) rebuilds it from the start.
+rotation, a file replaced) rebuilds it from the start.
 
 The file may shrink or be replaced at any moment: it is read with plain reads
 (never memory-mapped, so a truncation cannot raise SIGBUS), a short read or a
@@ -47,7 +51,6 @@ changed head means it changed under the scan, and the scan starts again; after
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sqlite3
 import threading
@@ -72,26 +75,12 @@ from .fold import (
     summarize_runs,
     summarize_stages,
 )
+from .index_db import FORMAT, VERSION, IndexDatabase, IndexUnusable
 from .otlp_json import index_spans
 
-FORMAT = "cw-middleware file index"
-VERSION = "1"
 RESTARTS = 3  # scans started again when the file changes under them, before the query fails
 WINDOW = 1 << 16  # bytes of the file's head and of the indexed tail whose CRC-32 must match
 CHUNK_BYTES = 32 << 20  # committed a chunk at a time: progress survives, other processes interleave
-_MEMORY = "memory"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS lines (n INTEGER PRIMARY KEY, off INTEGER NOT NULL, len INTEGER NOT NULL, crc INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS stages (
-    id INTEGER PRIMARY KEY, run TEXT NOT NULL, stage TEXT NOT NULL, listed INTEGER NOT NULL DEFAULT 0,
-    kind TEXT, state TEXT, first_ns INTEGER NOT NULL DEFAULT 0, last_ns INTEGER NOT NULL DEFAULT 0,
-    UNIQUE (run, stage));
-CREATE TABLE IF NOT EXISTS stage_lines (stage INTEGER NOT NULL, line INTEGER NOT NULL, PRIMARY KEY (stage, line)) WITHOUT ROWID;
-"""
-
-
 # (path, bytes indexed so far, the file's size): told after each chunk a refresh indexes. Unset in the
 # library (it says nothing); the CLI sets it around a query to say that a first query is indexing.
 Progress = Callable[[str, int, int], None]
@@ -140,58 +129,30 @@ class FileIndex:
         self._seen: Optional[tuple[int, int, int, int]] = None  # (dev, ino, size, mtime) at the last refresh
         self.generation = ""  # a new value each time the index is rebuilt (line numbers start again)
         self._upto = 0  # bytes of the file indexed, as of the last chunk
-        self._db = self._connect(index_dir_from_env() if index_dir is None else index_dir)
+        self._database = IndexDatabase(path, index_dir_from_env() if index_dir is None else index_dir)
 
     # ------------------------------------------------------------ storage
 
-    def _connect(self, index_dir: str) -> sqlite3.Connection:
-        if index_dir != _MEMORY:
-            name = hashlib.sha256(os.path.abspath(self.path).encode("utf-8", "surrogateescape")).hexdigest()[:32]
-            location = os.path.join(index_dir, f"{name}.sqlite")
-            try:
-                os.makedirs(index_dir, mode=0o700, exist_ok=True)
-                return self._open(location)
-            except (OSError, sqlite3.Error):
-                try:  # a damaged index file: it is only a cache
-                    os.remove(location)
-                    return self._open(location)
-                except (OSError, sqlite3.Error):
-                    pass  # an unwritable cache: this process keeps its own index
-        return self._open(":memory:")
-
-    @staticmethod
-    def _open(location: str) -> sqlite3.Connection:
-        db = sqlite3.connect(location, timeout=60, isolation_level=None, check_same_thread=False)
-        try:
-            if location != ":memory:":
-                os.chmod(location, 0o600)
-                db.execute("PRAGMA journal_mode=WAL")
-                # A rebuildable cache: a commit need not wait for the disk (WAL keeps it consistent;
-                # a power cut may lose the last commits, and the next query indexes those lines again).
-                db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_SCHEMA)
-            header = dict(db.execute("SELECT k, v FROM meta WHERE k IN ('format', 'version')").fetchall())
-            if header and header != {"format": FORMAT, "version": VERSION}:
-                raise sqlite3.DatabaseError("not an index of this format")
-        except BaseException:
-            db.close()
-            raise
-        return db
+    @property
+    def _db(self) -> sqlite3.Connection:
+        return self._database.connection
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            self._database.close()
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")  # one writer at a time, across processes
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+    def _query(self) -> Iterator[sqlite3.Connection]:
+        """The database for one query, under the lock. A storage failure is recovered from (`index_db`) and
+        the query told to start again (FileChanged): the next refresh indexes the file anew."""
+        with self._lock:
+            try:
+                with self._database.guard() as db:
+                    yield db
+            except IndexUnusable as problem:
+                self._database.recover(problem)
+                self._seen = None
+                raise FileChanged from None
 
     def _meta(self) -> dict[str, Any]:
         return dict(self._db.execute("SELECT k, v FROM meta").fetchall())
@@ -201,15 +162,24 @@ class FileIndex:
     def refresh(self) -> bool:
         """Fold in what the file gained since the last call; False when there is no file."""
         with self._lock:
-            for _ in range(RESTARTS):
+            restarts = recoveries = 0
+            while True:
                 try:
                     return self._catch_up()
                 except FileChanged:
                     self._seen = None
-            raise BackendUnavailable(
-                f"the telemetry file {self.path} kept changing while it was read (truncated or replaced during the scan); "
-                "try again"
-            )
+                    restarts += 1
+                    if restarts >= RESTARTS:
+                        raise BackendUnavailable(
+                            f"the telemetry file {self.path} kept changing while it was read (truncated or replaced during "
+                            "the scan); try again"
+                        ) from None
+                except IndexUnusable as problem:
+                    recoveries += 1
+                    if recoveries > 2:  # made anew, then in memory: a third failure is not the storage's
+                        raise BackendUnavailable(f"the index of {self.path} cannot be used ({problem.reason})") from None
+                    self._database.recover(problem)
+                    self._seen = None
 
     def _catch_up(self) -> bool:
         try:
@@ -225,16 +195,27 @@ class FileIndex:
             if seen == self._seen:
                 return True
             report = _progress.get()
-            while self._index_chunk(f, st.st_size):
-                if report is not None:
-                    report(self.path, self._upto, st.st_size)
+            with self._database.guard():
+                # Read-only first: the write lock is taken only when there is something to add.
+                if not self._holds(f, st.st_size):
+                    while self._index_chunk(f, st.st_size):
+                        if report is not None:
+                            report(self.path, self._upto, st.st_size)
+                self.generation = str(self._meta().get("generation", ""))
             self._seen = seen
-            self.generation = str(self._meta().get("generation", ""))
+        return True
+
+    def _holds(self, f: IO[bytes], size: int) -> bool:
+        """Whether the index describes this file up to ``size`` already (no lock taken: WAL readers never wait)."""
+        meta = self._meta()
+        if not self._matches(meta, f) or meta["upto"] < size:
+            return False
+        self._upto = meta["upto"]
         return True
 
     def _index_chunk(self, f: IO[bytes], size: int) -> bool:
         """Index up to `CHUNK_BYTES` more of the file (up to ``size``) in one transaction; False when done."""
-        with self._write() as db:
+        with self._database.writing() as db:
             meta = self._meta()
             if not self._matches(meta, f):
                 self._reset(db, f)
@@ -273,9 +254,9 @@ class FileIndex:
             return False
         if (meta.get("dev"), meta.get("ino")) != (st.st_dev, st.st_ino):
             return False
-        if "upto" not in meta:
-            return False
-        upto = int(meta["upto"])
+        upto = meta.get("upto")
+        if not isinstance(upto, int):
+            return False  # none yet, or a value this module never writes
         if st.st_size < upto:
             return False
         if st.st_size == meta.get("size") and st.st_mtime_ns != meta.get("mtime_ns"):
@@ -380,10 +361,13 @@ class FileIndex:
 
     # ------------------------------------------------------------ queries (call refresh() first)
 
+    # Each query reads the database under `_query`: if its storage fails there, the query raises
+    # FileChanged and starts again on an index made anew (or in memory).
+
     def newest_line(self, run_id: str, stage_id: str) -> Optional[int]:
         """The number of the newest line naming the stage (None: no line does)."""
-        with self._lock:
-            row = self._db.execute(
+        with self._query() as db:
+            row = db.execute(
                 "SELECT MAX(sl.line) FROM stage_lines sl JOIN stages s ON s.id = sl.stage WHERE s.run = ? AND s.stage = ?",
                 (run_id, stage_id),
             ).fetchone()
@@ -393,8 +377,8 @@ class FileIndex:
         """The lines that name the stage, newest first, fetched a page at a time."""
         before = 1 << 62
         while True:
-            with self._lock:
-                rows = self._db.execute(
+            with self._query() as db:
+                rows = db.execute(
                     "SELECT l.n, l.off, l.len, l.crc FROM stages s JOIN stage_lines sl ON sl.stage = s.id"
                     " JOIN lines l ON l.n = sl.line WHERE s.run = ? AND s.stage = ? AND sl.line < ?"
                     " ORDER BY sl.line DESC LIMIT ?",
@@ -423,26 +407,27 @@ class FileIndex:
 
     def stages(self, run_id: str, horizon: Horizon) -> Optional[list[StageSummary]]:
         """The run's stage listing, from the index alone."""
-        with self._lock:
-            rows = self._db.execute(
+        with self._query() as db:
+            rows = db.execute(
                 "SELECT stage, kind, state, first_ns, last_ns FROM stages WHERE run = ? AND listed = 1", (run_id,)
             ).fetchall()
-        return summarize_stages(((stage, _state(*rest)) for stage, *rest in rows), horizon)
+            states = [(stage, _state(*rest)) for stage, *rest in rows]
+        return summarize_stages(states, horizon)
 
     def holds_run(self, run_id: str) -> bool:
         """Whether any line names the run (what a run's listing would show)."""
-        with self._lock:
-            return self._db.execute("SELECT 1 FROM stages WHERE run = ? AND listed = 1 LIMIT 1", (run_id,)).fetchone() is not None
+        with self._query() as db:
+            return db.execute("SELECT 1 FROM stages WHERE run = ? AND listed = 1 LIMIT 1", (run_id,)).fetchone() is not None
 
     def holds_stages(self) -> bool:
         """Whether any line of the file names a stage (our writer's spans always do)."""
-        with self._lock:
-            return self._db.execute("SELECT 1 FROM stages LIMIT 1").fetchone() is not None
+        with self._query() as db:
+            return db.execute("SELECT 1 FROM stages LIMIT 1").fetchone() is not None
 
     def runs(self, horizon: Horizon) -> list[RunSummary]:
         """Every run, from the index alone; the rows are streamed, so memory grows with the runs, not the stages."""
-        with self._lock:
-            cursor = self._db.execute("SELECT run, stage, kind, state, first_ns, last_ns FROM stages WHERE listed = 1")
+        with self._query() as db:
+            cursor = db.execute("SELECT run, stage, kind, state, first_ns, last_ns FROM stages WHERE listed = 1")
             rows = (row for page in iter(lambda: cursor.fetchmany(4096), []) for row in page)
             return summarize_runs(((run, stage, _state(*rest)) for run, stage, *rest in rows), horizon)
 
@@ -450,8 +435,11 @@ class FileIndex:
         """Make the next refresh check the file against the index in full (a line read did not match)."""
         with self._lock:
             self._seen = None
-            with self._write() as db:
-                db.execute("DELETE FROM meta WHERE k = 'upto'")  # fails `_matches`: rebuilt on the next refresh
+            try:
+                with self._database.writing() as db:
+                    db.execute("DELETE FROM meta WHERE k = 'upto'")  # fails `_matches`: rebuilt on the next refresh
+            except IndexUnusable as problem:
+                self._database.recover(problem)  # a database made anew (or in memory) holds nothing to forget
 
 
 _INT64 = (1 << 63) - 1
@@ -467,7 +455,12 @@ def _from_db(time_ns: int) -> int:
 
 
 def _state(kind: Optional[str], state: Optional[str], first_ns: int, last_ns: int) -> StageState:
-    return StageState(kind, Staleness(state) if state else None, _from_db(first_ns), _from_db(last_ns))
+    try:
+        if not isinstance(first_ns, int) or not isinstance(last_ns, int) or not isinstance(kind, (str, type(None))):
+            raise TypeError
+        return StageState(kind, Staleness(state) if state else None, _from_db(first_ns), _from_db(last_ns))
+    except (ValueError, TypeError):
+        raise sqlite3.DatabaseError("a stage row this index never writes") from None  # damaged: made anew
 
 
 def _line_spans(body: Any) -> Optional[list[Any]]:

@@ -24,8 +24,9 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from enum import Enum
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Optional, TypeVar, Union
 
 from ..contract import StageContextWindow
 from ..errors import BackendResponseError, BackendUnavailable, ConfigError
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 _OTLP_LINE = re.compile(
     rb'\s*\{\s*"(?:resource(?:Spans|Metrics|Logs)|resource_(?:spans|metrics|logs)|batches|result|trace|data)"'
 )
+T = TypeVar("T")
 _SHAPE_LINES = 5  # non-empty lines looked at: a line being written, or one damaged line, is not enough to refuse
 _SHAPE_BYTES = 1 << 20
 
@@ -67,34 +69,26 @@ class OtlpFileReader:
     # ------------------------------------------------------------ SnapshotReader
 
     def latest(self, run_id: str, stage_id: str) -> Union[StageContextWindow, Missing]:
-        for _ in range(RESTARTS):
-            index = self._refreshed()
-            if index is None:
-                return Missing.RUN
-            try:
-                fold = self._stage_fold(index, run_id, stage_id)
-            except FileChanged:
-                index.forget()  # a line no longer matches the index: rebuild it and read again
-                continue
-            answer = fold.result() if fold is not None else None
-            if answer is not None:
-                return answer
+        def answer(index: FileIndex) -> Union[StageContextWindow, Missing]:
+            fold = self._stage_fold(index, run_id, stage_id)
+            found = fold.result() if fold is not None else None
+            if found is not None:
+                return found
             self._check_shape()
             return Missing.STAGE if index.holds_run(run_id) else Missing.RUN
-        raise BackendUnavailable(
-            f"the telemetry file {self.path} kept changing while it was read (truncated or replaced during the scan); try again"
-        )
+
+        no_file: Union[StageContextWindow, Missing] = Missing.RUN
+        return self._from_index(answer, no_file)
 
     def stages(self, run_id: str) -> Optional[list[StageSummary]]:
-        index = self._refreshed()
-        found = index.stages(run_id, self.horizon) if index is not None else None
+        found = self._from_index(lambda index: index.stages(run_id, self.horizon), None)
         if found is None:
             self._check_shape()
         return found
 
     def runs(self) -> list[RunSummary]:
-        index = self._refreshed()
-        found = index.runs(self.horizon) if index is not None else []
+        nothing: list[RunSummary] = []
+        found = self._from_index(lambda index: index.runs(self.horizon), nothing)
         if not found:
             self._check_shape()
         return found
@@ -106,8 +100,23 @@ class OtlpFileReader:
                 return FileContents.EMPTY
         except OSError:
             return FileContents.MISSING
-        index = self._index or self._refreshed()
-        return FileContents.SPANS if index is not None and index.holds_stages() else FileContents.NO_SPANS
+        holds = self._from_index(lambda index: index.holds_stages(), False)
+        return FileContents.SPANS if holds else FileContents.NO_SPANS
+
+    def _from_index(self, query: Callable[[FileIndex], T], no_file: T) -> T:
+        """``query`` on the index brought up to date; ``no_file`` when there is no file. Started again when the
+        file or the index changed under it (a line no longer matches, the index was made anew)."""
+        for _ in range(RESTARTS):
+            index = self._refreshed()
+            if index is None:
+                return no_file
+            try:
+                return query(index)
+            except FileChanged:
+                index.forget()  # rebuilt on the next refresh
+        raise BackendUnavailable(
+            f"the telemetry file {self.path} kept changing while it was read (truncated or replaced during the scan); try again"
+        )
 
     def _refreshed(self) -> Optional[FileIndex]:
         """The index, up to date with the file; None when there is no file."""

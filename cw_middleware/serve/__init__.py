@@ -8,6 +8,7 @@ Routes (each a list ``ROUTES`` the core matches requests against):
 
 What they stand on, top down:
 
+    access.py       who may ask: the bearer token, else only this server's own Host names (DNS rebinding)
     openapi.py      the OpenAPI document of every route
     route.py        what a route is and may use: `Route`, the `Exchange` it answers on, the `Context`
     watch.py        the run watchers: each polls one run through the gate and keeps its events

@@ -34,7 +34,6 @@ class Context:
     limits: Limits
     gate: QueryGate
     watchers: Watchers
-    token: Optional[str] = None
     openapi: dict[str, Any] = field(default_factory=dict)
 
 
