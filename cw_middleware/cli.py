@@ -360,7 +360,9 @@ def _serve_token(args: argparse.Namespace) -> Optional[str]:
         if not token:
             raise ConfigError(f"the token file {args.token_file!r} is empty")
         return token
-    return args.token or os.environ.get("CW_SERVE_TOKEN") or None
+    from .config import resolve_read
+
+    return args.token or resolve_read().serve_token
 
 
 def _count(minimum: int) -> Any:

@@ -20,7 +20,6 @@ Nothing in this package imports LiteLLM or tiktoken: the read side starts fast.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
@@ -173,14 +172,10 @@ def known_backends() -> str:
 
 
 def default_backend_url() -> str:
-    from ..config import DEFAULT_TELEMETRY_FILE
+    """CW_BACKEND, else the file the writer's export names (ConfigError when it exports to no file)."""
+    from ..config import resolve_read
 
-    if os.environ.get("CW_BACKEND"):
-        return os.environ["CW_BACKEND"]
-    export = os.environ.get("CW_EXPORT", "")
-    if export.startswith("file:") and len(export) > 5:
-        return export
-    return f"file:{DEFAULT_TELEMETRY_FILE}"
+    return resolve_read().backend_url()
 
 
 __all__ = [

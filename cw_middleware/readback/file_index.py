@@ -61,6 +61,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import IO, Any, Optional
 
+from ..config import resolve_read
 from ..contract import Staleness
 from ..errors import BackendUnavailable
 from . import file_lines
@@ -97,15 +98,6 @@ def reporting_progress(callback: Progress) -> Iterator[None]:
         _progress.reset(token)
 
 
-def index_dir_from_env(environ: Optional[dict[str, str]] = None) -> str:
-    """Where indexes live: $CW_INDEX_DIR ("memory": nowhere), else the user's cache directory."""
-    env = os.environ if environ is None else environ
-    if env.get("CW_INDEX_DIR"):
-        return env["CW_INDEX_DIR"]
-    cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "cw-middleware", "file-index")
-
-
 @dataclass(frozen=True)
 class LineRef:
     """Where one indexed line sits in the file."""
@@ -129,7 +121,7 @@ class FileIndex:
         self._seen: Optional[tuple[int, int, int, int]] = None  # (dev, ino, size, mtime) at the last refresh
         self.generation = ""  # a new value each time the index is rebuilt (line numbers start again)
         self._upto = 0  # bytes of the file indexed, as of the last chunk
-        self._database = IndexDatabase(path, index_dir_from_env() if index_dir is None else index_dir)
+        self._database = IndexDatabase(path, resolve_read().index_dir if index_dir is None else index_dir)
 
     # ------------------------------------------------------------ storage
 

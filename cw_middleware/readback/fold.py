@@ -15,7 +15,6 @@ of the stage) is older than ``stale_after`` seconds (default
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -25,19 +24,9 @@ from functools import cached_property
 from typing import Any, Optional
 
 from .. import codec
-from ..config import parse_seconds
+from ..config import DEFAULT_STALE_AFTER, parse_seconds
 from ..contract import StageContextWindow, Staleness, UnavailableReason, WarningCode
 from .otlp_json import Span
-
-DEFAULT_STALE_AFTER = 1800.0  # seconds without a sign of life before an unended stage reads as stored
-
-
-def stale_after_from_env(environ: Optional[dict[str, str]] = None) -> float:
-    """The staleness horizon in seconds: $CW_STALE_AFTER, else the default."""
-    raw = (os.environ if environ is None else environ).get("CW_STALE_AFTER")
-    if not raw:
-        return DEFAULT_STALE_AFTER
-    return parse_stale_after(raw, "CW_STALE_AFTER")
 
 
 def parse_stale_after(value: Any, name: str = "stale_after") -> float:

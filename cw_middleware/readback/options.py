@@ -8,15 +8,14 @@ into one frozen `ReaderOptions`. Credentials never reach an error, a log or an a
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
-from ..config import parse_seconds
+from ..config import parse_seconds, resolve_read
 from ..errors import ConfigError
-from .fold import Horizon, parse_stale_after, stale_after_from_env
+from .fold import Horizon, parse_stale_after
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class ReaderOptions:
     basic_auth: Optional[tuple[str, str]] = None
     verify: Union[bool, str] = True  # TLS: False, or a CA bundle path
     client: Any = None  # an httpx.Client to use as is (tests: httpx.MockTransport)
-    stale_after: float = field(default_factory=stale_after_from_env)
+    stale_after: float = field(default_factory=lambda: resolve_read().stale_after)
     now_ns: Optional[int] = None  # pins the clock of the staleness horizon (tests)
 
     @property
@@ -117,16 +116,14 @@ def resolve_options(
     url_options: Mapping[str, Any], given: Mapping[str, Any], environ: Optional[Mapping[str, str]] = None
 ) -> ReaderOptions:
     """Options by precedence: argument > URL > environment > default."""
-    env = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
-    if env.get("CW_BACKEND_TOKEN"):
-        values["bearer_token"] = env["CW_BACKEND_TOKEN"]
-    if env.get("CW_BACKEND_USER"):
-        values["basic_auth"] = (env["CW_BACKEND_USER"], env.get("CW_BACKEND_PASSWORD", ""))
-    if env.get("CW_BACKEND_HEADERS"):
-        values["headers"] = _parse_headers(env["CW_BACKEND_HEADERS"])
-    if env.get("CW_BACKEND_TIMEOUT"):
-        values["timeout"] = env["CW_BACKEND_TIMEOUT"]
+    settings = resolve_read(environ=environ)
+    values: dict[str, Any] = {"timeout": settings.backend_timeout, "stale_after": settings.stale_after}
+    if settings.backend_token:
+        values["bearer_token"] = settings.backend_token
+    if settings.backend_user:
+        values["basic_auth"] = (settings.backend_user, settings.backend_password)
+    if settings.backend_headers:
+        values["headers"] = dict(settings.backend_headers)
     values.update(url_options)
     values.update({k: v for k, v in given.items() if v is not None})
     if "timeout" in values:
@@ -140,19 +137,6 @@ def resolve_options(
     elif isinstance(values.get("verify"), str) and values["verify"].lower() in ("1", "true", "yes"):
         values["verify"] = True
     return ReaderOptions(**values)
-
-
-def _parse_headers(raw: str) -> dict[str, str]:
-    """``k=v,k2=v2``, the OTEL_EXPORTER_OTLP_HEADERS format (values percent-decoded)."""
-    out = {}
-    for item in raw.split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError("CW_BACKEND_HEADERS must be 'name=value' pairs separated by commas")
-        out[unquote(key.strip())] = unquote(value.strip())
-    return out
 
 
 def _retries(value: Any) -> int:
