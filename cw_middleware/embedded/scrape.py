@@ -14,6 +14,7 @@ import threading
 from typing import Any, Optional
 
 from ..config import Config
+from ..errors import ConfigError
 from .health import warn
 from .readers import prometheus_reader
 
@@ -24,7 +25,13 @@ class ScrapeEndpoint:
     """Prometheus text format on HOST:PORT, from a PrometheusMetricReader with a registry of its own."""
 
     def __init__(self, config: Config) -> None:
-        from prometheus_client import CollectorRegistry
+        try:
+            from opentelemetry.exporter.prometheus import PrometheusMetricReader  # noqa: F401 - is the extra installed?
+            from prometheus_client import CollectorRegistry
+        except ImportError:
+            raise ConfigError(
+                f"metrics={config.metrics} needs the optional Prometheus exporter: pip install 'cw-middleware[prometheus]'"
+            ) from None
 
         assert config.metrics_endpoint is not None
         self.address: tuple[str, int] = config.metrics_endpoint
