@@ -206,6 +206,81 @@ class GrpcStatusServer:
         self.server.stop(grace=None)
 
 
+class _HeldOtlpHandler(BaseHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802
+        owner: HeldCollector = self.server.owner  # type: ignore[attr-defined]
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        owner.arrived.set()
+        owner.release.wait(owner.HOLD_AT_MOST)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+class HeldCollector(_Server):
+    """An OTLP/HTTP collector that holds every export until the test sets ``release``, then takes it (200).
+
+    ``arrived`` is set by the first export: from then on an exporter is inside an export, waiting.
+    """
+
+    HOLD_AT_MOST = 120.0  # a test that never releases still ends its server
+
+    def __init__(self) -> None:
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+        super().__init__(_HeldOtlpHandler)
+
+    def close(self) -> None:
+        self.release.set()
+        super().close()
+
+
+class HeldGrpcCollector:
+    """`HeldCollector` over gRPC: a real OTLP gRPC collector whose services answer once ``release`` is set."""
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        import grpc
+        from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+        from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+
+        def held(answer: type) -> Any:
+            def export(request: Any, context: Any) -> Any:
+                self.arrived.set()
+                self.release.wait(HeldCollector.HOLD_AT_MOST)
+                return answer()
+
+            return staticmethod(export)
+
+        self.server = grpc.server(ThreadPoolExecutor(max_workers=8))
+        for module, answers, name, answer in (
+            (trace_service_pb2_grpc, trace_service_pb2, "TraceService", "ExportTraceServiceResponse"),
+            (metrics_service_pb2_grpc, metrics_service_pb2, "MetricsService", "ExportMetricsServiceResponse"),
+            (logs_service_pb2_grpc, logs_service_pb2, "LogsService", "ExportLogsServiceResponse"),
+        ):
+            servicer = type(f"Held{name}", (getattr(module, f"{name}Servicer"),), {"Export": held(getattr(answers, answer))})()
+            getattr(module, f"add_{name}Servicer_to_server")(servicer, self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.stop(grace=None)
+
+
 def closed_port() -> int:
     """A port nothing listens on (connection refused)."""
     with socket.socket() as s:

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 from embedded_helpers import embedded_runtime
-from gates import HANG_GUARD, eventually, returns_while_held
-from http_servers import HangingServer
+from gates import HANG_GUARD, returns_while_held
+from http_servers import HeldCollector, HeldGrpcCollector
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import cw_middleware as cw
@@ -56,22 +56,19 @@ def test_dead_collector_neither_blocks_nor_raises(monkeypatch, caplog, protocol)
 
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
-def test_a_collector_that_never_answers_blocks_no_call_and_no_flush(monkeypatch, protocol):
-    collector = HangingServer()  # accepts and never answers: each export is held until the test closes it
+def test_a_collector_that_holds_every_export_blocks_no_call_and_no_flush(monkeypatch, protocol):
+    collector = HeldCollector() if protocol == "http/protobuf" else HeldGrpcCollector()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "120")  # the exporter does not give up during the test
-    closed = threading.Event()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "120")  # the exporter does not give up while it is held
     try:
-        with embedded_runtime(
-            export="otlp", otlp_protocol=protocol, export_interval_ms=50, exit_timeout=0.5, flush_at_exit=0.1
-        ) as rt:
+        with embedded_runtime(export="otlp", otlp_protocol=protocol, export_interval_ms=50) as rt:
             _calls(1)
-            assert eventually(lambda: len(collector.connections) > 0)  # an export is in flight, held
-            # Calls and a flush that waited for the export could not return before the collector closes.
-            assert returns_while_held(lambda: _calls(5), lambda: not closed.is_set()) == 5
-            assert returns_while_held(lambda: rt.flush(0.5), lambda: not closed.is_set()) is False
-            closed.set()
-            collector.close()
+            assert collector.arrived.wait(HANG_GUARD)  # an export is in flight, held by the collector
+            # Calls and a flush that waited for the export could not return before the release.
+            assert returns_while_held(lambda: _calls(5), lambda: not collector.release.is_set()) == 5
+            assert returns_while_held(lambda: rt.flush(0.5), lambda: not collector.release.is_set()) is False
+            collector.release.set()
+            assert rt.flush(HANG_GUARD)  # the collector takes what was held: all of it goes out
     finally:
         collector.close()
 
