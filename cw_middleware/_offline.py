@@ -65,6 +65,23 @@ class _LiteLLM:
 
     def after_fork_in_child(self) -> None:
         self.lock = threading.Lock()  # a parent's thread may have been importing it
+        if self.module is not None:
+            _renew_litellm_callback_lock(self.module)
+
+
+def _renew_litellm_callback_lock(module: ModuleType) -> None:
+    """In a forked child: LiteLLM's lock around its callback lists, released if a parent's thread held it.
+
+    LiteLLM (1.110) takes one module-level RLock in every call's set-up (``function_setup``) and
+    renews it at no fork: a child forked while another thread of the parent was in there finds it
+    held by a thread it does not have, and its first LiteLLM call waits forever, with cw or without
+    (tests/test_fork.py: 2 of 40 children under load). No thread of the child can hold it, so it is
+    reinitialised in place, as CPython renews its own locks at fork. Versions without it: nothing to do.
+    """
+    manager = getattr(module, "logging_callback_manager", None)
+    reinit = getattr(getattr(manager, "callback_lists_lock", None), "_at_fork_reinit", None)
+    if callable(reinit):
+        reinit()
 
 
 def litellm() -> ModuleType:

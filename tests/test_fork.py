@@ -83,6 +83,7 @@ def test_one_at_fork_hook_owns_the_childs_reset():
 
 _HELD_AT_FORK = r"""
 import json, os, signal, threading
+import litellm
 import cw_middleware as cw
 from cw_middleware import _log
 from cw_middleware.apis import chat
@@ -97,6 +98,9 @@ parts = list(PROCESS._parts.values())
 LOCKS = (type(threading.Lock()), type(threading.RLock()))
 locks = [v for part in parts for v in vars(part).values() if isinstance(v, LOCKS)]
 locks += [log._lock for log in PROCESS.part(_log._EveryLog).logs]
+# LiteLLM's own lock, which every call's set-up takes: a thread of the host inside a LiteLLM call.
+litellms = [getattr(litellm.logging_callback_manager, "callback_lists_lock", None)]
+locks += [lock for lock in litellms if lock is not None]
 held, release = threading.Event(), threading.Event()
 
 def inside_cw():  # a thread holding every lock of the process state while the process forks
@@ -112,6 +116,7 @@ if pid == 0:
     signal.alarm(20)  # a lock copied held would hang the child: the alarm ends it with a failure
     renewed = [v for part in parts for v in vars(part).values() if isinstance(v, LOCKS)]
     renewed += [log._lock for log in PROCESS.part(_log._EveryLog).logs]
+    renewed += [lock for lock in litellms if lock is not None]
     free = all(lock.acquire(timeout=1) for lock in renewed)
     for lock in renewed:
         lock.release()
@@ -128,12 +133,13 @@ print(json.dumps({"locks": len(locks), "child": os.waitstatus_to_exitcode(status
 
 @pytest.mark.system
 def test_a_fork_renews_every_lock_of_the_process_state(tmp_path):
-    """A thread holding cw's locks while the process forks: the child's copies would stay held without the hook."""
+    """A thread holding cw's locks (and LiteLLM's) while the process forks: without the hook the child's stay held."""
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "CW_EXPORT": f"file:{tmp_path / 'telemetry.jsonl'}"}
     proc = subprocess.run([sys.executable, "-c", _HELD_AT_FORK], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["locks"] >= 6  # the install lock, the patches', the refusals', the litellm import's, the loader's, logs'
+    # the install lock, the patches', the refusals', the litellm import's, the loader's, logs', LiteLLM's callback lock
+    assert report["locks"] >= 7
     assert report["child"] == 0
     window = cw.reader(f"file:{tmp_path / 'telemetry.jsonl'}").context_window("fork-locks", "child")
     assert window.available
