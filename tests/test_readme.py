@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from docs_blocks import block
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -40,7 +43,8 @@ def test_the_quick_start_runs_as_written_and_its_stage_reads_back(tmp_path):
     assert "AGENTS.md" in shown.stdout and "mcp:github" in shown.stdout
     # The read-back snippet, in the same directory after the Quick start.
     reading = _python_blocks(_section("Reading the breakdown back"))[0]
-    done = _run("import cw_middleware as cw\n" + reading, tmp_path)
+    assert reading.startswith("import cw_middleware as cw\n")  # as written: it runs on its own
+    done = _run(reading, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -63,3 +67,16 @@ def test_the_responses_api_block_runs_after_the_quick_start(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     kind, memory = done.stdout.split()[-2:]
     assert kind == "ResponsesAPIResponse" and int(memory) > 0
+
+
+def test_the_json_form_of_a_tag_is_read_by_estimate_from_a_file(tmp_path):
+    request = block("tag-json").code
+    assert json.loads(request)["messages"][0]["content"][1]["cw_tag"] == {"category": "memory", "source": "AGENTS.md"}
+    (tmp_path / "request.json").write_text(request, encoding="utf-8")
+    done = _run("", tmp_path, "-m", "cw_middleware", "estimate", "request.json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    snapshot = json.loads(done.stdout)
+    tokens = {b["category"]: b["tokens"] for b in snapshot["breakdown"]}
+    assert tokens["memory"] > 0 and tokens["mcp_tools"] > 0 and tokens["system_prompt"] > 0
+    sources = {(d["category"], d["source"]) for d in snapshot["details"]}
+    assert ("memory", "AGENTS.md") in sources and ("mcp_tools", "mcp:github") in sources
