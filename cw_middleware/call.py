@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from .apis import Api, Forward, Parsed, Usage
+from .apis import Api, Forward, Parsed, Route, Usage
 from .apis.chat import refused_stream_usage, remember_refusal
 from .config import ProviderCountPolicy, StreamUsagePolicy, parse_policy, parse_stream_usage
 from .contract import CountMethod, WarningCode
@@ -59,12 +60,23 @@ class _Ending:
 class Call:
     """Everything the middleware knows about one LLM call, from request to usage."""
 
-    def __init__(self, runtime: Runtime, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any]):
+    def __init__(
+        self,
+        runtime: Runtime,
+        api: Api,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: dict[str, Any],
+        route: Optional[Route] = None,
+    ):
         self.runtime = runtime
         self.api = api
         self.args = args
         self.kwargs = kwargs
         self.options = options
+        # Where the request goes: a LiteLLM request says it in its arguments, an official client's is its route.
+        self.route = route
+        self.endpoint: Mapping[str, Any] = kwargs if route is None else route.endpoint()
         # Outside any stage a call still exports: into the service's default run (stages.py).
         self.stage = current_stage() or default_stage(runtime.config.service_name)
         self.call_seq = runtime.register_call(self.stage)
@@ -84,10 +96,11 @@ class Call:
         self._lock = threading.Lock()
 
     @classmethod
-    def start(cls, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
+    def start(cls, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any], route: Optional[Route] = None) -> Call:
+        """A call begins: ``route`` is an official client's (None: a LiteLLM request, whose arguments name its route)."""
         options = {k: kwargs.pop(k) for k in OPTIONS if k in kwargs}
         runtime = get_runtime()  # never raises: a broken environment gets a no-op runtime and a log line
-        call = cls(runtime, api, args, kwargs, options)
+        call = cls(runtime, api, args, kwargs, options, route)
         call.estimated = call._estimate()  # raises TagError for a malformed hand-made tag: the caller's mistake
         try:
             call._prepare()
@@ -108,11 +121,21 @@ class Call:
     def hide_usage_chunk(self) -> bool:
         return self.forward is not None and self.forward.hide_usage
 
+    def _wire_provider(self) -> Optional[str]:
+        """The LiteLLM provider that speaks this request's wire format to its endpoint (stream usage, refusals)."""
+        return self.route.wire_provider if self.route is not None else self.meta.provider
+
+    def _parse(self) -> Parsed:
+        parsed = self.api.parse(self.args, self.kwargs)
+        if self.route is not None:  # the client's route picks the counting rules, as custom_llm_provider does
+            parsed = replace(parsed, options={**parsed.options, "custom_llm_provider": self.route.facts_provider})
+        return parsed
+
     # ------------------------------------------------------------ request
 
     def _estimate(self) -> PendingEstimate:
         try:
-            self.parsed = parsed = self.api.parse(self.args, self.kwargs)
+            self.parsed = parsed = self._parse()
             try:
                 with _tiktoken.without_waiting():  # the first calls of a process never wait for a tokenizer to load
                     estimate = self.runtime.estimator.estimate(parsed.model, parsed.messages, api=parsed.api, **parsed.options)
@@ -135,13 +158,14 @@ class Call:
                 runtime.log.warning("stream_usage", f"cw_middleware: ignoring {OPTION_STREAM_USAGE}: use 'auto' or 'never'")
         self.meta, window_codes = runtime.model_facts.request_meta(
             self.model,
-            self.kwargs.get("custom_llm_provider"),
+            self.endpoint.get("custom_llm_provider"),
             options.get(OPTION_CONTEXT_WINDOW),
             self.stage,
             context_windows=runtime.config.context_windows,
             log=runtime.log,
+            client_provider=self.route.provider if self.route is not None else None,
         )
-        self._rewrite(self.meta.provider)
+        self._rewrite(self._wire_provider())
         if self.broken:
             return
         self.warnings |= window_codes
@@ -152,8 +176,10 @@ class Call:
     def _rewrite(self, provider: Optional[str]) -> None:
         """The request as LiteLLM must get it; never fails (an unreadable one goes out as given)."""
         try:
-            parsed = self.parsed or self.api.parse(self.args, self.kwargs)
-            self.forward = self.api.forward(self.args, self.kwargs, parsed, self.estimate, provider, self.stream_usage)
+            parsed = self.parsed or self._parse()
+            self.forward = self.api.forward(
+                self.args, self.kwargs, parsed, self.estimate, provider, self.stream_usage, self.endpoint
+            )
         except Exception as exc:  # noqa: BLE001 - not a request we can read: LiteLLM's to judge, untouched
             self.runtime.log.warning("rewrite", f"cw_middleware: could not read the request ({type(exc).__name__})")
             self.forward = Forward(self.args, self.kwargs)
@@ -183,7 +209,7 @@ class Call:
             return False
         self.kwargs.pop("stream_options", None)
         forward.hide_usage = False
-        remember_refusal(self.meta.provider, self.kwargs)
+        remember_refusal(self._wire_provider(), self.endpoint)
         self.runtime.log.warning(
             "stream_options", "cw_middleware: an endpoint refused stream_options; its streams now go out without it"
         )
@@ -208,7 +234,9 @@ class Call:
             return  # a mocked call sends nothing upstream unless a count was asked for explicitly
         from . import provider_count  # imports httpx: only calls that may count pay for it, not the read side
 
-        target = provider_count.target_for(self.meta.provider, self.model, self.kwargs)
+        # An official client's count uses its own key and base URL, never one from the environment.
+        environ: Optional[Mapping[str, str]] = {} if self.route is not None else None
+        target = provider_count.target_for(self.meta.provider, self.model, self.endpoint, environ)
         if target is None:
             self.warnings.add(WarningCode.PROVIDER_UNCONFIGURED)
             return
@@ -252,8 +280,8 @@ class Call:
             reading = self.api.read(chunk)
             if reading.unreadable:
                 self.runtime.log.warning("usage", "cw_middleware: could not read a stream's usage")
-            if reading.usage is not None:
-                self._stream_usage = reading.usage
+            if reading.usage is not None:  # a later event may report only some fields (Anthropic's message_delta)
+                self._stream_usage = reading.usage.over(self._stream_usage)
             if reading.model is not None:
                 self._response_model = reading.model
             return not (self.hide_usage_chunk and reading.usage_only)

@@ -57,13 +57,18 @@ class ModelFacts:
         *,
         context_windows: Mapping[str, int],
         log: RateLimitedLog,
+        client_provider: Optional[str] = None,
     ) -> tuple[RequestMeta, set[WarningCode]]:
         """What the snapshots say about the request, and the warnings that go with it (the window's).
 
         ``context_windows`` is the setting (`Config.context_windows`); ``log`` says why a per-call
-        window was ignored.
+        window was ignored. ``client_provider`` is an official client's provider (its route): then the
+        provider is named so and the model as the client wrote it (an Azure deployment, a proxy's
+        alias); LiteLLM's map still gives the window where it knows the name.
         """
         provider, name, window = self.of(model, custom_llm_provider)
+        if client_provider is not None:
+            provider, name = client_provider, model
         codes: set[WarningCode] = set()
         configured = configured_window(context_windows, model, name, provider)
         override = window_from(window_override)

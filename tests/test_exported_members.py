@@ -8,6 +8,8 @@ PUBLIC = {
     "segment", "message", "tool", "ToolSource",
     # zero-code adoption: frameworks and the Router, stages across thread pools
     "instrument", "uninstrument", "bind",
+    # the official openai / anthropic clients, observed without patching
+    "wrap",
     # configuration and telemetry
     "configure", "flush", "Config", "ProviderCountPolicy",
     # the contract

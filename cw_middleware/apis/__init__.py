@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .base import NOTHING, Api, Forward, Parsed, Reading, Usage
+from .base import NOTHING, Api, Forward, Parsed, Reading, Route, Usage
 from .chat import CHAT
 from .responses import RESPONSES
 
-__all__ = ["API_OF", "CHAT", "NOTHING", "RESPONSES", "Api", "Forward", "Parsed", "Reading", "Usage", "for_estimate"]
+__all__ = ["API_OF", "CHAT", "NOTHING", "RESPONSES", "Api", "Forward", "Parsed", "Reading", "Route", "Usage", "for_estimate"]
 
 # LiteLLM function name -> the adapter of the API it speaks.
 API_OF: dict[str, Api] = {"completion": CHAT, "acompletion": CHAT, "responses": RESPONSES, "aresponses": RESPONSES}

@@ -68,10 +68,12 @@ class ChatCompletions:
         estimate: Optional[Estimate],
         provider: Optional[str],
         stream_usage: bool = True,
+        endpoint: Optional[Mapping[str, Any]] = None,
     ) -> Forward:
         out = Forward(args, kwargs)
         _strip(out, parsed, estimate)
-        if stream_usage and kwargs.get("stream") and kwargs.get("stream_options") is None and asks_stream_usage(provider, kwargs):
+        where = kwargs if endpoint is None else endpoint
+        if stream_usage and kwargs.get("stream") and kwargs.get("stream_options") is None and asks_stream_usage(provider, where):
             kwargs["stream_options"] = {"include_usage": True}
             out.hide_usage = True  # the caller did not ask for it: keep their stream as it was
         return out

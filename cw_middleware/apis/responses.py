@@ -217,6 +217,7 @@ class Responses:
         estimate: Optional[Estimate],
         provider: Optional[str],
         stream_usage: bool = True,
+        endpoint: Optional[Mapping[str, Any]] = None,
     ) -> Forward:
         out = Forward(args, kwargs)
         items = kwargs.get("input", args[0] if args else None)
