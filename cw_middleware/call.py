@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Optional
@@ -55,6 +56,7 @@ class _Ending:
     usage: Optional[Usage] = None
     response_model: Optional[str] = None
     error: Optional[BaseException] = None
+    tool_calls: tuple[str, ...] = ()  # the tool names the response called
 
 
 class Call:
@@ -93,6 +95,8 @@ class Call:
         self.ended = False
         self._stream_usage: Optional[Usage] = None
         self._response_model: Optional[str] = None
+        self._stream_calls: list[str] = []
+        self._response_calls: Optional[dict[str, int]] = None  # set at the end: the response's tool calls by name
         self._lock = threading.Lock()
 
     @classmethod
@@ -272,7 +276,7 @@ class Call:
         reading = self.api.read(response)
         if reading.unreadable:
             self.runtime.log.warning("usage", "cw_middleware: could not read a response's usage")
-        self.finish(reading.usage, reading.model)
+        self.finish(reading.usage, reading.model, reading.tool_calls)
 
     def see_chunk(self, chunk: Any) -> bool:
         """Note a chunk's (or event's) usage and model; False when the chunk is ours to swallow."""
@@ -284,15 +288,17 @@ class Call:
                 self._stream_usage = reading.usage.over(self._stream_usage)
             if reading.model is not None:
                 self._response_model = reading.model
+            if reading.tool_calls:
+                self._stream_calls.extend(reading.tool_calls)
             return not (self.hide_usage_chunk and reading.usage_only)
         except Exception:  # noqa: BLE001
             return True
 
     def finish_stream(self) -> None:
-        self.finish(self._stream_usage, self._response_model)
+        self.finish(self._stream_usage, self._response_model, tuple(self._stream_calls))
 
-    def finish(self, usage: Optional[Usage], response_model: Optional[str]) -> None:
-        self._end(_Ending(time.time_ns(), usage, response_model))
+    def finish(self, usage: Optional[Usage], response_model: Optional[str], tool_calls: tuple[str, ...] = ()) -> None:
+        self._end(_Ending(time.time_ns(), usage, response_model, tool_calls=tool_calls))
 
     def fail(self, exc: BaseException) -> None:
         self._end(_Ending(time.time_ns(), error=exc))
@@ -310,6 +316,8 @@ class Call:
         try:
             usage = ending.usage
             total = None if self.mock or usage is None else usage.input_tokens
+            if ending.tool_calls:
+                self._response_calls = dict(Counter(ending.tool_calls))
             if ending.error is not None:
                 pass  # a failed call has no usage: its last snapshot stays the local estimate
             elif self.mock:
@@ -350,6 +358,9 @@ class Call:
                 parts=self.runtime.parts,
                 cache_prefix=self.estimate.cache_prefix,
                 cache_prefix_total=cache_prefix_total,
+                tools=self.estimate.tools,
+                response_calls=self._response_calls,
+                max_tools=self.runtime.config.max_tools,
             )
             self.runtime.publish(snap, self.telemetry, self.stage, superseded=superseded)
         except Exception as exc:  # noqa: BLE001

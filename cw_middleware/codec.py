@@ -31,7 +31,9 @@ from .contract import (
     SnapshotWarning,
     StageContextWindow,
     Staleness,
+    ToolItem,
     WarningCode,
+    unused_in,
 )
 
 SCHEMA_VERSION = 1
@@ -73,6 +75,27 @@ ATTR_DETAIL_SOURCES = DETAILS_PREFIX + "source"
 ATTR_DETAIL_TOKENS = DETAILS_PREFIX + "tokens"
 ATTR_CATEGORY = "agent.context_window.category"
 TOKENS_PREFIX = "agent.context_window.tokens."
+# Per-tool rows, as parallel arrays (one entry a row; the folded row's category and source are "").
+TOOLS_PREFIX = "agent.context_window.tools."
+ATTR_TOOL_NAMES = TOOLS_PREFIX + "name"
+ATTR_TOOL_CATEGORIES = TOOLS_PREFIX + "category"
+ATTR_TOOL_SOURCES = TOOLS_PREFIX + "source"
+ATTR_TOOL_DEFINITION_TOKENS = TOOLS_PREFIX + "definition_tokens"
+ATTR_TOOL_RESULT_TOKENS = TOOLS_PREFIX + "result_tokens"
+ATTR_TOOL_INVOCATIONS = TOOLS_PREFIX + "invocations"
+ATTR_TOOL_FOLDED = TOOLS_PREFIX + "folded"
+TOOL_ARRAYS = (
+    ATTR_TOOL_NAMES,
+    ATTR_TOOL_CATEGORIES,
+    ATTR_TOOL_SOURCES,
+    ATTR_TOOL_DEFINITION_TOKENS,
+    ATTR_TOOL_RESULT_TOKENS,
+    ATTR_TOOL_INVOCATIONS,
+    ATTR_TOOL_FOLDED,
+)
+ATTR_UNUSED_TOOL_TOKENS = "agent.context_window.unused_tool_tokens"
+# The call a snapshot belongs to (its call span's id): a stage's totals count each call once.
+ATTR_CALL_ID = "agent.context_window.call_id"
 
 # GenAI semantic conventions v1.41.
 GEN_AI_OPERATION = "gen_ai.operation.name"
@@ -95,6 +118,7 @@ METRIC_LIMIT = "agent.context_window.limit"  # gauge {token}
 METRIC_UTILIZATION = "agent.context_window.utilization"  # gauge 1
 METRIC_SNAPSHOTS = "agent.context_window.snapshots"  # counter {snapshot}, by ATTR_COUNT_METHOD
 METRIC_COUNT_FAILURES = "agent.context_window.provider_count.failures"  # counter {failure}
+METRIC_UNUSED_TOOL_TOKENS = "agent.context_window.unused_tool_tokens"  # gauge {token}: definitions never called
 METRIC_TOKEN_USAGE = "gen_ai.client.token.usage"  # histogram {token}, by GEN_AI_TOKEN_TYPE
 
 # Bucket boundaries of gen_ai.client.token.usage, from the GenAI metrics conventions.
@@ -114,6 +138,7 @@ PROM_LIMIT = prometheus_name(METRIC_LIMIT)
 PROM_UTILIZATION = prometheus_name(METRIC_UTILIZATION)
 PROM_SNAPSHOTS = prometheus_name(METRIC_SNAPSHOTS, counter=True)
 PROM_COUNT_FAILURES = prometheus_name(METRIC_COUNT_FAILURES, counter=True)
+PROM_UNUSED_TOOL_TOKENS = prometheus_name(METRIC_UNUSED_TOOL_TOKENS)
 PROM_TOKEN_USAGE = prometheus_name(METRIC_TOKEN_USAGE)
 PROM_CATEGORY = prometheus_name(ATTR_CATEGORY)
 PROM_COUNT_METHOD = prometheus_name(ATTR_COUNT_METHOD)
@@ -155,12 +180,26 @@ def snapshot_attributes(snapshot: Snapshot, include_details: bool = True) -> dic
         attrs[ATTR_DETAIL_CATEGORIES] = [d.category.value for d in snapshot.details]
         attrs[ATTR_DETAIL_SOURCES] = [d.source for d in snapshot.details]
         attrs[ATTR_DETAIL_TOKENS] = [d.tokens for d in snapshot.details]
+    if snapshot.tools:
+        tools = snapshot.tools
+        attrs[ATTR_UNUSED_TOOL_TOKENS] = snapshot.unused_tool_tokens
+        if include_details:
+            attrs[ATTR_TOOL_NAMES] = [t.name for t in tools]
+            attrs[ATTR_TOOL_CATEGORIES] = [t.category.value if t.category else "" for t in tools]
+            attrs[ATTR_TOOL_SOURCES] = [t.source or "" for t in tools]
+            attrs[ATTR_TOOL_DEFINITION_TOKENS] = [t.definition_tokens for t in tools]
+            attrs[ATTR_TOOL_RESULT_TOKENS] = [t.result_tokens for t in tools]
+            attrs[ATTR_TOOL_INVOCATIONS] = [t.invocations for t in tools]
+            attrs[ATTR_TOOL_FOLDED] = [t.folded for t in tools]
     return attrs
 
 
 def span_level(attrs: Mapping[str, Any]) -> dict[str, Any]:
     """The span-level copy of a snapshot's attributes: backends search span attributes, not events."""
-    return {k: v for k, v in attrs.items() if not k.startswith(DETAILS_PREFIX)}
+    return {k: v for k, v in attrs.items() if not k.startswith(_EVENT_ONLY)}
+
+
+_EVENT_ONLY = (DETAILS_PREFIX, TOOLS_PREFIX)  # the bounded rows ride on the event only
 
 
 # ---------------------------------------------------------------- decode
@@ -243,6 +282,8 @@ def window_from_attributes(
     except ValueError:
         count_method = None
     seq = a.get(ATTR_EVENT_SEQ)
+    tools = tools_from_attributes(a)
+    unused = a.get(ATTR_UNUSED_TOOL_TOKENS)
     return StageContextWindow(
         stage_id=stage_id,
         available=True,
@@ -258,4 +299,34 @@ def window_from_attributes(
         breakdown=breakdown,
         warnings=warnings_from_codes(a.get(ATTR_WARNINGS)),
         details=details,
+        tools=tools,
+        unused_tools=unused_in(tools),
+        unused_tool_tokens=as_int(unused) if unused is not None else None,
     )
+
+
+def tools_from_attributes(attrs: Mapping[str, Any]) -> list[ToolItem]:
+    """The per-tool rows of one snapshot event; a row that does not decode is skipped."""
+    names = attrs.get(ATTR_TOOL_NAMES)
+    if not isinstance(names, (list, tuple)) or not names:
+        return []
+    columns: list[Any] = [attrs.get(k) for k in TOOL_ARRAYS[1:]]
+    columns = [c if isinstance(c, (list, tuple)) else [] for c in columns]
+    out = []
+    for i, name in enumerate(names):
+        cat, source, definition, result, invocations, folded = (c[i] if i < len(c) else None for c in columns)
+        try:
+            out.append(
+                ToolItem(
+                    name=str(name),
+                    category=Category(cat) if cat else None,
+                    source=str(source) if source else None,
+                    definition_tokens=as_int(definition),
+                    result_tokens=as_int(result),
+                    invocations=as_int(invocations),
+                    folded=as_int(folded),
+                )
+            )
+        except ValueError:
+            continue
+    return out

@@ -12,7 +12,7 @@ zeros rather than gaps.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import itemgetter
@@ -30,9 +30,11 @@ from .contract import (
     DetailItem,
     Snapshot,
     SnapshotWarning,
+    ToolItem,
     WarningCode,
 )
 from .reconcile import reconcile_with_prefix
+from .tool_rows import NO_TOOLS, ToolUse, tool_rows
 
 _UNATTRIBUTED = (Category.OTHER, "unattributed")
 _UNESTIMATED = (Category.OTHER, "unestimated")
@@ -53,6 +55,7 @@ class SnapshotParts:
         self._seq = itertools.count(1)
         self._breakdown: dict[tuple[Category, int, Optional[int]], BreakdownItem] = {}
         self._details: dict[tuple[Category, str, int], DetailItem] = {}
+        self._tools: dict[tuple[Any, ...], ToolItem] = {}
         self._warnings: dict[WarningCode, SnapshotWarning] = {}
 
     def next_seq(self) -> int:
@@ -79,6 +82,25 @@ class SnapshotParts:
             if len(self._details) >= self.CACHE_SIZE:
                 self._details.clear()
             item = self._details[key] = _trusted(DetailItem, {"category": category, "source": source, "tokens": tokens})
+        return item
+
+    def tool_item(
+        self,
+        name: str,
+        category: Optional[Category],
+        source: Optional[str],
+        definition_tokens: int,
+        result_tokens: int,
+        invocations: int,
+        folded: int = 0,
+    ) -> ToolItem:
+        key = (name, category, source, definition_tokens, result_tokens, invocations, folded)
+        item = self._tools.get(key)
+        if item is None:
+            if len(self._tools) >= self.CACHE_SIZE:
+                self._tools.clear()
+            fields = dict(zip(_TOOL_FIELDS, key))
+            item = self._tools[key] = _trusted(ToolItem, fields)
         return item
 
     def warning(self, code: WarningCode) -> SnapshotWarning:
@@ -111,6 +133,9 @@ def build_snapshot(
     parts: Optional[SnapshotParts] = None,
     cache_prefix: Optional[Mapping[tuple[Category, str], int]] = None,
     cache_prefix_total: Optional[int] = None,
+    tools: ToolUse = NO_TOOLS,
+    response_calls: Optional[Mapping[str, int]] = None,
+    max_tools: int = 20,
 ) -> Snapshot:
     """A snapshot of ``by_source``, rescaled to ``total`` when one is given.
 
@@ -123,9 +148,13 @@ def build_snapshot(
     ``cache_prefix`` (`Estimate.cache_prefix`) with ``cache_prefix_total`` (the response's cache
     read + write for an explicit breakpoint) reconciles in two groups: the prefix's parts to that
     exact count, the rest to the remainder of ``total``.
+
+    ``tools`` (`Estimate.tools`) gives the per-tool rows, scaled as their sources are, the
+    largest ``max_tools`` of them and one folded row; ``response_calls`` the calls the response made.
     """
     codes = set(warnings)
     parts = parts or SnapshotParts()
+    local = by_source
     if total is not None:
         carriers = unestimated
         if not carriers and WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED in codes:
@@ -142,6 +171,12 @@ def build_snapshot(
     ranked = sorted(by_source.items(), key=itemgetter(1), reverse=True)
     if len(ranked) > max_details:
         codes.add(WarningCode.DETAILS_TRUNCATED)
+    rows, unused = [], 0
+    if tools.definitions:
+        found = tool_rows(tools, _scaler(local, by_source), max_tools, response_calls, parts.tool_item)
+        rows, unused = found.rows, found.unused_tokens
+        if found.folded:
+            codes.add(WarningCode.TOOLS_FOLDED)
     return _trusted(
         Snapshot,
         dict(
@@ -158,8 +193,30 @@ def build_snapshot(
             breakdown=[parts.breakdown_item(c, t, window) for c, t in per_category.items()],
             warnings=parts.warnings(codes),
             details=[parts.detail_item(c, s, t) for (c, s), t in ranked[:max_details] if t],
+            tools=rows,
+            unused_tool_tokens=unused,
         ),
     )
+
+
+_TOOL_FIELDS = ("name", "category", "source", "definition_tokens", "result_tokens", "invocations", "folded")
+
+
+def _scaler(
+    local: Mapping[tuple[Category, str], int], scaled: Mapping[tuple[Category, str], int]
+) -> Callable[[tuple[Category, str], int], int]:
+    """A local count under a key as the snapshot counts it: in the proportion its key was rescaled."""
+    if local is scaled:
+        return lambda key, tokens: tokens
+    local_total = sum(local.values())
+    overall = sum(scaled.values()) / local_total if local_total else 1.0
+
+    def scale(key: tuple[Category, str], tokens: int) -> int:
+        base = local.get(key)
+        ratio = scaled.get(key, 0) / base if base else overall
+        return round(tokens * ratio)
+
+    return scale
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -183,6 +240,7 @@ def _trusted(model: type[M], fields: dict[str, Any]) -> M:
 
 CompactSnapshot = tuple[Any, ...]
 _N = len(CATEGORIES)
+_HEAD = 13  # the fields before the per-category tokens
 
 
 def compact(snapshot: Snapshot) -> CompactSnapshot:
@@ -206,19 +264,38 @@ def compact(snapshot: Snapshot) -> CompactSnapshot:
         snapshot.generated_at,
         snapshot.event_seq,
         len(snapshot.warnings),
+        len(snapshot.details),
+        snapshot.unused_tool_tokens,
     )
     tokens = tuple(by_category.get(c, 0) for c in CATEGORIES)
     codes = tuple(w.code for w in snapshot.warnings)
     details = tuple(x for d in snapshot.details for x in (d.category.value, d.source, d.tokens))
-    return head + tokens + codes + details
+    tools = tuple(
+        x
+        for t in snapshot.tools
+        for x in (
+            t.name,
+            t.category.value if t.category else None,
+            t.source,
+            t.definition_tokens,
+            t.result_tokens,
+            t.invocations,
+            t.folded,
+        )
+    )
+    return head + tokens + codes + details + tools
 
 
 def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
     """The Snapshot a `compact` row was made from, its parts shared through ``parts``."""
-    run_id, stage_id, provider, model, window, input_tokens, usage, method, generated_at, event_seq, n_codes = row[:11]
-    tokens = row[11 : 11 + _N]
-    codes = row[11 + _N : 11 + _N + n_codes]
-    flat = row[11 + _N + n_codes :]
+    run_id, stage_id, provider, model, window, input_tokens, usage, method, generated_at, event_seq = row[:10]
+    n_codes, n_details, unused = row[10:_HEAD]
+    tokens = row[_HEAD : _HEAD + _N]
+    codes = row[_HEAD + _N : _HEAD + _N + n_codes]
+    start = _HEAD + _N + n_codes
+    flat = row[start : start + 3 * n_details]
+    tools = row[start + 3 * n_details :]
+    n = len(_TOOL_FIELDS)
     return _trusted(
         Snapshot,
         dict(
@@ -235,5 +312,10 @@ def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
             breakdown=[parts.breakdown_item(c, t, window) for c, t in zip(CATEGORIES, tokens)],
             warnings=[parts.warning(WarningCode(code)) for code in codes],
             details=[parts.detail_item(Category(flat[i]), flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)],
+            tools=[
+                parts.tool_item(t[0], Category(t[1]) if t[1] else None, *t[2:])
+                for t in (tools[i : i + n] for i in range(0, len(tools), n))
+            ],
+            unused_tool_tokens=unused,
         ),
     )

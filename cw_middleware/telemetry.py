@@ -19,6 +19,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from .codec import (
+    ATTR_CALL_ID,
     ATTR_CATEGORY,
     ATTR_COUNT_METHOD,
     ATTR_LATE,
@@ -43,6 +44,7 @@ from .codec import (
     METRIC_SNAPSHOTS,
     METRIC_TOKEN_USAGE,
     METRIC_TOKENS,
+    METRIC_UNUSED_TOOL_TOKENS,
     METRIC_UTILIZATION,
     SCHEMA_VERSION,
     SERVICE_NAME,
@@ -94,6 +96,11 @@ class Telemetry:
         self.limit_gauge = meter.create_gauge(METRIC_LIMIT, unit="{token}", description="Context window size of the model")
         self.utilization_gauge = meter.create_gauge(
             METRIC_UTILIZATION, unit="1", description="Share of the context window in use"
+        )
+        self.unused_tools_gauge = meter.create_gauge(
+            METRIC_UNUSED_TOOL_TOKENS,
+            unit="{token}",
+            description="Definition tokens of the tools a request defines and neither it nor its response calls",
         )
         self.snapshot_counter = meter.create_counter(
             METRIC_SNAPSHOTS, unit="{snapshot}", description="Snapshots emitted, by count method"
@@ -197,6 +204,7 @@ class Telemetry:
         if snapshot.context_window_tokens:
             self.limit_gauge.set(snapshot.context_window_tokens, base)
             self.utilization_gauge.set(snapshot.input_tokens / snapshot.context_window_tokens, base)
+        self.unused_tools_gauge.set(snapshot.unused_tool_tokens, base)
 
 
 class CallTelemetry:
@@ -217,6 +225,7 @@ class CallTelemetry:
         # Known once, while the span is open (an ended SDK span says False): with no SDK behind the
         # tracer (telemetry off) the event attributes would go nowhere, so they are never built.
         self._recording = span.is_recording()
+        self._call_id = format(span.get_span_context().span_id, "016x") if self._recording else ""
         self._provider = provider
         self._model = model
         self._stage = stage
@@ -240,6 +249,8 @@ class CallTelemetry:
                 self._owner.set_gauges(snapshot, self._stage)
             return
         attrs = snapshot_attributes(snapshot, include_details=True)
+        if self._call_id:
+            attrs[ATTR_CALL_ID] = self._call_id
         if superseded:
             attrs[ATTR_SUPERSEDED] = True
         with self._lock:

@@ -27,6 +27,7 @@ from .rules import _tiktoken
 from .runtime import Runtime, get_runtime
 from .snapshot import build_snapshot
 from .stages import current_stage
+from .tool_rows import NO_TOOLS
 
 # ---------------------------------------------------------------- entry points
 
@@ -137,11 +138,12 @@ def estimate(*args: Any, **kwargs: Any) -> Snapshot:
     try:
         parsed, est = _local_estimate(runtime, for_estimate(args, kwargs), args, kwargs)
         by_source, model, codes = est.by_source, parsed.model, set(est.warnings) | parsed.warnings
+        tools = est.tools
     except TagError:
         raise
     except Exception as exc:  # noqa: BLE001
         runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
-        by_source, codes = {}, {WarningCode.ESTIMATE_FAILED}
+        by_source, codes, tools = {}, {WarningCode.ESTIMATE_FAILED}, NO_TOOLS
         model = kwargs.get("model", args[0] if args else "")
         model = model if isinstance(model, str) else ""
     meta, window_codes = runtime.model_facts.request_meta(
@@ -159,6 +161,8 @@ def estimate(*args: Any, **kwargs: Any) -> Snapshot:
         codes | window_codes,
         max_details=runtime.config.max_details,
         parts=runtime.parts,
+        tools=tools,
+        max_tools=runtime.config.max_tools,
     )
 
 

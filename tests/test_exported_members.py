@@ -41,4 +41,9 @@ def test_contract_enum_values_are_pinned():
     assert set(cw.StageContextWindow.model_fields) == {
         "stage_id", "available", "unavailable_reason", "provider", "model", "context_window_tokens", "input_tokens",
         "usage_percent", "count_method", "staleness", "generated_at", "event_seq", "breakdown", "warnings", "details",
+        # issue 21: which tool, unused definitions
+        "tools", "unused_tools", "unused_tool_tokens",
+    }  # fmt: skip
+    assert set(cw.contract.ToolItem.model_fields) >= {
+        "name", "category", "source", "definition_tokens", "result_tokens", "invocations",
     }  # fmt: skip

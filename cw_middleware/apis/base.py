@@ -95,6 +95,7 @@ class Reading:
     model: Optional[str] = None
     usage_only: bool = False  # a stream chunk that carries usage and nothing else
     unreadable: bool = False  # it carried a usage block we could not read
+    tool_calls: tuple[str, ...] = ()  # the name of each tool call it makes (a stream: each call's first chunk)
 
 
 NOTHING = Reading()
