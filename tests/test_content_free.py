@@ -182,6 +182,7 @@ def test_otlp_request_bodies_are_content_free(monkeypatch, cw_logs):
     _assert_clean("\n".join(r.getMessage() for r in cw_logs.records), "the middleware's log")
 
 
+@pytest.mark.system
 def test_every_backend_and_every_readers_answer_is_content_free(
     tmp_path, cw_logs, phoenix_server, prometheus_server, victoria_metrics_server
 ):

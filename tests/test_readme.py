@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from docs_blocks import block
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +32,7 @@ def _run(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
 
 
+@pytest.mark.system
 def test_the_quick_start_runs_as_written_and_its_stage_reads_back(tmp_path):
     quick_start = _python_blocks(_section("Quick start"))[0]
     done = _run(quick_start, tmp_path)
@@ -60,6 +62,7 @@ def test_readme_points_at_nothing_outside_the_repository():
         assert (ROOT / path).exists(), path
 
 
+@pytest.mark.system
 def test_the_responses_api_block_runs_after_the_quick_start(tmp_path):
     quick_start = _python_blocks(_section("Quick start"))[0]
     block = _python_blocks(_section("Responses API"))[0]
