@@ -11,7 +11,7 @@ cannot read costs that message's accuracy, never the estimate.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Union
 
 from .contract import Category, WarningCode
 from .errors import TagError
@@ -60,7 +60,9 @@ class TokenizerFailed(Exception):
     """
 
 
-ReadMessage = Callable[[dict[str, Any]], Optional[dict[str, Any]]]
+# An entry of the request as the chat message(s) to count: one, several (an Anthropic user turn holding
+# tool results and text stands for a tool message per result and a user message), or None (opaque).
+ReadMessage = Callable[[dict[str, Any]], Union[dict[str, Any], list[dict[str, Any]], None]]
 CountText = Callable[[CountingRules, str], int]
 
 
@@ -133,6 +135,8 @@ class MessageCounter:
             read = read_message(msg)
             if read is None:  # held or encrypted by the provider: nothing to count, and a warning
                 return _OPAQUE
+            if isinstance(read, list):  # one entry standing for several chat messages: their counts together
+                return _together([self._count_message(rules, one) for one in read])
             msg = read
         warnings: set[WarningCode] = set()
         if not msg and type(raw) is not dict:  # a string, None, a number in the message list
@@ -264,3 +268,22 @@ def _result_of(msg: Mapping[str, Any], role: str) -> Optional[str]:
 
 
 _BY_NAME = "\x00name:"  # a legacy function call and its result have no id: matched by the function's name
+
+
+def _together(counts: Sequence[MessageCount]) -> MessageCount:
+    """The counts of the chat messages one request entry stands for, as that entry's count."""
+    entries: dict[SourceKey, int] = {}
+    unseen: dict[SourceKey, int] = {}
+    warnings: set[WarningCode] = set()
+    for count in counts:
+        for key, tokens in count.entries:
+            entries[key] = entries.get(key, 0) + tokens
+        for key, parts in count.unseen:
+            unseen[key] = unseen.get(key, 0) + parts
+        warnings |= count.warnings
+    tagged = any(count.tagged for count in counts)
+    calls = tuple(call for count in counts for call in count.calls)
+    # An entry answering several calls (Anthropic: one user turn of tool_result blocks) keeps no single producer.
+    answers = {count.result_of for count in counts if count.result_of is not None}
+    result_of = answers.pop() if len(answers) == 1 else None
+    return MessageCount(tuple(entries.items()), frozenset(warnings), tagged, tuple(unseen.items()), calls, result_of)

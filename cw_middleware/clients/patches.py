@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .._litellm import unwrap
-from ..apis import CHAT, RESPONSES, Api
+from ..apis import CHAT, MESSAGES, RESPONSES, Api
 from ..process import PROCESS
 from .routes import route_of
 from .shells import manager_shell, method_shell
@@ -61,6 +61,10 @@ TARGETS: tuple[Target, ...] = (
     Target("openai", "openai.resources.chat.completions", "AsyncCompletions", "create", CHAT, ("chat", "completions")),
     Target("openai", "openai.resources.responses", "Responses", "create", RESPONSES, ("responses",)),
     Target("openai", "openai.resources.responses", "AsyncResponses", "create", RESPONSES, ("responses",)),
+    Target("anthropic", "anthropic.resources.messages", "Messages", "create", MESSAGES, ("messages",)),
+    Target("anthropic", "anthropic.resources.messages", "AsyncMessages", "create", MESSAGES, ("messages",)),
+    Target("anthropic", "anthropic.resources.messages", "Messages", "stream", MESSAGES, ("messages",), manager=True),
+    Target("anthropic", "anthropic.resources.messages", "AsyncMessages", "stream", MESSAGES, ("messages",), manager=True),
 )
 
 _MISSING = object()

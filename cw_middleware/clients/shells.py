@@ -10,7 +10,7 @@ One shell per kind of method, each a thin layer over the one call lifecycle (`wr
 
 What the client returns is never replaced: a stream (the clients' ``Stream`` / ``AsyncStream``,
 one generator under ``_iterator`` read by both ``__next__`` and ``__iter__``) gets an observing
-generator in place of that one, so the caller iterates the same object; a raw response's ``parse``
+generator in place of that one (on the instance), so the caller iterates the same object; a raw response's ``parse``
 is observed on that one object. A call inside an observed call (LiteLLM's own use of the ``openai``
 client: `_litellm.forwarding`) or under OpenTelemetry's suppress-instrumentation key goes straight
 to the client's method.
@@ -178,7 +178,8 @@ def _is_raw(response: Any) -> bool:
 
 
 def _is_stream(response: Any) -> bool:
-    return hasattr(type(response), "__stream__") and "_iterator" in _fields(response)
+    # ``_iterator``: an attribute set in __init__, or made on first use (a cached_property: anthropic 2.x).
+    return hasattr(type(response), "__stream__") and hasattr(response, "_iterator")
 
 
 def _fields(obj: Any) -> Any:
