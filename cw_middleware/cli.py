@@ -271,6 +271,22 @@ def _file_hint(reader: Any) -> str:
     return ""
 
 
+def _file_note(reader: Any) -> str:
+    """For a file backend: the absolute path it reads, and whether that file exists yet (a relative URL hides both)."""
+    from .readback.otlp_file import OtlpFileReader
+
+    backend = reader.backend
+    if not isinstance(backend, OtlpFileReader):
+        return ""
+    path = os.path.abspath(backend.path)
+    if not os.path.exists(path):
+        return (
+            f"  reading {path}: the file does not exist yet, so the answers stay empty until something exports there "
+            "(the default export of a process started in that directory, or CW_EXPORT=file:PATH)"
+        )
+    return f"  reading {path}"
+
+
 @_read_errors
 def _cmd_runs(args: argparse.Namespace, reader: Any) -> int:
     with _indexing_note():
@@ -338,6 +354,9 @@ def _cmd_serve(args: argparse.Namespace, reader: Any) -> int:
         file=sys.stderr,
         flush=True,
     )
+    where = _file_note(reader)
+    if where:
+        print(where, file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
