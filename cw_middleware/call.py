@@ -38,7 +38,7 @@ from .model_facts import OPTION_CONTEXT_WINDOW
 from .pending_estimate import PendingEstimate, estimate_in_background
 from .rules import _tiktoken
 from .runtime import Runtime, get_runtime
-from .snapshot import RequestMeta, build_snapshot
+from .snapshot import RequestMeta, ResponseSide, build_snapshot
 from .stages import current_stage, default_stage
 from .telemetry import CallTelemetry
 
@@ -96,7 +96,7 @@ class Call:
         self._stream_usage: Optional[Usage] = None
         self._response_model: Optional[str] = None
         self._stream_calls: list[str] = []
-        self._response_calls: Optional[dict[str, int]] = None  # set at the end: the response's tool calls by name
+        self._response: Optional[ResponseSide] = None  # set at the end: the response's tool calls and cache
         self._lock = threading.Lock()
 
     @classmethod
@@ -316,8 +316,7 @@ class Call:
         try:
             usage = ending.usage
             total = None if self.mock or usage is None else usage.input_tokens
-            if ending.tool_calls:
-                self._response_calls = dict(Counter(ending.tool_calls))
+            self._response = _response_side(ending, None if self.mock else usage)
             if ending.error is not None:
                 pass  # a failed call has no usage: its last snapshot stays the local estimate
             elif self.mock:
@@ -359,9 +358,21 @@ class Call:
                 cache_prefix=self.estimate.cache_prefix,
                 cache_prefix_total=cache_prefix_total,
                 tools=self.estimate.tools,
-                response_calls=self._response_calls,
                 max_tools=self.runtime.config.max_tools,
+                order=self.estimate.order,
+                response=self._response,
             )
             self.runtime.publish(snap, self.telemetry, self.stage, superseded=superseded)
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("publish", f"cw_middleware: could not build a snapshot ({type(exc).__name__})")
+
+
+def _response_side(ending: _Ending, usage: Optional[Usage]) -> Optional[ResponseSide]:
+    """The tools a response called and, from its usage (None for a mock: synthetic), the cached tokens."""
+    calls = dict(Counter(ending.tool_calls)) if ending.tool_calls else {}
+    if usage is None or usage.cache_read_tokens is None:
+        return ResponseSide(calls) if calls else None
+    written = None
+    if usage.cache_prefix_tokens is not None:
+        written = max(0, usage.cache_prefix_tokens - usage.cache_read_tokens)
+    return ResponseSide(calls, usage.cache_read_tokens, written)

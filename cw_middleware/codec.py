@@ -25,6 +25,7 @@ from .contract import (
     WARNING_MESSAGES,
     BreakdownItem,
     Category,
+    Cost,
     CountMethod,
     DetailItem,
     Snapshot,
@@ -94,6 +95,12 @@ TOOL_ARRAYS = (
     ATTR_TOOL_FOLDED,
 )
 ATTR_UNUSED_TOOL_TOKENS = "agent.context_window.unused_tool_tokens"
+# The cache and the money: per category like the tokens; absent where the snapshot has none.
+ATTR_CACHED_TOKENS = "agent.context_window.cached_tokens"
+CACHED_PREFIX = ATTR_CACHED_TOKENS + "."
+COST_PREFIX = "agent.context_window.cost."  # + category: USD
+ATTR_INPUT_COST = COST_PREFIX + "input"
+ATTR_COST_CURRENCY = COST_PREFIX + "currency"
 # The call a snapshot belongs to (its call span's id): a stage's totals count each call once.
 ATTR_CALL_ID = "agent.context_window.call_id"
 
@@ -119,6 +126,10 @@ METRIC_UTILIZATION = "agent.context_window.utilization"  # gauge 1
 METRIC_SNAPSHOTS = "agent.context_window.snapshots"  # counter {snapshot}, by ATTR_COUNT_METHOD
 METRIC_COUNT_FAILURES = "agent.context_window.provider_count.failures"  # counter {failure}
 METRIC_UNUSED_TOOL_TOKENS = "agent.context_window.unused_tool_tokens"  # gauge {token}: definitions never called
+# counter {USD}, by ATTR_CATEGORY: each call's input cost, once. The unit is an annotation so that every
+# Prometheus path (scrape endpoint, Collector, OTLP push) stores it as ``agent_context_window_cost_total``.
+METRIC_COST = "agent.context_window.cost"
+COST_UNIT = "{USD}"
 METRIC_TOKEN_USAGE = "gen_ai.client.token.usage"  # histogram {token}, by GEN_AI_TOKEN_TYPE
 
 # Bucket boundaries of gen_ai.client.token.usage, from the GenAI metrics conventions.
@@ -139,6 +150,7 @@ PROM_UTILIZATION = prometheus_name(METRIC_UTILIZATION)
 PROM_SNAPSHOTS = prometheus_name(METRIC_SNAPSHOTS, counter=True)
 PROM_COUNT_FAILURES = prometheus_name(METRIC_COUNT_FAILURES, counter=True)
 PROM_UNUSED_TOOL_TOKENS = prometheus_name(METRIC_UNUSED_TOOL_TOKENS)
+PROM_COST = prometheus_name(METRIC_COST, counter=True)
 PROM_TOKEN_USAGE = prometheus_name(METRIC_TOKEN_USAGE)
 PROM_CATEGORY = prometheus_name(ATTR_CATEGORY)
 PROM_COUNT_METHOD = prometheus_name(ATTR_COUNT_METHOD)
@@ -176,6 +188,16 @@ def snapshot_attributes(snapshot: Snapshot, include_details: bool = True) -> dic
         attrs[ATTR_UTILIZATION] = snapshot.input_tokens / snapshot.context_window_tokens
     for item in snapshot.breakdown:
         attrs[TOKENS_PREFIX + item.category.value] = item.tokens
+        if item.cached_tokens is not None:
+            attrs[CACHED_PREFIX + item.category.value] = item.cached_tokens
+    if snapshot.cached_tokens is not None:
+        attrs[ATTR_CACHED_TOKENS] = snapshot.cached_tokens
+    cost = snapshot.cost
+    if cost is not None:
+        attrs[ATTR_COST_CURRENCY] = cost.currency
+        attrs[ATTR_INPUT_COST] = float(cost.input_cost)
+        for category, usd in cost.by_category.items():
+            attrs[COST_PREFIX + Category(category).value] = float(usd)
     if include_details and snapshot.details:
         attrs[ATTR_DETAIL_CATEGORIES] = [d.category.value for d in snapshot.details]
         attrs[ATTR_DETAIL_SOURCES] = [d.source for d in snapshot.details]
@@ -267,7 +289,15 @@ def window_from_attributes(
     breakdown = []
     for category in CATEGORIES:
         tokens = as_int(a.get(TOKENS_PREFIX + category.value, 0))
-        breakdown.append(BreakdownItem(category=category, tokens=tokens, usage_percent=percent(tokens, window)))
+        cached = a.get(CACHED_PREFIX + category.value)
+        breakdown.append(
+            BreakdownItem(
+                category=category,
+                tokens=tokens,
+                usage_percent=percent(tokens, window),
+                cached_tokens=as_int(cached) if cached is not None else None,
+            )
+        )
     input_tokens = a.get(ATTR_INPUT_TOKENS)
     total = as_int(input_tokens) if input_tokens is not None else sum(b.tokens for b in breakdown)
     details = []
@@ -284,6 +314,7 @@ def window_from_attributes(
     seq = a.get(ATTR_EVENT_SEQ)
     tools = tools_from_attributes(a)
     unused = a.get(ATTR_UNUSED_TOOL_TOKENS)
+    cached_total = a.get(ATTR_CACHED_TOKENS)
     return StageContextWindow(
         stage_id=stage_id,
         available=True,
@@ -302,7 +333,34 @@ def window_from_attributes(
         tools=tools,
         unused_tools=unused_in(tools),
         unused_tool_tokens=as_int(unused) if unused is not None else None,
+        cached_tokens=as_int(cached_total) if cached_total is not None else None,
+        cost=cost_from_attributes(a),
     )
+
+
+def as_float(value: Any) -> Optional[float]:
+    """A float from whatever a backend wrote; None for a missing or damaged value."""
+    if value is None or value == "" or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and abs(number) != float("inf") else None
+
+
+def cost_from_attributes(attrs: Mapping[str, Any]) -> Optional[Cost]:
+    """A snapshot's cost; None when it carried none (an unpriced model, an older producer)."""
+    currency = attrs.get(ATTR_COST_CURRENCY)
+    total = as_float(attrs.get(ATTR_INPUT_COST))
+    if not isinstance(currency, str) or total is None:
+        return None
+    by_category = {}
+    for category in CATEGORIES:
+        usd = as_float(attrs.get(COST_PREFIX + category.value))
+        if usd is not None:
+            by_category[category] = usd
+    return Cost(currency=currency, input_cost=total, by_category=by_category)
 
 
 def tools_from_attributes(attrs: Mapping[str, Any]) -> list[ToolItem]:

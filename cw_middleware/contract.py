@@ -92,6 +92,7 @@ class WarningCode(StrEnum):
     ESTIMATE_FAILED = "estimate_failed"
     DETAILS_TRUNCATED = "details_truncated"
     TOOLS_FOLDED = "tools_folded"
+    PRICE_UNKNOWN = "price_unknown"
     NOT_OBSERVED = "not_observed"
     NOT_AGENT_STAGE = "not_agent_stage"
     STAGE_END_NOT_SEEN = "stage_end_not_seen"
@@ -124,6 +125,7 @@ WARNING_MESSAGES: dict[WarningCode, str] = {
     WarningCode.PROVIDER_COUNT_DROPPED: "the provider token count queue was full; the count was skipped",
     WarningCode.ESTIMATE_FAILED: "the local estimate failed for this request; see the middleware log",
     WarningCode.DETAILS_TRUNCATED: "only the largest sources are listed in details",
+    WarningCode.PRICE_UNKNOWN: "LiteLLM's model map has no input price for this model: cost is null",
     WarningCode.TOOLS_FOLDED: (
         "only the largest tools are listed one by one (max_tools); the rest are folded into one row, '(other tools)'"
     ),
@@ -178,6 +180,17 @@ class BreakdownItem(_Frozen):
     category: Category
     tokens: int
     usage_percent: Optional[float] = None  # of the context window; None when the window is unknown
+    # Of ``tokens``, those the provider served from its prompt cache (the cached prefix, attributed in
+    # request order); None where the response reported no cached tokens (a local estimate, a provider without).
+    cached_tokens: Optional[int] = None
+
+
+class Cost(_Frozen):
+    """A request's input cost, in ``currency`` (USD), from LiteLLM's model prices: in all and per category."""
+
+    currency: str = "USD"
+    input_cost: float
+    by_category: dict[Category, float] = Field(default_factory=dict)
 
 
 class DetailItem(_Frozen):
@@ -233,6 +246,8 @@ class Snapshot(_Frozen):
     details: list[DetailItem] = Field(default_factory=list)
     tools: list[ToolItem] = Field(default_factory=list)  # bounded: the largest max_tools, then one folded row
     unused_tool_tokens: int = 0  # definition tokens of tools neither the request nor its response calls
+    cached_tokens: Optional[int] = None  # input tokens the provider served from its cache, where it says
+    cost: Optional[Cost] = None  # None when LiteLLM has no price for the model (warning price_unknown)
 
     def tokens(self, category: Category | str) -> int:
         """Tokens of one category (0 when absent)."""
@@ -264,6 +279,8 @@ class StageContextWindow(_Frozen):
     tools: list[ToolItem] = Field(default_factory=list)
     unused_tools: list[UnusedTool] = Field(default_factory=list)
     unused_tool_tokens: Optional[int] = None  # the latest request's unused definitions, in all
+    cached_tokens: Optional[int] = None
+    cost: Optional[Cost] = None  # the latest request's input cost, or None
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, staleness: Staleness) -> StageContextWindow:
@@ -285,6 +302,8 @@ class StageContextWindow(_Frozen):
             tools=snapshot.tools,
             unused_tools=unused_in(snapshot.tools),
             unused_tool_tokens=snapshot.unused_tool_tokens,
+            cached_tokens=snapshot.cached_tokens,
+            cost=snapshot.cost,
         )
 
     @classmethod

@@ -36,13 +36,14 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
+from .cache_share import RequestOrder
 from .contract import Category, WarningCode
 from .message_count import MessageCount, MessageCounter, ReadMessage, SourceKey, TextCache
 from .request_copies import AsDict, DumpCache, common_prefix, freeze, head_key, plain_text
 from .rules import CountingRules, rules_for
 from .rules._tiktoken import NotReady
 from .tags import TAG_KEY, mcp_server_label, read_tag, strip_tool
-from .tool_rows import NO_TOOLS, ToolDefinition, ToolUse, tool_name, tool_result_key
+from .tool_rows import NO_TOOLS, PLAIN_RESULT_KEYS, ToolDefinition, ToolUse, rekeyed, tool_name, tool_result_key
 
 # The cache budget (README, Performance): about 12 MB for the text cache at its cap (two
 # generations of 32,768 keyed counts, no text), plus the frozen copies of MAX_CONVERSATIONS
@@ -55,8 +56,6 @@ MAX_DUMPS = 4096
 _RESPONSE_FORMAT: SourceKey = (Category.OTHER, "response_format")
 _FRAMING: SourceKey = (Category.OTHER, "framing")
 _THINKING: SourceKey = (Category.OTHER, "thinking")
-# The source an untagged tool result counts under (its role), before it is matched to its tool.
-_PLAIN_RESULT_KEYS = frozenset({(Category.CONVERSATION, "tool"), (Category.CONVERSATION, "function")})
 
 
 @dataclass(frozen=True)
@@ -81,6 +80,8 @@ class Estimate:
     cache_prefix: Mapping[SourceKey, int] = field(default_factory=dict)
     # The request's tools by name: definitions, results and calls (tool_rows.py makes the rows).
     tools: ToolUse = NO_TOOLS
+    # Its parts in the provider's order, for attributing a cached prefix (cache_share.py).
+    order: Optional[RequestOrder] = None
 
     @property
     def total(self) -> int:
@@ -160,6 +161,7 @@ class Estimator:
             warnings = {code for code, n in conv.warnings.items() if n}
             all_tools = list(tools or ()) + [_legacy_function(f) for f in functions or ()]
             tool_entries: tuple[tuple[SourceKey, int], ...] = ()
+            head = tool_entries
             tools_breakpoint = False
             definitions: tuple[ToolDefinition, ...] = ()
             if all_tools:
@@ -173,21 +175,25 @@ class Estimator:
                 key = (Category.TOOLS, "tool_framing")
                 placement = rules.tools_placement(_system_first(messages, as_dict), response_format)
                 by_source[key] = by_source.get(key, 0) + placement
+                head = (*tool_entries, (key, placement))
             tool_use = _tool_use(conv, definitions, by_source) if definitions or conv.results else NO_TOOLS
+        tail: list[tuple[SourceKey, int]] = []
         if response_format is not None:
             try:
                 sent = response_format_as_sent(response_format, rules.provider)
-                by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(sent)
+                tail.append((_RESPONSE_FORMAT, rules.response_format(sent)))
             except NotReady:
                 raise
             except Exception:  # noqa: BLE001 - a schema we cannot read costs its own count, not the estimate
                 warnings.add(WarningCode.UNREADABLE_MESSAGE)
-        by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
+        tail.append((_FRAMING, rules.request_overhead(len(messages))))
         # A hidden instruction some providers add for extended thinking (Anthropic): protocol, so `other`.
         if thinking is None and reasoning_effort is not None:
             thinking = rules.thinking_for_effort(reasoning_effort, model)  # LiteLLM sends the effort as `thinking`
         if thinking is not None:
-            by_source[_THINKING] = by_source.get(_THINKING, 0) + rules.thinking_overhead(thinking)
+            tail.append((_THINKING, rules.thinking_overhead(thinking)))
+        for key, tokens in tail:
+            by_source[key] = by_source.get(key, 0) + tokens
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
         unestimated = {k: n for k, n in conv.unseen.items() if n > 0}
@@ -202,6 +208,7 @@ class Estimator:
             unestimated,
             prefix,
             tool_use,
+            RequestOrder(head, conv.counts, len(conv.counts), tuple(tail), tool_use.names),
         )
 
     def frozen(self, obj: Any) -> Any:
@@ -392,9 +399,8 @@ def _cache_prefix(
 
 def _add_entries(into: Counter[SourceKey], count: MessageCount, defined: frozenset[str]) -> None:
     """One message's entries, a defined tool's untagged results under their own source (as `_tool_use` moves them)."""
-    tool = count.tool if count.tool in defined else None
-    for key, tokens in count.entries:
-        into[tool_result_key(key, tool) if tool is not None and key in _PLAIN_RESULT_KEYS else key] += tokens
+    for key, tokens in rekeyed(count.entries, count.tool, defined):
+        into[key] += tokens
 
 
 def _system_first(messages: Sequence[Any], as_dict: AsDict) -> bool:
@@ -445,7 +451,7 @@ def _add(conv: _Conversation, count: MessageCount) -> None:
     if count.tool is not None:
         for key, tokens in count.entries:
             conv.results[count.tool] += tokens
-            if key in _PLAIN_RESULT_KEYS:
+            if key in PLAIN_RESULT_KEYS:
                 conv.untagged_results[(count.tool, key)] += tokens
     for code in count.warnings:
         conv.warnings[code] += 1

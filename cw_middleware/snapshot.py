@@ -13,19 +13,21 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any, Optional, TypeVar
 
 from pydantic import BaseModel
 
+from .cache_share import RequestOrder, cached_by_category
 from .codec import percent as _percent
 from .contract import (
     CATEGORIES,
     WARNING_MESSAGES,
     BreakdownItem,
     Category,
+    Cost,
     CountMethod,
     DetailItem,
     Snapshot,
@@ -33,6 +35,7 @@ from .contract import (
     ToolItem,
     WarningCode,
 )
+from .cost import Prices, request_cost
 from .reconcile import reconcile_with_prefix
 from .tool_rows import NO_TOOLS, ToolUse, tool_rows
 
@@ -53,7 +56,7 @@ class SnapshotParts:
 
     def __init__(self) -> None:
         self._seq = itertools.count(1)
-        self._breakdown: dict[tuple[Category, int, Optional[int]], BreakdownItem] = {}
+        self._breakdown: dict[tuple[Category, int, Optional[int], Optional[int]], BreakdownItem] = {}
         self._details: dict[tuple[Category, str, int], DetailItem] = {}
         self._tools: dict[tuple[Any, ...], ToolItem] = {}
         self._warnings: dict[WarningCode, SnapshotWarning] = {}
@@ -64,15 +67,16 @@ class SnapshotParts:
     def warnings(self, codes: Iterable[WarningCode]) -> list[SnapshotWarning]:
         return [self.warning(code) for code in sorted(set(codes), key=lambda c: c.value)]
 
-    def breakdown_item(self, category: Category, tokens: int, window: Optional[int]) -> BreakdownItem:
-        key = (category, tokens, window)
+    def breakdown_item(
+        self, category: Category, tokens: int, window: Optional[int], cached: Optional[int] = None
+    ) -> BreakdownItem:
+        key = (category, tokens, window, cached)
         item = self._breakdown.get(key)
         if item is None:
             if len(self._breakdown) >= self.CACHE_SIZE:
                 self._breakdown.clear()
-            item = self._breakdown[key] = _trusted(
-                BreakdownItem, {"category": category, "tokens": tokens, "usage_percent": _percent(tokens, window)}
-            )
+            fields = {"category": category, "tokens": tokens, "usage_percent": _percent(tokens, window), "cached_tokens": cached}
+            item = self._breakdown[key] = _trusted(BreakdownItem, fields)
         return item
 
     def detail_item(self, category: Category, source: str, tokens: int) -> DetailItem:
@@ -119,6 +123,7 @@ class RequestMeta:
     provider: Optional[str]
     model: Optional[str]
     context_window_tokens: Optional[int]
+    prices: Optional[Prices] = None  # the model's input prices (model_facts.py); None: no cost
 
 
 def build_snapshot(
@@ -134,8 +139,9 @@ def build_snapshot(
     cache_prefix: Optional[Mapping[tuple[Category, str], int]] = None,
     cache_prefix_total: Optional[int] = None,
     tools: ToolUse = NO_TOOLS,
-    response_calls: Optional[Mapping[str, int]] = None,
     max_tools: int = 20,
+    order: Optional[RequestOrder] = None,
+    response: Optional[ResponseSide] = None,
 ) -> Snapshot:
     """A snapshot of ``by_source``, rescaled to ``total`` when one is given.
 
@@ -150,7 +156,9 @@ def build_snapshot(
     exact count, the rest to the remainder of ``total``.
 
     ``tools`` (`Estimate.tools`) gives the per-tool rows, scaled as their sources are, the
-    largest ``max_tools`` of them and one folded row; ``response_calls`` the calls the response made.
+    largest ``max_tools`` of them and one folded row. ``response`` is what the response said
+    beyond the total: its tool calls, and the cached tokens that ``order`` (`Estimate.order`)
+    attributes to categories in request order (cache_share.py). ``meta.prices`` prices it all.
     """
     codes = set(warnings)
     parts = parts or SnapshotParts()
@@ -167,13 +175,15 @@ def build_snapshot(
     window = meta.context_window_tokens
     if window and input_tokens > window:
         codes.add(WarningCode.CONTEXT_WINDOW_EXCEEDED)
+    read, written = _cache_split(response, order, local, per_category) if total is not None else (None, None)
     # Largest first; sorted() is stable, so ties keep the request's order.
     ranked = sorted(by_source.items(), key=itemgetter(1), reverse=True)
     if len(ranked) > max_details:
         codes.add(WarningCode.DETAILS_TRUNCATED)
     rows, unused = [], 0
     if tools.definitions:
-        found = tool_rows(tools, _scaler(local, by_source), max_tools, response_calls, parts.tool_item)
+        calls = response.tool_calls if response is not None else None
+        found = tool_rows(tools, _scaler(local, by_source), max_tools, calls, parts.tool_item)
         rows, unused = found.rows, found.unused_tokens
         if found.folded:
             codes.add(WarningCode.TOOLS_FOLDED)
@@ -190,13 +200,40 @@ def build_snapshot(
             count_method=count_method,
             generated_at=datetime.now(UTC),
             event_seq=parts.next_seq(),
-            breakdown=[parts.breakdown_item(c, t, window) for c, t in per_category.items()],
+            breakdown=[parts.breakdown_item(c, t, window, read.get(c) if read else None) for c, t in per_category.items()],
             warnings=parts.warnings(codes),
             details=[parts.detail_item(c, s, t) for (c, s), t in ranked[:max_details] if t],
             tools=rows,
             unused_tool_tokens=unused,
+            cached_tokens=sum(read.values()) if read is not None else None,
+            cost=request_cost(per_category, meta.prices, read, written) if meta.prices is not None else None,
         ),
     )
+
+
+@dataclass(frozen=True)
+class ResponseSide:
+    """What a response says about its request besides the total: the tools it called and the cache."""
+
+    tool_calls: Mapping[str, int] = field(default_factory=dict)  # name -> calls (names the request defined)
+    cache_read: Optional[int] = None  # input tokens served from the prompt cache; None: not reported
+    cache_written: Optional[int] = None  # input tokens written to it (Anthropic); None: not reported
+
+
+def _cache_split(
+    response: Optional[ResponseSide],
+    order: Optional[RequestOrder],
+    local: Mapping[tuple[Category, str], int],
+    per_category: Mapping[Category, int],
+) -> tuple[Optional[dict[Category, int]], Optional[dict[Category, int]]]:
+    """(cache reads, cache writes) by category, where the response reported them."""
+    if response is None or response.cache_read is None or order is None:
+        return None, None
+    read = cached_by_category(order, local, per_category, response.cache_read)
+    if not response.cache_written:
+        return read, None
+    through = cached_by_category(order, local, per_category, response.cache_read + response.cache_written)
+    return read, {c: max(0, through[c] - read[c]) for c in CATEGORIES}
 
 
 _TOOL_FIELDS = ("name", "category", "source", "definition_tokens", "result_tokens", "invocations", "folded")
@@ -240,7 +277,7 @@ def _trusted(model: type[M], fields: dict[str, Any]) -> M:
 
 CompactSnapshot = tuple[Any, ...]
 _N = len(CATEGORIES)
-_HEAD = 13  # the fields before the per-category tokens
+_HEAD = 16  # the fields before the per-category ones
 
 
 def compact(snapshot: Snapshot) -> CompactSnapshot:
@@ -251,7 +288,8 @@ def compact(snapshot: Snapshot) -> CompactSnapshot:
     tracked containers that all lived long enough to reach the oldest generation, where they
     pushed the host toward a full collection (issue 11). `expand` gives back an equal Snapshot.
     """
-    by_category = {item.category: item.tokens for item in snapshot.breakdown}
+    items = {item.category: item for item in snapshot.breakdown}
+    cost = snapshot.cost
     head = (
         snapshot.run_id,
         snapshot.stage_id,
@@ -266,8 +304,20 @@ def compact(snapshot: Snapshot) -> CompactSnapshot:
         len(snapshot.warnings),
         len(snapshot.details),
         snapshot.unused_tool_tokens,
+        snapshot.cached_tokens,
+        cost.currency if cost is not None else None,
+        cost.input_cost if cost is not None else None,
     )
-    tokens = tuple(by_category.get(c, 0) for c in CATEGORIES)
+    # Per category: tokens, cached tokens, cost (None where the snapshot has none).
+    per_category = tuple(
+        x
+        for c in CATEGORIES
+        for x in (
+            items[c].tokens if c in items else 0,
+            items[c].cached_tokens if c in items else None,
+            cost.by_category.get(c) if cost is not None else None,
+        )
+    )
     codes = tuple(w.code for w in snapshot.warnings)
     details = tuple(x for d in snapshot.details for x in (d.category.value, d.source, d.tokens))
     tools = tuple(
@@ -283,19 +333,24 @@ def compact(snapshot: Snapshot) -> CompactSnapshot:
             t.folded,
         )
     )
-    return head + tokens + codes + details + tools
+    return head + per_category + codes + details + tools
 
 
 def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
     """The Snapshot a `compact` row was made from, its parts shared through ``parts``."""
     run_id, stage_id, provider, model, window, input_tokens, usage, method, generated_at, event_seq = row[:10]
-    n_codes, n_details, unused = row[10:_HEAD]
-    tokens = row[_HEAD : _HEAD + _N]
-    codes = row[_HEAD + _N : _HEAD + _N + n_codes]
-    start = _HEAD + _N + n_codes
+    n_codes, n_details, unused, cached, currency, input_cost = row[10:_HEAD]
+    per_category = row[_HEAD : _HEAD + 3 * _N]
+    codes = row[_HEAD + 3 * _N : _HEAD + 3 * _N + n_codes]
+    start = _HEAD + 3 * _N + n_codes
     flat = row[start : start + 3 * n_details]
     tools = row[start + 3 * n_details :]
     n = len(_TOOL_FIELDS)
+    rows = [per_category[3 * i : 3 * i + 3] for i in range(_N)]
+    cost = None
+    if currency is not None:
+        by_category = {c: r[2] for c, r in zip(CATEGORIES, rows)}
+        cost = Cost.model_construct(currency=currency, input_cost=input_cost, by_category=by_category)
     return _trusted(
         Snapshot,
         dict(
@@ -309,7 +364,7 @@ def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
             count_method=CountMethod(method),
             generated_at=generated_at,
             event_seq=event_seq,
-            breakdown=[parts.breakdown_item(c, t, window) for c, t in zip(CATEGORIES, tokens)],
+            breakdown=[parts.breakdown_item(c, r[0], window, r[1]) for c, r in zip(CATEGORIES, rows)],
             warnings=[parts.warning(WarningCode(code)) for code in codes],
             details=[parts.detail_item(Category(flat[i]), flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)],
             tools=[
@@ -317,5 +372,7 @@ def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
                 for t in (tools[i : i + n] for i in range(0, len(tools), n))
             ],
             unused_tool_tokens=unused,
+            cached_tokens=cached,
+            cost=cost,
         ),
     )

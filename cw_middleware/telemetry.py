@@ -29,6 +29,7 @@ from .codec import (
     ATTR_STAGE_KIND,
     ATTR_STAGE_STATE,
     ATTR_SUPERSEDED,
+    COST_UNIT,
     ERROR_TYPE,
     GEN_AI_CACHE_READ,
     GEN_AI_INPUT_TOKENS,
@@ -39,6 +40,7 @@ from .codec import (
     GEN_AI_RESPONSE_MODEL,
     GEN_AI_TOKEN_TYPE,
     LATE_SNAPSHOT_SPAN,
+    METRIC_COST,
     METRIC_COUNT_FAILURES,
     METRIC_LIMIT,
     METRIC_SNAPSHOTS,
@@ -96,6 +98,9 @@ class Telemetry:
         self.limit_gauge = meter.create_gauge(METRIC_LIMIT, unit="{token}", description="Context window size of the model")
         self.utilization_gauge = meter.create_gauge(
             METRIC_UTILIZATION, unit="1", description="Share of the context window in use"
+        )
+        self.cost_counter = meter.create_counter(
+            METRIC_COST, unit=COST_UNIT, description="Input cost of the calls in USD, by context-window category"
         )
         self.unused_tools_gauge = meter.create_gauge(
             METRIC_UNUSED_TOOL_TOKENS,
@@ -206,6 +211,17 @@ class Telemetry:
             self.utilization_gauge.set(snapshot.input_tokens / snapshot.context_window_tokens, base)
         self.unused_tools_gauge.set(snapshot.unused_tool_tokens, base)
 
+    def add_cost(self, snapshot: Snapshot, stage: Optional[StageInfo]) -> None:
+        """A call's input cost, once, at its end (from its last snapshot): the counter sums calls, never snapshots."""
+        cost = snapshot.cost
+        if cost is None:
+            return
+        _, per_category = self._attributes(snapshot.provider, snapshot.model, stage)
+        for category, attrs in per_category:
+            usd = cost.by_category.get(category)
+            if usd:
+                self.cost_counter.add(usd, attrs)
+
 
 class CallTelemetry:
     """The span of one LLM call; snapshots land on it as events, or on a linked span once it ended."""
@@ -305,6 +321,8 @@ class CallTelemetry:
         if gauges is not None:
             try:
                 self._owner.set_gauges(gauges, self._stage)
+                if error is None:  # a failed call is not billed: its last snapshot is the local estimate
+                    self._owner.add_cost(gauges, self._stage)
             except Exception:  # noqa: BLE001 - a metrics failure must not leave the span open
                 logger.warning("cw_middleware: could not record context-window gauges")
         span = self.span

@@ -67,6 +67,20 @@ def tool_result_key(key: SourceKey, name: str) -> SourceKey:
     return (key[0], RESULT_SOURCE_PREFIX + tool_label(name))
 
 
+# The sources an untagged tool result counts under (its role), before it is matched to its tool.
+PLAIN_RESULT_KEYS = frozenset({(Category.CONVERSATION, "tool"), (Category.CONVERSATION, "function")})
+
+
+def rekeyed(
+    entries: tuple[tuple[SourceKey, int], ...], tool: Optional[str], defined: frozenset[str]
+) -> tuple[tuple[SourceKey, int], ...]:
+    """A message's entries as a request with the ``defined`` tools counts them: a defined tool's
+    untagged results under their own source (`tool_result_key`), everything else as it was."""
+    if tool is None or tool not in defined:
+        return entries
+    return tuple((tool_result_key(key, tool) if key in PLAIN_RESULT_KEYS else key, n) for key, n in entries)
+
+
 def called_tools(calls: Mapping[str, int], use: ToolUse) -> dict[str, int]:
     """The calls a response made, by name, to tools the request defined."""
     names = use.names
