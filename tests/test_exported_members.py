@@ -43,6 +43,8 @@ def test_contract_enum_values_are_pinned():
         "usage_percent", "count_method", "staleness", "generated_at", "event_seq", "breakdown", "warnings", "details",
         # issue 21: which tool, unused definitions
         "tools", "unused_tools", "unused_tool_tokens",
+        # issue 21: what the input costs, what the provider served from its cache
+        "cost", "cached_tokens",
     }  # fmt: skip
     assert set(cw.contract.ToolItem.model_fields) >= {
         "name", "category", "source", "definition_tokens", "result_tokens", "invocations",
