@@ -16,6 +16,7 @@ GenAI keys follow the OpenTelemetry GenAI semantic conventions v1.41
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Optional
@@ -178,8 +179,8 @@ def snapshot_attributes(snapshot: Snapshot, include_details: bool = True) -> dic
     for key, value in (
         (ATTR_RUN_ID, snapshot.run_id),
         (ATTR_STAGE_ID, snapshot.stage_id),
-        (ATTR_PROVIDER, snapshot.provider),
-        (ATTR_MODEL, snapshot.model),
+        (ATTR_PROVIDER, snapshot.provider and exportable_text(snapshot.provider)),
+        (ATTR_MODEL, snapshot.model and exportable_text(snapshot.model)),
         (ATTR_LIMIT_TOKENS, snapshot.context_window_tokens),
     ):
         if value is not None:
@@ -200,20 +201,48 @@ def snapshot_attributes(snapshot: Snapshot, include_details: bool = True) -> dic
             attrs[COST_PREFIX + Category(category).value] = float(usd)
     if include_details and snapshot.details:
         attrs[ATTR_DETAIL_CATEGORIES] = [d.category.value for d in snapshot.details]
-        attrs[ATTR_DETAIL_SOURCES] = [d.source for d in snapshot.details]
+        attrs[ATTR_DETAIL_SOURCES] = [exportable_text(d.source) for d in snapshot.details]
         attrs[ATTR_DETAIL_TOKENS] = [d.tokens for d in snapshot.details]
     if snapshot.tools:
         tools = snapshot.tools
         attrs[ATTR_UNUSED_TOOL_TOKENS] = snapshot.unused_tool_tokens
         if include_details:
-            attrs[ATTR_TOOL_NAMES] = [t.name for t in tools]
+            attrs[ATTR_TOOL_NAMES] = [exportable_text(t.name) for t in tools]
             attrs[ATTR_TOOL_CATEGORIES] = [t.category.value if t.category else "" for t in tools]
-            attrs[ATTR_TOOL_SOURCES] = [t.source or "" for t in tools]
+            attrs[ATTR_TOOL_SOURCES] = [exportable_text(t.source or "") for t in tools]
             attrs[ATTR_TOOL_DEFINITION_TOKENS] = [t.definition_tokens for t in tools]
             attrs[ATTR_TOOL_RESULT_TOKENS] = [t.result_tokens for t in tools]
             attrs[ATTR_TOOL_INVOCATIONS] = [t.invocations for t in tools]
             attrs[ATTR_TOOL_FOLDED] = [t.folded for t in tools]
-    return attrs
+    return attrs  # ids are valid Unicode (validate_id); the labels above went through exportable_text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def exportable_text(value: str) -> str:
+    """``value`` with each lone surrogate as U+FFFD: UTF-8 cannot carry one, so no OTLP encoder can."""
+    return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
+
+
+def exportable(attributes: dict[str, Any]) -> dict[str, Any]:
+    """``attributes`` (changed in place, and returned) with every text value `exportable_text`.
+
+    With `exportable_text`, the one gate for the labels that reach OpenTelemetry (model and
+    provider names, tag sources, MCP server and skill names, stage kinds): a lone surrogate in
+    one made the encoder log a traceback per attribute per export and drop the span whose name
+    held it. telemetry.py passes every attribute dict it builds through here, and
+    `snapshot_attributes` its label fields.
+    """
+    for key, value in attributes.items():
+        kind = type(value)
+        if kind is str:
+            if not value.isascii():
+                attributes[key] = exportable_text(value)
+        elif (kind is list or kind is tuple) and value and type(value[0]) is str:  # the contract's lists are of one type
+            if not "".join(value).isascii():
+                attributes[key] = [exportable_text(v) for v in value]
+    return attributes
 
 
 def span_level(attrs: Mapping[str, Any]) -> dict[str, Any]:

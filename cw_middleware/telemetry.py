@@ -56,6 +56,8 @@ from .codec import (
     STAGE_STATE_ENDED,
     STAGE_STATE_STARTED,
     TOKEN_HISTOGRAM_BOUNDARIES,
+    exportable,
+    exportable_text,
     snapshot_attributes,
     span_level,
 )
@@ -125,16 +127,18 @@ class Telemetry:
     @contextmanager
     def stage_span(self, stage: StageInfo) -> Iterator[trace.Span]:
         """The stage span, announced at once by a marker span so live stages are visible."""
-        attrs: dict[str, Any] = {
-            ATTR_RUN_ID: stage.run_id,
-            ATTR_STAGE_ID: stage.stage_id,
-            ATTR_STAGE_KIND: stage.kind,
-            ATTR_SCHEMA: SCHEMA_VERSION,
-            ATTR_STAGE_STATE: STAGE_STATE_STARTED,
-        }
+        attrs: dict[str, Any] = exportable(
+            {
+                ATTR_RUN_ID: stage.run_id,
+                ATTR_STAGE_ID: stage.stage_id,
+                ATTR_STAGE_KIND: stage.kind,
+                ATTR_SCHEMA: SCHEMA_VERSION,
+                ATTR_STAGE_STATE: STAGE_STATE_STARTED,
+            }
+        )
         # Exceptions are not recorded: their messages may quote prompts or provider error bodies.
         with self.tracer.start_as_current_span(
-            f"{STAGE_SPAN_PREFIX} {stage.kind}",
+            f"{STAGE_SPAN_PREFIX} {attrs[ATTR_STAGE_KIND]}",
             kind=SpanKind.INTERNAL,
             attributes=attrs,
             record_exception=False,
@@ -166,7 +170,8 @@ class Telemetry:
             attrs[ATTR_RUN_ID] = stage.run_id
             attrs[ATTR_STAGE_ID] = stage.stage_id
             attrs[ATTR_STAGE_KIND] = stage.kind
-        span = self.tracer.start_span(f"{operation} {model or ''}".strip(), kind=SpanKind.CLIENT, attributes=attrs)
+        name = exportable_text(f"{operation} {model or ''}".strip())
+        span = self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=exportable(attrs))
         return CallTelemetry(self, span, provider, model, stage, operation)
 
     def metric_attributes(self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> dict[str, Any]:
@@ -195,7 +200,7 @@ class Telemetry:
         if self.config.metric_run_labels and stage is not None:
             attrs[ATTR_RUN_ID] = stage.run_id
             attrs[ATTR_STAGE_ID] = stage.stage_id
-        return attrs
+        return exportable(attrs)
 
     def count_snapshot(self, snapshot: Snapshot, stage: Optional[StageInfo]) -> None:
         base = self._attributes(snapshot.provider, snapshot.model, stage)[0]
@@ -327,7 +332,7 @@ class CallTelemetry:
                 logger.warning("cw_middleware: could not record context-window gauges")
         span = self.span
         if response_model:
-            span.set_attribute(GEN_AI_RESPONSE_MODEL, response_model)
+            span.set_attribute(GEN_AI_RESPONSE_MODEL, exportable_text(response_model))
         base = {**self._owner._attributes(self._provider, self._model, self._stage)[0], GEN_AI_OPERATION: self._operation}
         for key, value, token_type in (
             (GEN_AI_INPUT_TOKENS, input_tokens, "input"),
