@@ -261,7 +261,7 @@ def _file_hint(reader: Any) -> str:
         contents = backend.contents()
     except Exception:  # noqa: BLE001 - the hint is best effort
         return ""
-    path = backend.path
+    path = os.path.abspath(backend.path)  # a relative default hides which directory it means
     if contents is FileContents.MISSING:
         return f"  (there is no telemetry file at {path!r} yet: has anything been exported there?)\n{_ELSEWHERE}"
     if contents is FileContents.EMPTY:

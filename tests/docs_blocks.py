@@ -62,8 +62,8 @@ class Block:
 
 
 def documents() -> list[Path]:
-    """README.md and every page of the site."""
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    """README.md, SECURITY.md (the site includes it) and every page of the site."""
+    return [ROOT / "README.md", ROOT / "SECURITY.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def blocks(path: Path) -> list[Block]:
@@ -93,9 +93,10 @@ def all_blocks() -> list[Block]:
 
 
 def block(name: str) -> Block:
-    """The block of that name, in README or in any page."""
+    """The block of that name, in README or in any page (README may repeat a page's block: word for word)."""
     found = [b for b in all_blocks() if b.name == name]
-    assert len(found) == 1, f"{len(found)} blocks named {name!r}"
+    assert found, f"no block named {name!r}"
+    assert len({(b.lang, b.code) for b in found}) == 1, f"blocks named {name!r} differ: {[b.where for b in found]}"
     return found[0]
 
 
@@ -154,13 +155,22 @@ def _end_group(process: subprocess.Popen[str]) -> None:
 
 
 def run(target: Block, cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run ``target`` (after the blocks it names) as written in ``cwd``; the output is the last block's.
+    """Run ``target`` (after the blocks it names) as written in ``cwd``; the output is the last step's.
 
-    Each block runs in a process group of its own, ended when the block ends: a block that starts
-    a server in the background (``... &``) leaves nothing behind.
+    Consecutive python blocks of the chain run as one program (a block ``after`` the Quick start uses
+    its definitions); a shell block runs on its own, in the same directory (it sees the files).
+
+        Each block runs in a process group of its own, ended when the block ends: a block that starts
+        a server in the background (``... &``) leaves nothing behind.
     """
     done: Optional[subprocess.CompletedProcess[str]] = None
-    for b in chain(target):
+    steps: list[Block] = []
+    for b in chain(target):  # python after python runs in one process: the later block uses the earlier's names
+        if steps and b.lang in PYTHON and steps[-1].lang in PYTHON:
+            steps[-1] = Block(b.path, b.line, b.lang, steps[-1].code + "\n" + b.code, b.attrs)
+        else:
+            steps.append(b)
+    for b in steps:
         code = b.code
         if "port" in b.attrs:
             code = re.sub(rf"\b{re.escape(b.attrs['port'])}\b", str(free_port()), code)
