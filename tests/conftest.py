@@ -69,3 +69,20 @@ def runtime(telemetry):
     yield rt
     rt.shutdown()
     set_runtime(previous)
+
+
+# What only the system tier may use: the real servers, the browser, the large file (each needs
+# .ci/steps/* or minutes). A fast-tier test asking for one would skip on a clean clone and fail in CI.
+SYSTEM_FIXTURES = frozenset(
+    {"phoenix_server", "prometheus_server", "victoria_metrics_server", "agent_metrics", "browser", "large_file"}
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    unmarked = [
+        f"{item.nodeid} (uses {', '.join(sorted(SYSTEM_FIXTURES.intersection(item.fixturenames)))})"
+        for item in items
+        if SYSTEM_FIXTURES.intersection(getattr(item, "fixturenames", ())) and item.get_closest_marker("system") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError("mark these @pytest.mark.system (the system tier):\n  " + "\n  ".join(unmarked))

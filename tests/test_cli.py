@@ -84,6 +84,7 @@ def test_estimate_and_show_explain_bad_input_without_a_traceback(tmp_path, capsy
     assert "not found" in err and "no telemetry file" in err and "Traceback" not in err
 
 
+@pytest.mark.system
 def test_show_survives_a_closed_pipe(tmp_path):
     done = subprocess.run(
         f"{sys.executable} -m cw_middleware demo --export file:{tmp_path / 't.jsonl'} --run-id r > /dev/null 2>&1; "

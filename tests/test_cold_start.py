@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.system  # the system tier (pyproject.toml): `pytest -m system`
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PRELUDE = """

@@ -100,6 +100,7 @@ def test_the_dashboard_has_the_panels_the_readme_lists():
 # ---------------------------------------------------------------- on real servers
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("backend", ["prometheus", "victoria-metrics"])
 def test_every_panel_query_returns_data(agent_metrics, backend):
     server = agent_metrics.prometheus if backend == "prometheus" else agent_metrics.victoria_metrics
@@ -118,6 +119,7 @@ def test_every_panel_query_returns_data(agent_metrics, backend):
     assert empty == []
 
 
+@pytest.mark.system
 def test_panels_show_the_engineered_stages(agent_metrics):
     prom = agent_metrics.prometheus
     targets = dict(_targets())
@@ -130,6 +132,7 @@ def test_panels_show_the_engineered_stages(agent_metrics):
     assert {r["metric"]["agent_run_id"] for r in ranked} == {RUN}
 
 
+@pytest.mark.system
 def test_every_variable_query_has_values(agent_metrics):
     prom = agent_metrics.prometheus
     for variable in _dashboard()["templating"]["list"]:
@@ -141,6 +144,7 @@ def test_every_variable_query_has_values(agent_metrics):
         assert prom.api(f"label/{label}/values", **{"match[]": selector}), variable["name"]
 
 
+@pytest.mark.system
 def test_promtool_accepts_the_alert_rules():
     promtool = require_binary("promtool", "apt-get install -y --no-install-recommends prometheus")
     done = subprocess.run([promtool, "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
@@ -153,6 +157,7 @@ def _rules() -> dict[str, dict[str, Any]]:
     return {rule["alert"]: rule for group in groups for rule in group["rules"]}
 
 
+@pytest.mark.system
 def test_each_alert_fires_for_exactly_what_was_engineered(agent_metrics):
     prom = agent_metrics.prometheus
     rules = _rules()
@@ -172,6 +177,7 @@ def test_each_alert_fires_for_exactly_what_was_engineered(agent_metrics):
     assert f"> {build.CRITICAL}" in rules["ContextWindowAbove95Percent"]["expr"]
 
 
+@pytest.mark.system
 def test_prometheus_loads_the_rules_and_raises_the_alerts(agent_metrics):
     prom = agent_metrics.prometheus
     deadline = time.monotonic() + 20

@@ -5,7 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from http_servers import OtlpReceiver, running
+
+pytestmark = pytest.mark.system  # the system tier (pyproject.toml): `pytest -m system`
 
 ROOT = Path(__file__).resolve().parents[1]
 

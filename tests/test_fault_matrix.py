@@ -32,6 +32,8 @@ import pytest
 from http_servers import GrpcStatusServer, HangingServer, OtlpStatusServer, closed_port
 from providers import provider  # noqa: F401 - the fixture
 
+pytestmark = pytest.mark.system  # the system tier (pyproject.toml): `pytest -m system`
+
 CHILD = Path(__file__).with_name("fault_child.py")
 FLUSH_TIMEOUT = 2.0
 EXIT_BOUND = 2.0  # CW_EXIT_TIMEOUT's default: what cw may add to a process's exit

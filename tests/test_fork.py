@@ -22,6 +22,7 @@ import cw_middleware as cw
 SCRIPT = Path(__file__).with_name("fork_load.py")
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(("mode", "children"), [("fork", 40), ("multiprocessing", 12)])
 def test_children_forked_under_load_neither_hang_nor_lose_telemetry(tmp_path, mode, children):
     path = tmp_path / "telemetry.jsonl"
@@ -125,6 +126,7 @@ print(json.dumps({"locks": len(locks), "child": os.waitstatus_to_exitcode(status
 """
 
 
+@pytest.mark.system
 def test_a_fork_renews_every_lock_of_the_process_state(tmp_path):
     """A thread holding cw's locks while the process forks: the child's copies would stay held without the hook."""
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "CW_EXPORT": f"file:{tmp_path / 'telemetry.jsonl'}"}

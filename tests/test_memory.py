@@ -20,6 +20,8 @@ from cw_middleware import estimator as estimator_module
 from cw_middleware.config import resolve
 from cw_middleware.runtime import Runtime, set_runtime
 
+pytestmark = pytest.mark.system  # the system tier (pyproject.toml): `pytest -m system`
+
 CALLS = 100_000
 WARM_UP = 20_000
 TURNS = 20

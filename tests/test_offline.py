@@ -59,6 +59,7 @@ def _clean_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.mark.system
 def test_import_and_calls_leave_the_environment_unchanged_and_stay_offline(tmp_path):
     done = subprocess.run(
         [sys.executable, "-c", _HOST], env=_clean_env(tmp_path), capture_output=True, text=True, timeout=120, cwd=tmp_path

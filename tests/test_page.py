@@ -239,6 +239,7 @@ def _assert_matches_api(shown: dict, answer: dict) -> None:
     assert shown["rows"]["free"] == [free, format_tokens(free)]
 
 
+@pytest.mark.system
 def test_the_page_shows_the_apis_numbers_and_updates_live(served, browser):
     agent, start = served
     server, proxy = start()
@@ -290,6 +291,7 @@ def test_the_page_shows_the_apis_numbers_and_updates_live(served, browser):
     assert CANARY.encode() not in wire and b"word word" not in wire
 
 
+@pytest.mark.system
 def test_a_page_without_the_token_asks_for_it_and_keeps_it_out_of_urls(served, browser):
     agent, start = served
     server, proxy = start(token=TOKEN)
@@ -325,6 +327,7 @@ def test_a_page_without_the_token_asks_for_it_and_keeps_it_out_of_urls(served, b
     assert CANARY.encode() not in sent + bytes(proxy.received)
 
 
+@pytest.mark.system
 def test_the_pages_number_format_is_shows(served, browser):
     """format.js against render.py on edge values (exact ties round half to even in both) and random ones."""
     _, start = served
@@ -362,6 +365,7 @@ def test_the_page_ships_in_the_wheel_and_nothing_loads_from_elsewhere(tmp_path):
         assert not re.search(r"fetch\(\s*['\"]https?:", text), path.name
 
 
+@pytest.mark.system
 def test_without_streaming_the_page_polls_and_still_updates(served, browser):
     agent, start = served
     server, _ = start()

@@ -32,6 +32,7 @@ def quick_started(tmp_path_factory) -> tuple[Path, str]:
     return sandbox, done.stdout
 
 
+@pytest.mark.system  # fresh interpreters: the system tier
 def test_the_quick_start_runs_as_written_and_its_stage_reads_back(quick_started):
     sandbox, out = quick_started
     memory, total, window = (int(x) for x in out.split())
@@ -47,6 +48,7 @@ def test_the_quick_start_runs_as_written_and_its_stage_reads_back(quick_started)
     assert masked(shown.stdout) == masked(block("show-output").code)  # the home page's output, as shown
 
 
+@pytest.mark.system  # fresh interpreters: the system tier
 def test_the_read_back_block_runs_as_written_after_the_quick_start(quick_started):
     sandbox, _ = quick_started
     reading = block("read-back")
@@ -55,6 +57,7 @@ def test_the_read_back_block_runs_as_written_after_the_quick_start(quick_started
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.system  # fresh interpreters: the system tier
 def test_the_stages_listing_names_the_quick_starts_stage(quick_started):
     sandbox, _ = quick_started
     done = _shell(block("stages-listing").code, sandbox)
@@ -62,6 +65,7 @@ def test_the_stages_listing_names_the_quick_starts_stage(quick_started):
     assert "implement@1" in done.stdout and "stored" in done.stdout
 
 
+@pytest.mark.system  # fresh interpreters: the system tier
 def test_the_responses_api_block_runs_after_the_quick_start(tmp_path):
     done = run(block("responses"), workdir(tmp_path))  # one program: it uses the Quick start's definitions
     assert done.returncode == 0, done.stderr[-3000:]

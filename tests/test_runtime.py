@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import litellm
+import pytest
 from providers import ANTHROPIC, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
@@ -124,6 +125,7 @@ print(json.dumps({"flushed": cw.flush(10.0), "errors": errors}))
 """
 
 
+@pytest.mark.system
 def test_concurrent_first_calls_configure_one_runtime_and_lose_no_stage(tmp_path):
     """Two first calls each configuring a runtime closed one under the other's calls: stages went missing."""
     path = tmp_path / "telemetry.jsonl"

@@ -9,6 +9,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.system  # the system tier (pyproject.toml): `pytest -m system`
+
 CANARY = "CANARY-setup-prompt-text"
 
 _APP_PROVIDERS = f"""

@@ -20,6 +20,8 @@ from fw_harness import ScenarioRun, call_spans, final_snapshot, run_scenario
 
 import cw_middleware as cw
 
+pytestmark = pytest.mark.system  # the system tier (pyproject.toml): `pytest -m system`
+
 
 @dataclass(frozen=True)
 class Framework:

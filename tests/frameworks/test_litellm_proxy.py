@@ -26,6 +26,8 @@ from fw_harness import call_spans, final_snapshot, frameworks_python, read_spans
 
 import cw_middleware as cw
 
+pytestmark = pytest.mark.system  # the system tier (pyproject.toml): `pytest -m system`
+
 RUN = "proxy-run"
 SERVICE = "cw-proxy-test"
 TAG = "proxy"  # every upstream request of the proxy arrives under this prefix

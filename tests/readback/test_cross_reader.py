@@ -27,6 +27,8 @@ from test_prometheus import COMPARED  # what a metrics backend can tell of a sta
 import cw_middleware as cw
 from cw_middleware.contract import CATEGORIES
 
+pytestmark = pytest.mark.system  # the system tier (pyproject.toml): `pytest -m system`
+
 RUN = "run-cross-1"
 
 

@@ -83,7 +83,7 @@ def _harness(work: Path, refill: str, *argv: str, env: dict[str, str] | None = N
     return [sys.executable, "-c", HARNESS, str(work), refill, str(8 << 20), *argv]
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_show_survives_copytruncate_during_a_scan(large_file, tmp_path):
     work = _work_copy(large_file, tmp_path)
     argv = _harness(work, large_file["refill"], "show", NON_ASCII_RUN, "stage-3@1", "--backend", f"file:{work}")
@@ -120,7 +120,7 @@ def _get(url: str) -> tuple[int, dict]:
         return exc.code, json.loads(exc.read())
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_serve_stays_up_when_the_file_is_truncated_during_a_scan(large_file, tmp_path):
     work = _work_copy(large_file, tmp_path)
     port = _free_port()

@@ -28,7 +28,7 @@ def _query(large_file, index_dir, *call: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_queries_on_a_large_file_stay_within_memory_and_time_bounds(large_file, tmp_path):
     assert large_file["bytes"] > 200_000_000
     copies = int(large_file["copies"])

@@ -43,12 +43,14 @@ def _export_run(phoenix, tmp_path, run_id: str) -> str:
     return path
 
 
+@pytest.mark.system
 def test_phoenix_listens_on_loopback_only(phoenix):
     sockets = phoenix.listening()
     assert {port for _, port in sockets} == {phoenix.port, phoenix.grpc_port}
     assert all(is_loopback(address) for address, _ in sockets), sockets
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("run_id", ["phoenix-run-1", "42", "résumé-run"])
 def test_phoenix_answers_what_the_file_answers(phoenix, tmp_path, run_id):
     path = _export_run(phoenix, tmp_path, run_id)
@@ -61,6 +63,7 @@ def test_phoenix_answers_what_the_file_answers(phoenix, tmp_path, run_id):
     assert runs[run_id].stages == len(STAGES) and runs[run_id].live_stages == 0
 
 
+@pytest.mark.system
 def test_unknown_project_run_and_stage_are_not_found(phoenix, tmp_path):
     _export_run(phoenix, tmp_path, "phoenix-run-2")
     with pytest.raises(cw.NotFound, match="run 'phoenix-run-2' not found"):
@@ -73,6 +76,7 @@ def test_unknown_project_run_and_stage_are_not_found(phoenix, tmp_path):
         reader.stages("nope")
 
 
+@pytest.mark.system
 def test_metrics_refused_by_phoenix_break_nothing(phoenix, tmp_path, monkeypatch, caplog):
     """Phoenix answers OTLP metrics with 405: the calls and the spans go on, our log says so once."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", phoenix.url)  # traces and metrics both to Phoenix

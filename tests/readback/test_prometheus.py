@@ -45,6 +45,7 @@ def server(request, agent_metrics):
     return agent_metrics.prometheus if request.param == "prometheus" else agent_metrics.victoria_metrics
 
 
+@pytest.mark.system
 def test_every_stage_reads_back_what_the_file_says_within_what_metrics_carry(server, agent_metrics):
     metrics = cw.reader(server.reader_url)
     spans = cw.reader(f"file:{agent_metrics.agent_file}")
@@ -57,6 +58,7 @@ def test_every_stage_reads_back_what_the_file_says_within_what_metrics_carry(ser
         assert expected.generated_at - timedelta(seconds=0.5) <= got.generated_at <= expected.generated_at + timedelta(seconds=5)
 
 
+@pytest.mark.system
 def test_engineered_stages_read_as_engineered(server):
     metrics = cw.reader(server.reader_url)
     implement = metrics.context_window(RUN, "implement@1")
@@ -73,6 +75,7 @@ def test_engineered_stages_read_as_engineered(server):
     assert metrics.context_window(RUN, ODD_STAGE).stage_id == ODD_STAGE
 
 
+@pytest.mark.system
 def test_stages_and_runs_are_listed_from_label_values(server):
     metrics = cw.reader(server.reader_url)
     stages = metrics.stages(RUN)
@@ -91,6 +94,7 @@ def test_stages_and_runs_are_listed_from_label_values(server):
     assert [r.last_seen_at for r in listed] == sorted((r.last_seen_at for r in listed), reverse=True)
 
 
+@pytest.mark.system
 def test_a_stage_whose_process_exited_reads_stored(server, agent_metrics):
     got = cw.reader(server.reader_url).context_window(FINISHED_RUN, "only@1")
     expected = cw.reader(f"file:{agent_metrics.finished_file}").context_window(FINISHED_RUN, "only@1")
@@ -98,6 +102,7 @@ def test_a_stage_whose_process_exited_reads_stored(server, agent_metrics):
     assert {f: getattr(got, f) for f in COMPARED} == {f: getattr(expected, f) for f in COMPARED}
 
 
+@pytest.mark.system
 def test_a_quiet_stage_past_the_horizon_reads_stored(server, agent_metrics):
     newest = max(s.generated_at.timestamp() for s in agent_metrics.agent.snapshots())
     time.sleep(max(0.0, newest + 4 - time.time()))  # the run has been quiet for more than the 2 s horizon
@@ -107,6 +112,7 @@ def test_a_quiet_stage_past_the_horizon_reads_stored(server, agent_metrics):
     assert {r.run_id: r.live_stages for r in metrics.runs()}[RUN] == 0
 
 
+@pytest.mark.system
 def test_without_run_labels_it_says_so_and_never_guesses(server):
     metrics = cw.reader(server.reader_url)
     answer = metrics.context_window(UNLABELLED_RUN, "s@1")
@@ -119,6 +125,7 @@ def test_without_run_labels_it_says_so_and_never_guesses(server):
         metrics.stages(UNLABELLED_RUN)
 
 
+@pytest.mark.system
 def test_unknown_stages_of_a_known_run_are_not_found(server):
     metrics = cw.reader(server.reader_url)
     with pytest.raises(cw.NotFound, match="stage 'nope'"):
@@ -127,6 +134,7 @@ def test_unknown_stages_of_a_known_run_are_not_found(server):
         metrics.context_window(RUN, NON_AGENT_STAGE)
 
 
+@pytest.mark.system
 def test_answers_and_listings_are_content_free(server):
     metrics = cw.reader(server.reader_url)
     text = metrics.context_window(RUN, "canary@1").model_dump_json()
@@ -136,6 +144,7 @@ def test_answers_and_listings_are_content_free(server):
         assert canary not in text
 
 
+@pytest.mark.system
 def test_the_cli_reads_from_prometheus(server, capsys):
     from cw_middleware import cli
 

@@ -30,6 +30,7 @@ CRASHING_AGENT = textwrap.dedent(
 )
 
 
+@pytest.mark.system
 def test_a_killed_process_leaves_a_live_stage_that_ages_out(tmp_path):
     path = tmp_path / "t.jsonl"
     done = subprocess.run([sys.executable, "-c", CRASHING_AGENT, str(path)], capture_output=True, timeout=120)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from servers import free_port
+
+pytestmark = pytest.mark.system  # the system tier (pyproject.toml): `pytest -m system`
 
 
 def _alive(pid: int) -> bool:
