@@ -86,10 +86,38 @@ def _codec_constants() -> list[tuple[str, str, str]]:
 
     source = Path(codec.__file__).read_text(encoding="utf-8")
     out = []
-    for name, comment in re.findall(r'^([A-Z][A-Z0-9_]*) = [^\n#]*?(?:#\s*(.*))?$', source, flags=re.M):
+    for name, comment in re.findall(r"^([A-Z][A-Z0-9_]*) = [^\n#]*?(?:#\s*(.*))?$", source, flags=re.M):
         value = getattr(codec, name)
         if isinstance(value, str):
             out.append((name, value, comment.strip()))
+    return out
+
+
+def _instruments() -> list[tuple[str, str, str, str, str]]:
+    """(name, kind, unit, Prometheus name, description) of every instrument `Telemetry` creates, as it creates them."""
+    from cw_middleware import codec
+    from cw_middleware.config import Config
+    from cw_middleware.telemetry import Telemetry
+
+    made: list[tuple[str, str, str, str]] = []
+
+    class Meter:
+        def __getattr__(self, method: str) -> Callable[..., None]:
+            kind = method.removeprefix("create_").replace("_", " ")
+            return lambda name, unit="", description="", **_: made.append((name, kind, unit, description))
+
+    class MeterProvider:
+        def get_meter(self, *args: Any, **kwargs: Any) -> Meter:
+            return Meter()
+
+    Telemetry(Config(), meter_provider=MeterProvider())  # type: ignore[arg-type]
+    by_value = {
+        getattr(codec, n): getattr(codec, "PROM_" + n[len("METRIC_") :], None) for n in dir(codec) if n.startswith("METRIC_")
+    }
+    out = []
+    for name, kind, unit, description in made:
+        stored = by_value.get(name) or codec.prometheus_name(name, counter=kind == "counter")
+        out.append((name, kind, unit, stored, description))
     return out
 
 
@@ -121,10 +149,7 @@ def telemetry_page() -> str:
     details = rows(lambda n: n.startswith("ATTR_DETAIL"))
     genai = rows(lambda n: n.startswith("GEN_AI_") or n in ("ERROR_TYPE", "SERVICE_NAME"))
     values = rows(lambda n: n.startswith("STAGE_STATE_") or n == "AGENT_STAGE_KIND")
-    metrics = rows(lambda n: n.startswith("METRIC_"))
-    prometheus = [
-        (name, codec.prometheus_name(value, counter="counter" in comment), comment) for name, value, comment in metrics
-    ]
+    metrics = _instruments()
     per_category = "".join(f"| `{codec.TOKENS_PREFIX}{c.value}` | `TOKENS_PREFIX` + `{c.value}` | int |\n" for c in Category)
 
     def enum_table(kind: type[enum.Enum], meaning: Callable[[Any], str] = lambda _: "") -> str:
@@ -153,9 +178,11 @@ def telemetry_page() -> str:
         + "\n### Values\n\n"
         + table(values)
         + "\n## Metrics\n\n"
-        + table(metrics)
-        + "\nAs a Prometheus backend stores them (dots as underscores, counters with `_total`):\n\n"
-        + table(prometheus)
+        + "The instruments `cw_middleware/telemetry.py` creates, and the name a Prometheus backend stores "
+        + "each under (dots as underscores, counters with `_total`: the `PROM_*` constants the reader and the "
+        + "dashboards query).\n\n"
+        + "| name | instrument | unit | Prometheus | description |\n|---|---|---|---|---|\n"
+        + "".join(f"| `{m[0]}` | {m[1]} | `{m[2]}` | `{m[3]}` | {_cell(m[4])} |\n" for m in metrics)
         + f"\nBuckets of `{codec.METRIC_TOKEN_USAGE}`: {', '.join(str(b) for b in codec.TOKEN_HISTOGRAM_BOUNDARIES)}.\n"
         + "\n## Enumerations of the contract\n\n### Categories\n\n"
         + enum_table(Category)
