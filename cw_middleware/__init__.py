@@ -5,6 +5,7 @@ Swap ``litellm.completion`` for ``cw_middleware.completion`` (or call
 segments and tools; read the breakdown back from your telemetry backend.
 """
 
+from .clients import wrap
 from .config import Config, ProviderCountPolicy
 from .contract import (
     BreakdownItem,
@@ -81,4 +82,5 @@ __all__ = [
     "stage",
     "tool",
     "uninstrument",
+    "wrap",
 ]

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from .apis import Api, Forward, Parsed, Usage
+from .apis import Api, Forward, Parsed, Route, Usage
 from .apis.chat import refused_stream_usage, remember_refusal
 from .config import ProviderCountPolicy, StreamUsagePolicy, parse_policy, parse_stream_usage
 from .contract import CountMethod, WarningCode
@@ -36,7 +38,7 @@ from .model_facts import OPTION_CONTEXT_WINDOW
 from .pending_estimate import PendingEstimate, estimate_in_background
 from .rules import _tiktoken
 from .runtime import Runtime, get_runtime
-from .snapshot import RequestMeta, build_snapshot
+from .snapshot import RequestMeta, ResponseSide, build_snapshot
 from .stages import current_stage, default_stage
 from .telemetry import CallTelemetry
 
@@ -54,17 +56,29 @@ class _Ending:
     usage: Optional[Usage] = None
     response_model: Optional[str] = None
     error: Optional[BaseException] = None
+    tool_calls: tuple[str, ...] = ()  # the tool names the response called
 
 
 class Call:
     """Everything the middleware knows about one LLM call, from request to usage."""
 
-    def __init__(self, runtime: Runtime, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any]):
+    def __init__(
+        self,
+        runtime: Runtime,
+        api: Api,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: dict[str, Any],
+        route: Optional[Route] = None,
+    ):
         self.runtime = runtime
         self.api = api
         self.args = args
         self.kwargs = kwargs
         self.options = options
+        # Where the request goes: a LiteLLM request says it in its arguments, an official client's is its route.
+        self.route = route
+        self.endpoint: Mapping[str, Any] = kwargs if route is None else route.endpoint()
         # Outside any stage a call still exports: into the service's default run (stages.py).
         self.stage = current_stage() or default_stage(runtime.config.service_name)
         self.call_seq = runtime.register_call(self.stage)
@@ -81,13 +95,16 @@ class Call:
         self.ended = False
         self._stream_usage: Optional[Usage] = None
         self._response_model: Optional[str] = None
+        self._stream_calls: list[str] = []
+        self._response: Optional[ResponseSide] = None  # set at the end: the response's tool calls and cache
         self._lock = threading.Lock()
 
     @classmethod
-    def start(cls, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
+    def start(cls, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any], route: Optional[Route] = None) -> Call:
+        """A call begins: ``route`` is an official client's (None: a LiteLLM request, whose arguments name its route)."""
         options = {k: kwargs.pop(k) for k in OPTIONS if k in kwargs}
         runtime = get_runtime()  # never raises: a broken environment gets a no-op runtime and a log line
-        call = cls(runtime, api, args, kwargs, options)
+        call = cls(runtime, api, args, kwargs, options, route)
         call.estimated = call._estimate()  # raises TagError for a malformed hand-made tag: the caller's mistake
         try:
             call._prepare()
@@ -108,11 +125,21 @@ class Call:
     def hide_usage_chunk(self) -> bool:
         return self.forward is not None and self.forward.hide_usage
 
+    def _wire_provider(self) -> Optional[str]:
+        """The LiteLLM provider that speaks this request's wire format to its endpoint (stream usage, refusals)."""
+        return self.route.wire_provider if self.route is not None else self.meta.provider
+
+    def _parse(self) -> Parsed:
+        parsed = self.api.parse(self.args, self.kwargs)
+        if self.route is not None:  # the client's route picks the counting rules, as custom_llm_provider does
+            parsed = replace(parsed, options={**parsed.options, "custom_llm_provider": self.route.facts_provider})
+        return parsed
+
     # ------------------------------------------------------------ request
 
     def _estimate(self) -> PendingEstimate:
         try:
-            self.parsed = parsed = self.api.parse(self.args, self.kwargs)
+            self.parsed = parsed = self._parse()
             try:
                 with _tiktoken.without_waiting():  # the first calls of a process never wait for a tokenizer to load
                     estimate = self.runtime.estimator.estimate(parsed.model, parsed.messages, api=parsed.api, **parsed.options)
@@ -135,13 +162,14 @@ class Call:
                 runtime.log.warning("stream_usage", f"cw_middleware: ignoring {OPTION_STREAM_USAGE}: use 'auto' or 'never'")
         self.meta, window_codes = runtime.model_facts.request_meta(
             self.model,
-            self.kwargs.get("custom_llm_provider"),
+            self.endpoint.get("custom_llm_provider"),
             options.get(OPTION_CONTEXT_WINDOW),
             self.stage,
             context_windows=runtime.config.context_windows,
             log=runtime.log,
+            client_provider=self.route.provider if self.route is not None else None,
         )
-        self._rewrite(self.meta.provider)
+        self._rewrite(self._wire_provider())
         if self.broken:
             return
         self.warnings |= window_codes
@@ -152,8 +180,10 @@ class Call:
     def _rewrite(self, provider: Optional[str]) -> None:
         """The request as LiteLLM must get it; never fails (an unreadable one goes out as given)."""
         try:
-            parsed = self.parsed or self.api.parse(self.args, self.kwargs)
-            self.forward = self.api.forward(self.args, self.kwargs, parsed, self.estimate, provider, self.stream_usage)
+            parsed = self.parsed or self._parse()
+            # An estimate made at once names the tagged messages: the others are passed on without a look.
+            estimate = self.estimate if self.estimate is not None else self.estimated.now()
+            self.forward = self.api.forward(self.args, self.kwargs, parsed, estimate, provider, self.stream_usage, self.endpoint)
         except Exception as exc:  # noqa: BLE001 - not a request we can read: LiteLLM's to judge, untouched
             self.runtime.log.warning("rewrite", f"cw_middleware: could not read the request ({type(exc).__name__})")
             self.forward = Forward(self.args, self.kwargs)
@@ -183,7 +213,7 @@ class Call:
             return False
         self.kwargs.pop("stream_options", None)
         forward.hide_usage = False
-        remember_refusal(self.meta.provider, self.kwargs)
+        remember_refusal(self._wire_provider(), self.endpoint)
         self.runtime.log.warning(
             "stream_options", "cw_middleware: an endpoint refused stream_options; its streams now go out without it"
         )
@@ -208,7 +238,9 @@ class Call:
             return  # a mocked call sends nothing upstream unless a count was asked for explicitly
         from . import provider_count  # imports httpx: only calls that may count pay for it, not the read side
 
-        target = provider_count.target_for(self.meta.provider, self.model, self.kwargs)
+        # An official client's count uses its own key and base URL, never one from the environment.
+        environ: Optional[Mapping[str, str]] = {} if self.route is not None else None
+        target = provider_count.target_for(self.meta.provider, self.model, self.endpoint, environ)
         if target is None:
             self.warnings.add(WarningCode.PROVIDER_UNCONFIGURED)
             return
@@ -244,7 +276,7 @@ class Call:
         reading = self.api.read(response)
         if reading.unreadable:
             self.runtime.log.warning("usage", "cw_middleware: could not read a response's usage")
-        self.finish(reading.usage, reading.model)
+        self.finish(reading.usage, reading.model, reading.tool_calls)
 
     def see_chunk(self, chunk: Any) -> bool:
         """Note a chunk's (or event's) usage and model; False when the chunk is ours to swallow."""
@@ -252,19 +284,21 @@ class Call:
             reading = self.api.read(chunk)
             if reading.unreadable:
                 self.runtime.log.warning("usage", "cw_middleware: could not read a stream's usage")
-            if reading.usage is not None:
-                self._stream_usage = reading.usage
+            if reading.usage is not None:  # a later event may report only some fields (Anthropic's message_delta)
+                self._stream_usage = reading.usage.over(self._stream_usage)
             if reading.model is not None:
                 self._response_model = reading.model
+            if reading.tool_calls:
+                self._stream_calls.extend(reading.tool_calls)
             return not (self.hide_usage_chunk and reading.usage_only)
         except Exception:  # noqa: BLE001
             return True
 
     def finish_stream(self) -> None:
-        self.finish(self._stream_usage, self._response_model)
+        self.finish(self._stream_usage, self._response_model, tuple(self._stream_calls))
 
-    def finish(self, usage: Optional[Usage], response_model: Optional[str]) -> None:
-        self._end(_Ending(time.time_ns(), usage, response_model))
+    def finish(self, usage: Optional[Usage], response_model: Optional[str], tool_calls: tuple[str, ...] = ()) -> None:
+        self._end(_Ending(time.time_ns(), usage, response_model, tool_calls=tool_calls))
 
     def fail(self, exc: BaseException) -> None:
         self._end(_Ending(time.time_ns(), error=exc))
@@ -282,6 +316,7 @@ class Call:
         try:
             usage = ending.usage
             total = None if self.mock or usage is None else usage.input_tokens
+            self._response = _response_side(ending, None if self.mock else usage)
             if ending.error is not None:
                 pass  # a failed call has no usage: its last snapshot stays the local estimate
             elif self.mock:
@@ -322,7 +357,22 @@ class Call:
                 parts=self.runtime.parts,
                 cache_prefix=self.estimate.cache_prefix,
                 cache_prefix_total=cache_prefix_total,
+                tools=self.estimate.tools,
+                max_tools=self.runtime.config.max_tools,
+                order=self.estimate.order,
+                response=self._response,
             )
             self.runtime.publish(snap, self.telemetry, self.stage, superseded=superseded)
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("publish", f"cw_middleware: could not build a snapshot ({type(exc).__name__})")
+
+
+def _response_side(ending: _Ending, usage: Optional[Usage]) -> Optional[ResponseSide]:
+    """The tools a response called and, from its usage (None for a mock: synthetic), the cached tokens."""
+    calls = dict(Counter(ending.tool_calls)) if ending.tool_calls else {}
+    if usage is None or usage.cache_read_tokens is None:
+        return ResponseSide(calls) if calls else None
+    written = None
+    if usage.cache_prefix_tokens is not None:
+        written = max(0, usage.cache_prefix_tokens - usage.cache_read_tokens)
+    return ResponseSide(calls, usage.cache_read_tokens, written)

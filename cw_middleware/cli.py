@@ -261,7 +261,7 @@ def _file_hint(reader: Any) -> str:
         contents = backend.contents()
     except Exception:  # noqa: BLE001 - the hint is best effort
         return ""
-    path = backend.path
+    path = os.path.abspath(backend.path)  # a relative default hides which directory it means
     if contents is FileContents.MISSING:
         return f"  (there is no telemetry file at {path!r} yet: has anything been exported there?)\n{_ELSEWHERE}"
     if contents is FileContents.EMPTY:
@@ -269,6 +269,22 @@ def _file_hint(reader: Any) -> str:
     if contents is FileContents.NO_SPANS:
         return f"  (the telemetry file {path!r} holds no cw_middleware spans)\n{_ELSEWHERE}"
     return ""
+
+
+def _file_note(reader: Any) -> str:
+    """For a file backend: the absolute path it reads, and whether that file exists yet (a relative URL hides both)."""
+    from .readback.otlp_file import OtlpFileReader
+
+    backend = reader.backend
+    if not isinstance(backend, OtlpFileReader):
+        return ""
+    path = os.path.abspath(backend.path)
+    if not os.path.exists(path):
+        return (
+            f"  reading {path}: the file does not exist yet, so the answers stay empty until something exports there "
+            "(the default export of a process started in that directory, or CW_EXPORT=file:PATH)"
+        )
+    return f"  reading {path}"
 
 
 @_read_errors
@@ -338,6 +354,9 @@ def _cmd_serve(args: argparse.Namespace, reader: Any) -> int:
         file=sys.stderr,
         flush=True,
     )
+    where = _file_note(reader)
+    if where:
+        print(where, file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ GenAI keys follow the OpenTelemetry GenAI semantic conventions v1.41
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Optional
@@ -25,13 +26,16 @@ from .contract import (
     WARNING_MESSAGES,
     BreakdownItem,
     Category,
+    Cost,
     CountMethod,
     DetailItem,
     Snapshot,
     SnapshotWarning,
     StageContextWindow,
     Staleness,
+    ToolItem,
     WarningCode,
+    unused_in,
 )
 
 SCHEMA_VERSION = 1
@@ -73,6 +77,33 @@ ATTR_DETAIL_SOURCES = DETAILS_PREFIX + "source"
 ATTR_DETAIL_TOKENS = DETAILS_PREFIX + "tokens"
 ATTR_CATEGORY = "agent.context_window.category"
 TOKENS_PREFIX = "agent.context_window.tokens."
+# Per-tool rows, as parallel arrays (one entry a row; the folded row's category and source are "").
+TOOLS_PREFIX = "agent.context_window.tools."
+ATTR_TOOL_NAMES = TOOLS_PREFIX + "name"
+ATTR_TOOL_CATEGORIES = TOOLS_PREFIX + "category"
+ATTR_TOOL_SOURCES = TOOLS_PREFIX + "source"
+ATTR_TOOL_DEFINITION_TOKENS = TOOLS_PREFIX + "definition_tokens"
+ATTR_TOOL_RESULT_TOKENS = TOOLS_PREFIX + "result_tokens"
+ATTR_TOOL_INVOCATIONS = TOOLS_PREFIX + "invocations"
+ATTR_TOOL_FOLDED = TOOLS_PREFIX + "folded"
+TOOL_ARRAYS = (
+    ATTR_TOOL_NAMES,
+    ATTR_TOOL_CATEGORIES,
+    ATTR_TOOL_SOURCES,
+    ATTR_TOOL_DEFINITION_TOKENS,
+    ATTR_TOOL_RESULT_TOKENS,
+    ATTR_TOOL_INVOCATIONS,
+    ATTR_TOOL_FOLDED,
+)
+ATTR_UNUSED_TOOL_TOKENS = "agent.context_window.unused_tool_tokens"
+# The cache and the money: per category like the tokens; absent where the snapshot has none.
+ATTR_CACHED_TOKENS = "agent.context_window.cached_tokens"
+CACHED_PREFIX = ATTR_CACHED_TOKENS + "."
+COST_PREFIX = "agent.context_window.cost."  # + category: USD
+ATTR_INPUT_COST = COST_PREFIX + "input"
+ATTR_COST_CURRENCY = COST_PREFIX + "currency"
+# The call a snapshot belongs to (its call span's id): a stage's totals count each call once.
+ATTR_CALL_ID = "agent.context_window.call_id"
 
 # GenAI semantic conventions v1.41.
 GEN_AI_OPERATION = "gen_ai.operation.name"
@@ -95,6 +126,11 @@ METRIC_LIMIT = "agent.context_window.limit"  # gauge {token}
 METRIC_UTILIZATION = "agent.context_window.utilization"  # gauge 1
 METRIC_SNAPSHOTS = "agent.context_window.snapshots"  # counter {snapshot}, by ATTR_COUNT_METHOD
 METRIC_COUNT_FAILURES = "agent.context_window.provider_count.failures"  # counter {failure}
+METRIC_UNUSED_TOOL_TOKENS = "agent.context_window.unused_tool_tokens"  # gauge {token}: definitions never called
+# counter {USD}, by ATTR_CATEGORY: each call's input cost, once. The unit is an annotation so that every
+# Prometheus path (scrape endpoint, Collector, OTLP push) stores it as ``agent_context_window_cost_total``.
+METRIC_COST = "agent.context_window.cost"
+COST_UNIT = "{USD}"
 METRIC_TOKEN_USAGE = "gen_ai.client.token.usage"  # histogram {token}, by GEN_AI_TOKEN_TYPE
 
 # Bucket boundaries of gen_ai.client.token.usage, from the GenAI metrics conventions.
@@ -114,6 +150,8 @@ PROM_LIMIT = prometheus_name(METRIC_LIMIT)
 PROM_UTILIZATION = prometheus_name(METRIC_UTILIZATION)
 PROM_SNAPSHOTS = prometheus_name(METRIC_SNAPSHOTS, counter=True)
 PROM_COUNT_FAILURES = prometheus_name(METRIC_COUNT_FAILURES, counter=True)
+PROM_UNUSED_TOOL_TOKENS = prometheus_name(METRIC_UNUSED_TOOL_TOKENS)
+PROM_COST = prometheus_name(METRIC_COST, counter=True)
 PROM_TOKEN_USAGE = prometheus_name(METRIC_TOKEN_USAGE)
 PROM_CATEGORY = prometheus_name(ATTR_CATEGORY)
 PROM_COUNT_METHOD = prometheus_name(ATTR_COUNT_METHOD)
@@ -141,8 +179,8 @@ def snapshot_attributes(snapshot: Snapshot, include_details: bool = True) -> dic
     for key, value in (
         (ATTR_RUN_ID, snapshot.run_id),
         (ATTR_STAGE_ID, snapshot.stage_id),
-        (ATTR_PROVIDER, snapshot.provider),
-        (ATTR_MODEL, snapshot.model),
+        (ATTR_PROVIDER, snapshot.provider and exportable_text(snapshot.provider)),
+        (ATTR_MODEL, snapshot.model and exportable_text(snapshot.model)),
         (ATTR_LIMIT_TOKENS, snapshot.context_window_tokens),
     ):
         if value is not None:
@@ -151,16 +189,68 @@ def snapshot_attributes(snapshot: Snapshot, include_details: bool = True) -> dic
         attrs[ATTR_UTILIZATION] = snapshot.input_tokens / snapshot.context_window_tokens
     for item in snapshot.breakdown:
         attrs[TOKENS_PREFIX + item.category.value] = item.tokens
+        if item.cached_tokens is not None:
+            attrs[CACHED_PREFIX + item.category.value] = item.cached_tokens
+    if snapshot.cached_tokens is not None:
+        attrs[ATTR_CACHED_TOKENS] = snapshot.cached_tokens
+    cost = snapshot.cost
+    if cost is not None:
+        attrs[ATTR_COST_CURRENCY] = cost.currency
+        attrs[ATTR_INPUT_COST] = float(cost.input_cost)
+        for category, usd in cost.by_category.items():
+            attrs[COST_PREFIX + Category(category).value] = float(usd)
     if include_details and snapshot.details:
         attrs[ATTR_DETAIL_CATEGORIES] = [d.category.value for d in snapshot.details]
-        attrs[ATTR_DETAIL_SOURCES] = [d.source for d in snapshot.details]
+        attrs[ATTR_DETAIL_SOURCES] = [exportable_text(d.source) for d in snapshot.details]
         attrs[ATTR_DETAIL_TOKENS] = [d.tokens for d in snapshot.details]
-    return attrs
+    if snapshot.tools:
+        tools = snapshot.tools
+        attrs[ATTR_UNUSED_TOOL_TOKENS] = snapshot.unused_tool_tokens
+        if include_details:
+            attrs[ATTR_TOOL_NAMES] = [exportable_text(t.name) for t in tools]
+            attrs[ATTR_TOOL_CATEGORIES] = [t.category.value if t.category else "" for t in tools]
+            attrs[ATTR_TOOL_SOURCES] = [exportable_text(t.source or "") for t in tools]
+            attrs[ATTR_TOOL_DEFINITION_TOKENS] = [t.definition_tokens for t in tools]
+            attrs[ATTR_TOOL_RESULT_TOKENS] = [t.result_tokens for t in tools]
+            attrs[ATTR_TOOL_INVOCATIONS] = [t.invocations for t in tools]
+            attrs[ATTR_TOOL_FOLDED] = [t.folded for t in tools]
+    return attrs  # ids are valid Unicode (validate_id); the labels above went through exportable_text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def exportable_text(value: str) -> str:
+    """``value`` with each lone surrogate as U+FFFD: UTF-8 cannot carry one, so no OTLP encoder can."""
+    return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
+
+
+def exportable(attributes: dict[str, Any]) -> dict[str, Any]:
+    """``attributes`` (changed in place, and returned) with every text value `exportable_text`.
+
+    With `exportable_text`, the one gate for the labels that reach OpenTelemetry (model and
+    provider names, tag sources, MCP server and skill names, stage kinds): a lone surrogate in
+    one made the encoder log a traceback per attribute per export and drop the span whose name
+    held it. telemetry.py passes every attribute dict it builds through here, and
+    `snapshot_attributes` its label fields.
+    """
+    for key, value in attributes.items():
+        kind = type(value)
+        if kind is str:
+            if not value.isascii():
+                attributes[key] = exportable_text(value)
+        elif (kind is list or kind is tuple) and value and type(value[0]) is str:  # the contract's lists are of one type
+            if not "".join(value).isascii():
+                attributes[key] = [exportable_text(v) for v in value]
+    return attributes
 
 
 def span_level(attrs: Mapping[str, Any]) -> dict[str, Any]:
     """The span-level copy of a snapshot's attributes: backends search span attributes, not events."""
-    return {k: v for k, v in attrs.items() if not k.startswith(DETAILS_PREFIX)}
+    return {k: v for k, v in attrs.items() if not k.startswith(_EVENT_ONLY)}
+
+
+_EVENT_ONLY = (DETAILS_PREFIX, TOOLS_PREFIX)  # the bounded rows ride on the event only
 
 
 # ---------------------------------------------------------------- decode
@@ -228,7 +318,15 @@ def window_from_attributes(
     breakdown = []
     for category in CATEGORIES:
         tokens = as_int(a.get(TOKENS_PREFIX + category.value, 0))
-        breakdown.append(BreakdownItem(category=category, tokens=tokens, usage_percent=percent(tokens, window)))
+        cached = a.get(CACHED_PREFIX + category.value)
+        breakdown.append(
+            BreakdownItem(
+                category=category,
+                tokens=tokens,
+                usage_percent=percent(tokens, window),
+                cached_tokens=as_int(cached) if cached is not None else None,
+            )
+        )
     input_tokens = a.get(ATTR_INPUT_TOKENS)
     total = as_int(input_tokens) if input_tokens is not None else sum(b.tokens for b in breakdown)
     details = []
@@ -243,6 +341,9 @@ def window_from_attributes(
     except ValueError:
         count_method = None
     seq = a.get(ATTR_EVENT_SEQ)
+    tools = tools_from_attributes(a)
+    unused = a.get(ATTR_UNUSED_TOOL_TOKENS)
+    cached_total = a.get(ATTR_CACHED_TOKENS)
     return StageContextWindow(
         stage_id=stage_id,
         available=True,
@@ -258,4 +359,61 @@ def window_from_attributes(
         breakdown=breakdown,
         warnings=warnings_from_codes(a.get(ATTR_WARNINGS)),
         details=details,
+        tools=tools,
+        unused_tools=unused_in(tools),
+        unused_tool_tokens=as_int(unused) if unused is not None else None,
+        cached_tokens=as_int(cached_total) if cached_total is not None else None,
+        cost=cost_from_attributes(a),
     )
+
+
+def as_float(value: Any) -> Optional[float]:
+    """A float from whatever a backend wrote; None for a missing or damaged value."""
+    if value is None or value == "" or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and abs(number) != float("inf") else None
+
+
+def cost_from_attributes(attrs: Mapping[str, Any]) -> Optional[Cost]:
+    """A snapshot's cost; None when it carried none (an unpriced model, an older producer)."""
+    currency = attrs.get(ATTR_COST_CURRENCY)
+    total = as_float(attrs.get(ATTR_INPUT_COST))
+    if not isinstance(currency, str) or total is None:
+        return None
+    by_category = {}
+    for category in CATEGORIES:
+        usd = as_float(attrs.get(COST_PREFIX + category.value))
+        if usd is not None:
+            by_category[category] = usd
+    return Cost(currency=currency, input_cost=total, by_category=by_category)
+
+
+def tools_from_attributes(attrs: Mapping[str, Any]) -> list[ToolItem]:
+    """The per-tool rows of one snapshot event; a row that does not decode is skipped."""
+    names = attrs.get(ATTR_TOOL_NAMES)
+    if not isinstance(names, (list, tuple)) or not names:
+        return []
+    columns: list[Any] = [attrs.get(k) for k in TOOL_ARRAYS[1:]]
+    columns = [c if isinstance(c, (list, tuple)) else [] for c in columns]
+    out = []
+    for i, name in enumerate(names):
+        cat, source, definition, result, invocations, folded = (c[i] if i < len(c) else None for c in columns)
+        try:
+            out.append(
+                ToolItem(
+                    name=str(name),
+                    category=Category(cat) if cat else None,
+                    source=str(source) if source else None,
+                    definition_tokens=as_int(definition),
+                    result_tokens=as_int(result),
+                    invocations=as_int(invocations),
+                    folded=as_int(folded),
+                )
+            )
+        except ValueError:
+            continue
+    return out

@@ -267,6 +267,13 @@ SETTINGS: tuple[Setting, ...] = (
         "none (LiteLLM's model map)",
     ),
     Setting("max_details", (), 20, parse_positive_int, "The most per-source detail rows a snapshot carries."),
+    Setting(
+        "max_tools",
+        ("CW_MAX_TOOLS",),
+        20,
+        parse_positive_int,
+        "The most per-tool rows a snapshot carries; the rest fold into one row, `(other tools)`, with a warning.",
+    ),
     Setting("snapshot_history", (), 1000, parse_positive_int, "How many recent snapshots `cw.snapshots()` keeps."),
     Setting(
         "metrics",
@@ -404,6 +411,7 @@ class Config:
     provider_count_timeout: float = 5.0
     context_windows: Mapping[str, int] = field(default_factory=dict)
     max_details: int = 20
+    max_tools: int = 20
     snapshot_history: int = 1000
     metrics: str = "export"
     metric_run_labels: bool = False

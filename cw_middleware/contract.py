@@ -91,6 +91,8 @@ class WarningCode(StrEnum):
     PROVIDER_COUNT_DROPPED = "provider_count_dropped"
     ESTIMATE_FAILED = "estimate_failed"
     DETAILS_TRUNCATED = "details_truncated"
+    TOOLS_FOLDED = "tools_folded"
+    PRICE_UNKNOWN = "price_unknown"
     NOT_OBSERVED = "not_observed"
     NOT_AGENT_STAGE = "not_agent_stage"
     STAGE_END_NOT_SEEN = "stage_end_not_seen"
@@ -123,6 +125,10 @@ WARNING_MESSAGES: dict[WarningCode, str] = {
     WarningCode.PROVIDER_COUNT_DROPPED: "the provider token count queue was full; the count was skipped",
     WarningCode.ESTIMATE_FAILED: "the local estimate failed for this request; see the middleware log",
     WarningCode.DETAILS_TRUNCATED: "only the largest sources are listed in details",
+    WarningCode.PRICE_UNKNOWN: "LiteLLM's model map has no input price for this model: cost is null",
+    WarningCode.TOOLS_FOLDED: (
+        "only the largest tools are listed one by one (max_tools); the rest are folded into one row, '(other tools)'"
+    ),
     WarningCode.NOT_OBSERVED: "no snapshot has been recorded for this stage yet",
     WarningCode.NOT_AGENT_STAGE: "this stage does not call a model",
     WarningCode.STAGE_END_NOT_SEEN: (
@@ -174,12 +180,52 @@ class BreakdownItem(_Frozen):
     category: Category
     tokens: int
     usage_percent: Optional[float] = None  # of the context window; None when the window is unknown
+    # Of ``tokens``, those the provider served from its prompt cache (the cached prefix, attributed in
+    # request order); None where the response reported no cached tokens (a local estimate, a provider without).
+    cached_tokens: Optional[int] = None
+
+
+class Cost(_Frozen):
+    """A request's input cost, in ``currency`` (USD), from LiteLLM's model prices: in all and per category."""
+
+    currency: str = "USD"
+    input_cost: float
+    by_category: dict[Category, float] = Field(default_factory=dict)
 
 
 class DetailItem(_Frozen):
     category: Category
     source: str
     tokens: int
+
+
+class ToolItem(_Frozen):
+    """One tool of a request: its definition's tokens, its results' tokens, how often the model called it.
+
+    ``category`` is the definition's (tools, mcp_tools, skills) and ``source`` its source label;
+    both are None on the folded row (``name`` "(other tools)", ``folded`` the number of tools it
+    stands for). In a snapshot, ``invocations`` counts the calls of the request's conversation and
+    of its response; in a read-back answer, the calls over the stage.
+    """
+
+    name: str
+    category: Optional[Category] = None
+    source: Optional[str] = None
+    definition_tokens: int = 0
+    result_tokens: int = 0
+    invocations: int = 0
+    folded: int = 0
+
+
+class UnusedTool(_Frozen):
+    """A tool the stage's requests define and the model never called in the stage: the first thing to cut."""
+
+    name: str
+    category: Optional[Category] = None
+    source: Optional[str] = None
+    definition_tokens: int  # in the latest request
+    stage_definition_tokens: int  # over the stage's requests (each call's own count)
+    requests: int  # how many of the stage's requests defined it
 
 
 class Snapshot(_Frozen):
@@ -198,6 +244,10 @@ class Snapshot(_Frozen):
     breakdown: list[BreakdownItem]
     warnings: list[SnapshotWarning] = Field(default_factory=list)
     details: list[DetailItem] = Field(default_factory=list)
+    tools: list[ToolItem] = Field(default_factory=list)  # bounded: the largest max_tools, then one folded row
+    unused_tool_tokens: int = 0  # definition tokens of tools neither the request nor its response calls
+    cached_tokens: Optional[int] = None  # input tokens the provider served from its cache, where it says
+    cost: Optional[Cost] = None  # None when LiteLLM has no price for the model (warning price_unknown)
 
     def tokens(self, category: Category | str) -> int:
         """Tokens of one category (0 when absent)."""
@@ -226,6 +276,11 @@ class StageContextWindow(_Frozen):
     breakdown: list[BreakdownItem] = Field(default_factory=list)
     warnings: list[SnapshotWarning] = Field(default_factory=list)
     details: list[DetailItem] = Field(default_factory=list)
+    tools: list[ToolItem] = Field(default_factory=list)
+    unused_tools: list[UnusedTool] = Field(default_factory=list)
+    unused_tool_tokens: Optional[int] = None  # the latest request's unused definitions, in all
+    cached_tokens: Optional[int] = None
+    cost: Optional[Cost] = None  # the latest request's input cost, or None
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, staleness: Staleness) -> StageContextWindow:
@@ -244,6 +299,11 @@ class StageContextWindow(_Frozen):
             breakdown=snapshot.breakdown,
             warnings=snapshot.warnings,
             details=snapshot.details,
+            tools=snapshot.tools,
+            unused_tools=unused_in(snapshot.tools),
+            unused_tool_tokens=snapshot.unused_tool_tokens,
+            cached_tokens=snapshot.cached_tokens,
+            cost=snapshot.cost,
         )
 
     @classmethod
@@ -257,3 +317,19 @@ class StageContextWindow(_Frozen):
             staleness=Staleness.UNAVAILABLE,
             warnings=warnings or [],
         )
+
+
+def unused_in(tools: list[ToolItem]) -> list[UnusedTool]:
+    """The unused definitions of one request's rows (a stage of one request: each defined once)."""
+    return [
+        UnusedTool(
+            name=t.name,
+            category=t.category,
+            source=t.source,
+            definition_tokens=t.definition_tokens,
+            stage_definition_tokens=t.definition_tokens,
+            requests=1,
+        )
+        for t in tools
+        if not t.invocations and t.definition_tokens and not t.folded
+    ]

@@ -36,12 +36,14 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
+from .cache_share import RequestOrder
 from .contract import Category, WarningCode
 from .message_count import MessageCount, MessageCounter, ReadMessage, SourceKey, TextCache
 from .request_copies import AsDict, DumpCache, common_prefix, freeze, head_key, plain_text
 from .rules import CountingRules, rules_for
 from .rules._tiktoken import NotReady
 from .tags import TAG_KEY, mcp_server_label, read_tag, strip_tool
+from .tool_rows import NO_TOOLS, PLAIN_RESULT_KEYS, ToolDefinition, ToolUse, rekeyed, tool_name, tool_result_key
 
 # The cache budget (README, Performance): about 12 MB for the text cache at its cap (two
 # generations of 32,768 keyed counts, no text), plus the frozen copies of MAX_CONVERSATIONS
@@ -76,6 +78,10 @@ class Estimate:
     # the provider's order: tools, system, messages. Empty without a breakpoint. A response's cache
     # read + write is that prefix's exact count (see `reconcile.reconcile_with_prefix`).
     cache_prefix: Mapping[SourceKey, int] = field(default_factory=dict)
+    # The request's tools by name: definitions, results and calls (tool_rows.py makes the rows).
+    tools: ToolUse = NO_TOOLS
+    # Its parts in the provider's order, for attributing a cached prefix (cache_share.py).
+    order: Optional[RequestOrder] = None
 
     @property
     def total(self) -> int:
@@ -92,6 +98,11 @@ class _Conversation:
     unseen: Counter[SourceKey] = field(default_factory=Counter)
     system_idx: list[int] = field(default_factory=list)  # system/developer messages (sent ahead of the rest)
     breakpoint_idx: list[int] = field(default_factory=list)  # messages that carry a cache_control breakpoint
+    # Tools, by the name the conversation's calls give them (matched to definitions per request).
+    call_names: dict[str, str] = field(default_factory=dict)  # call id -> tool name
+    invocations: Counter[str] = field(default_factory=Counter)  # tool name -> calls made
+    results: Counter[str] = field(default_factory=Counter)  # tool name -> tokens of its results
+    untagged_results: Counter[tuple[str, SourceKey]] = field(default_factory=Counter)  # under the plain role key
 
 
 @dataclass
@@ -101,6 +112,7 @@ class _ToolsCount:
     entries: tuple[tuple[SourceKey, int], ...]
     warnings: frozenset[WarningCode]
     breakpoint: bool  # a definition carries a cache_control breakpoint: known once per tool set, not per turn
+    definitions: tuple[ToolDefinition, ...] = ()
 
 
 class Estimator:
@@ -149,10 +161,12 @@ class Estimator:
             warnings = {code for code, n in conv.warnings.items() if n}
             all_tools = list(tools or ()) + [_legacy_function(f) for f in functions or ()]
             tool_entries: tuple[tuple[SourceKey, int], ...] = ()
+            head = tool_entries
             tools_breakpoint = False
+            definitions: tuple[ToolDefinition, ...] = ()
             if all_tools:
                 tc = self._count_tools(rules, all_tools, tool_choice)
-                tool_entries, tools_breakpoint = tc.entries, tc.breakpoint
+                tool_entries, tools_breakpoint, definitions = tc.entries, tc.breakpoint, tc.definitions
                 for key, tokens in tc.entries:
                     by_source[key] = by_source.get(key, 0) + tokens
                 warnings |= tc.warnings
@@ -161,26 +175,40 @@ class Estimator:
                 key = (Category.TOOLS, "tool_framing")
                 placement = rules.tools_placement(_system_first(messages, as_dict), response_format)
                 by_source[key] = by_source.get(key, 0) + placement
+                head = (*tool_entries, (key, placement))
+            tool_use = _tool_use(conv, definitions, by_source) if definitions or conv.results else NO_TOOLS
+        tail: list[tuple[SourceKey, int]] = []
         if response_format is not None:
             try:
                 sent = response_format_as_sent(response_format, rules.provider)
-                by_source[_RESPONSE_FORMAT] = by_source.get(_RESPONSE_FORMAT, 0) + rules.response_format(sent)
+                tail.append((_RESPONSE_FORMAT, rules.response_format(sent)))
             except NotReady:
                 raise
             except Exception:  # noqa: BLE001 - a schema we cannot read costs its own count, not the estimate
                 warnings.add(WarningCode.UNREADABLE_MESSAGE)
-        by_source[_FRAMING] = by_source.get(_FRAMING, 0) + rules.request_overhead(len(messages))
+        tail.append((_FRAMING, rules.request_overhead(len(messages))))
         # A hidden instruction some providers add for extended thinking (Anthropic): protocol, so `other`.
         if thinking is None and reasoning_effort is not None:
             thinking = rules.thinking_for_effort(reasoning_effort, model)  # LiteLLM sends the effort as `thinking`
         if thinking is not None:
-            by_source[_THINKING] = by_source.get(_THINKING, 0) + rules.thinking_overhead(thinking)
+            tail.append((_THINKING, rules.thinking_overhead(thinking)))
+        for key, tokens in tail:
+            by_source[key] = by_source.get(key, 0) + tokens
         if not rules.exact:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
         unestimated = {k: n for k, n in conv.unseen.items() if n > 0}
-        prefix = _cache_prefix(conv, tool_entries, tools_breakpoint) if conv.breakpoint_idx or tools_breakpoint else {}
+        prefix = (
+            _cache_prefix(conv, tool_entries, tools_breakpoint, tool_use.names) if conv.breakpoint_idx or tools_breakpoint else {}
+        )
         return Estimate(
-            {k: v for k, v in by_source.items() if v}, frozenset(warnings), rules, tuple(conv.tagged_idx), unestimated, prefix
+            {k: v for k, v in by_source.items() if v},
+            frozenset(warnings),
+            rules,
+            tuple(conv.tagged_idx),
+            unestimated,
+            prefix,
+            tool_use,
+            RequestOrder(head, conv.counts, len(conv.counts), tuple(tail), tool_use.names),
         )
 
     def frozen(self, obj: Any) -> Any:
@@ -215,6 +243,8 @@ class Estimator:
             self._remember(head, conv)
         for msg in messages[best_k:]:
             count = self._messages.count(rules, msg, read_message)
+            if count.result_of is not None:
+                count = count._replace(tool=conv.call_names.get(count.result_of))
             if count.tagged:
                 conv.tagged_idx.append(len(conv.counts))
             _note_position(conv, as_dict(msg), len(conv.counts))
@@ -247,6 +277,7 @@ class Estimator:
         entries: Counter[SourceKey] = Counter()
         warnings: set[WarningCode] = set()
         plain = []
+        definitions: list[ToolDefinition] = []
         for raw in tools:
             definition = self._dumps.as_dict(raw)
             tag = read_tag(definition)  # a bad tag raises: the caller's mistake
@@ -258,12 +289,14 @@ class Estimator:
                 if key[0] is not Category.TOOLS:
                     warnings.add(WarningCode.TOOL_SOURCE_INFERRED)
             try:
-                entries[key] += rules.tool_definition(definition)
+                tokens = rules.tool_definition(definition)
             except NotReady:
                 raise
             except Exception:  # noqa: BLE001 - a definition we cannot read costs its own count only
                 warnings.add(WarningCode.UNREADABLE_MESSAGE)
                 continue
+            entries[key] += tokens
+            definitions.append(ToolDefinition(tool_name(definition), key, tokens))
             plain.append(definition)
         try:
             entries[(Category.TOOLS, "tool_framing")] += rules.tools_overhead(plain, tool_choice)
@@ -273,7 +306,7 @@ class Estimator:
             warnings.add(WarningCode.UNREADABLE_MESSAGE)
         breakpoint = any(_has_breakpoint(self._dumps.as_dict(raw)) for raw in tools)
         frozen = freeze(tools, self._dumps.as_dict)
-        counted = _ToolsCount(frozen, tool_choice, tuple(entries.items()), frozenset(warnings), breakpoint)
+        counted = _ToolsCount(frozen, tool_choice, tuple(entries.items()), frozenset(warnings), breakpoint, tuple(definitions))
         if len(self._tools) > 64:
             self._tools.clear()
         recent.insert(0, counted)
@@ -334,7 +367,7 @@ def _has_breakpoint(item: Mapping[str, Any]) -> bool:
 
 
 def _cache_prefix(
-    conv: _Conversation, tool_entries: Sequence[tuple[SourceKey, int]], tools_breakpoint: bool
+    conv: _Conversation, tool_entries: Sequence[tuple[SourceKey, int]], tools_breakpoint: bool, defined: frozenset[str]
 ) -> dict[SourceKey, int]:
     """The local parts of the prompt up to its last ``cache_control`` breakpoint (empty without one).
 
@@ -354,18 +387,19 @@ def _cache_prefix(
         on_system = last in systems
         for index in conv.system_idx if on_system else ():
             if index <= last:
-                _add_entries(prefix, conv.counts[index])
+                _add_entries(prefix, conv.counts[index], defined)
         if not on_system:
             for index in systems:
-                _add_entries(prefix, conv.counts[index])
+                _add_entries(prefix, conv.counts[index], defined)
             for index in range(last + 1):
                 if index not in systems:
-                    _add_entries(prefix, conv.counts[index])
+                    _add_entries(prefix, conv.counts[index], defined)
     return {k: v for k, v in prefix.items() if v}
 
 
-def _add_entries(into: Counter[SourceKey], count: MessageCount) -> None:
-    for key, tokens in count.entries:
+def _add_entries(into: Counter[SourceKey], count: MessageCount, defined: frozenset[str]) -> None:
+    """One message's entries, a defined tool's untagged results under their own source (as `_tool_use` moves them)."""
+    for key, tokens in rekeyed(count.entries, count.tool, defined):
         into[key] += tokens
 
 
@@ -389,9 +423,36 @@ def _untagged_tool_key(definition: Mapping[str, Any]) -> SourceKey:
     return (Category.TOOLS, "native")
 
 
+def _tool_use(conv: _Conversation, definitions: tuple[ToolDefinition, ...], by_source: dict[SourceKey, int]) -> ToolUse:
+    """The request's tools by name; results of a defined tool move from the plain ``tool`` source to its own.
+
+    Only names of the request's own definitions are used: a name a model wrote in a call to a
+    tool it was not given stays in memory (the result keeps the plain ``tool`` source).
+    """
+    defined = {d.name for d in definitions}
+    for (name, key), tokens in conv.untagged_results.items():
+        if name in defined and tokens:
+            own = tool_result_key(key, name)
+            by_source[key] -= tokens
+            if not by_source[key]:
+                del by_source[key]
+            by_source[own] = by_source.get(own, 0) + tokens
+    results = {name: n for name, n in conv.results.items() if name in defined and n}
+    calls = {name: n for name, n in conv.invocations.items() if name in defined and n}
+    return ToolUse(definitions, results, calls)
+
+
 def _add(conv: _Conversation, count: MessageCount) -> None:
     for key, tokens in count.entries:
         conv.totals[key] += tokens
+    for call_id, name in count.calls:
+        conv.call_names[call_id] = name
+        conv.invocations[name] += 1
+    if count.tool is not None:
+        for key, tokens in count.entries:
+            conv.results[count.tool] += tokens
+            if key in PLAIN_RESULT_KEYS:
+                conv.untagged_results[(count.tool, key)] += tokens
     for code in count.warnings:
         conv.warnings[code] += 1
     for key, parts in count.unseen:

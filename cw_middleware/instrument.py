@@ -1,4 +1,5 @@
-"""cw.instrument(): observe every call that looks LiteLLM's entry points up on the ``litellm`` module.
+"""cw.instrument(): observe every call that looks LiteLLM's entry points up on the ``litellm`` module,
+and every call of the official ``openai`` and ``anthropic`` clients where they are installed (clients/).
 
 Frameworks (LangChain's ChatLiteLLM, the OpenAI Agents SDK's LitellmModel,
 smolagents, DSPy) and LiteLLM's own Router call ``litellm.completion`` and its
@@ -20,7 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from . import _litellm, _offline, wrapper
+from . import _litellm, _offline, clients, wrapper
 
 logger = logging.getLogger("cw_middleware")
 
@@ -31,7 +32,9 @@ def _shells() -> dict[str, Callable[..., Any]]:
 
 
 def instrument() -> None:
-    """Observe ``litellm.completion``, ``acompletion``, ``responses`` and ``aresponses`` for every caller.
+    """Observe ``litellm.completion``, ``acompletion``, ``responses`` and ``aresponses`` for every caller,
+    and the official clients' ``chat.completions.create``, ``responses.create`` (``openai``) and
+    ``messages.create`` / ``messages.stream`` (``anthropic``) where those are installed.
 
     Idempotent and thread-safe. Calls that look the function up on the module at
     call time are observed (frameworks, the Router); a reference bound before this
@@ -58,6 +61,7 @@ def instrument() -> None:
             _litellm.remember(name, saved)
             setattr(litellm, name, observed)
             patches.installed[name] = (current, observed)
+    clients.instrument_clients()
 
 
 def uninstrument() -> None:
@@ -79,13 +83,16 @@ def uninstrument() -> None:
             setattr(litellm, name, before)
             _litellm.forget(name)
             del patches.installed[name]
+    clients.uninstrument_clients()
 
 
 def instrumented() -> bool:
-    """True while at least one LiteLLM entry point is observed through the module."""
+    """True while at least one LiteLLM entry point or client method is observed through instrument()."""
     patches = _litellm.patches()
     with patches.lock:
-        return bool(patches.installed)
+        if patches.installed:
+            return True
+    return clients.clients_instrumented()
 
 
 def _observed(name: str, shell: Callable[..., Any], saved: Callable[..., Any]) -> Callable[..., Any]:

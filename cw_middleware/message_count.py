@@ -11,7 +11,7 @@ cannot read costs that message's accuracy, never the estimate.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Union
 
 from .contract import Category, WarningCode
 from .errors import TagError
@@ -30,12 +30,22 @@ _UNREADABLE_PART: SourceKey = (Category.OTHER, "")  # never exported: a marker i
 
 
 class MessageCount(NamedTuple):
-    """One message's tokens per (category, source), its warnings, and the non-text parts it carries."""
+    """One message's tokens per (category, source), its warnings, and the non-text parts it carries.
+
+    ``calls`` and ``result_of`` say what the message does with tools: the (call id, tool name) of
+    each tool call it makes (an assistant turn), the call id a tool result answers (``tool_call_id``,
+    a Responses ``call_id``; a legacy ``function`` message names its function instead). The
+    estimator matches a result to the call it answers (``tool``: the producing tool's name).
+    Names and ids stay in memory: only names of the request's own tool definitions are exported.
+    """
 
     entries: tuple[tuple[SourceKey, int], ...]
     warnings: frozenset[WarningCode]
     tagged: bool
     unseen: tuple[tuple[SourceKey, int], ...] = ()  # non-text parts per carrier key
+    calls: tuple[tuple[str, str], ...] = ()  # (call id, tool name) of each tool call the message makes
+    result_of: Optional[str] = None  # the call id a tool result answers
+    tool: Optional[str] = None  # the producing tool, once the estimator matched ``result_of``
 
 
 _NO_WARNINGS: frozenset[WarningCode] = frozenset()
@@ -50,7 +60,9 @@ class TokenizerFailed(Exception):
     """
 
 
-ReadMessage = Callable[[dict[str, Any]], Optional[dict[str, Any]]]
+# An entry of the request as the chat message(s) to count: one, several (an Anthropic user turn holding
+# tool results and text stands for a tool message per result and a user message), or None (opaque).
+ReadMessage = Callable[[dict[str, Any]], Union[dict[str, Any], list[dict[str, Any]], None]]
 CountText = Callable[[CountingRules, str], int]
 
 
@@ -123,6 +135,8 @@ class MessageCounter:
             read = read_message(msg)
             if read is None:  # held or encrypted by the provider: nothing to count, and a warning
                 return _OPAQUE
+            if isinstance(read, list):  # one entry standing for several chat messages: their counts together
+                return _together([self._count_message(rules, one) for one in read])
             msg = read
         warnings: set[WarningCode] = set()
         if not msg and type(raw) is not dict:  # a string, None, a number in the message list
@@ -165,17 +179,23 @@ class MessageCounter:
         elif content is not None:
             warnings.add(WarningCode.UNREADABLE_MESSAGE)
         calls = msg.get("tool_calls")
+        made: tuple[tuple[str, str], ...] = ()
         if calls:
             readable = self._readable_calls(calls if isinstance(calls, (list, tuple)) else None, warnings)
             if readable:
                 tokens += rules.tool_calls(readable)
+                made = _calls_made(readable)
         function_call = msg.get("function_call")
         if function_call:
             readable = self._readable_calls([{"function": function_call}], warnings)
             if readable:
                 tokens += rules.tool_calls(readable)
+                made += _calls_made(readable)
         entries = ((own, tokens), *parts.items()) if parts else ((own, tokens),)
-        return MessageCount(entries, frozenset(warnings) if warnings else _NO_WARNINGS, tagged, tuple(unseen.items()))
+        result_of = _result_of(msg, role)
+        return MessageCount(
+            entries, frozenset(warnings) if warnings else _NO_WARNINGS, tagged, tuple(unseen.items()), made, result_of
+        )
 
     def _count_part(
         self, rules: CountingRules, part: Any, own: SourceKey, entries: dict[SourceKey, int], unseen: dict[SourceKey, int]
@@ -222,3 +242,48 @@ class MessageCounter:
                 continue
             out.append(call)
         return out
+
+
+def _calls_made(calls: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """(call id, tool name) of readable tool calls; a legacy ``function_call`` has no id: its name stands for it."""
+    out = []
+    for call in calls:
+        function = call.get("function")
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if isinstance(name, str) and name:
+            call_id = call.get("id")
+            out.append((call_id if isinstance(call_id, str) and call_id else _BY_NAME + name, name))
+    return tuple(out)
+
+
+def _result_of(msg: Mapping[str, Any], role: str) -> Optional[str]:
+    """The call a tool result answers: its ``tool_call_id``; a legacy ``function`` message's function name."""
+    if role == "tool":
+        call_id = msg.get("tool_call_id")
+        return call_id if isinstance(call_id, str) and call_id else None
+    if role == "function":
+        name = msg.get("name")
+        return _BY_NAME + name if isinstance(name, str) and name else None
+    return None
+
+
+_BY_NAME = "\x00name:"  # a legacy function call and its result have no id: matched by the function's name
+
+
+def _together(counts: Sequence[MessageCount]) -> MessageCount:
+    """The counts of the chat messages one request entry stands for, as that entry's count."""
+    entries: dict[SourceKey, int] = {}
+    unseen: dict[SourceKey, int] = {}
+    warnings: set[WarningCode] = set()
+    for count in counts:
+        for key, tokens in count.entries:
+            entries[key] = entries.get(key, 0) + tokens
+        for key, parts in count.unseen:
+            unseen[key] = unseen.get(key, 0) + parts
+        warnings |= count.warnings
+    tagged = any(count.tagged for count in counts)
+    calls = tuple(call for count in counts for call in count.calls)
+    # An entry answering several calls (Anthropic: one user turn of tool_result blocks) keeps no single producer.
+    answers = {count.result_of for count in counts if count.result_of is not None}
+    result_of = answers.pop() if len(answers) == 1 else None
+    return MessageCount(tuple(entries.items()), frozenset(warnings), tagged, tuple(unseen.items()), calls, result_of)

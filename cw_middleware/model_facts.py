@@ -1,4 +1,4 @@
-"""Model facts: the provider, the model's name and its context window, as spans, snapshots and metrics give them.
+"""Model facts: the provider, the model's name, its context window and prices, as spans, snapshots and metrics give them.
 
 LiteLLM's model map names the provider and the window (`ModelFacts`, cached, one per Runtime);
 the settings may set the window, for every call (``context_windows``) or for one
@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Optional
 from ._log import RateLimitedLog
 from .config import MAX_CONTEXT_WINDOW
 from .contract import WarningCode
+from .cost import Prices, prices_from
 from .rules import split_provider
 from .snapshot import RequestMeta
 from .telemetry import StageInfo
@@ -29,6 +30,7 @@ class Facts(NamedTuple):
     provider: Optional[str]
     name: str  # as the provider names it
     window: Optional[int]  # max input tokens; None: unknown
+    prices: Optional[Prices] = None  # LiteLLM's input prices; None: the map has none
 
 
 class ModelFacts:
@@ -57,14 +59,21 @@ class ModelFacts:
         *,
         context_windows: Mapping[str, int],
         log: RateLimitedLog,
+        client_provider: Optional[str] = None,
     ) -> tuple[RequestMeta, set[WarningCode]]:
         """What the snapshots say about the request, and the warnings that go with it (the window's).
 
         ``context_windows`` is the setting (`Config.context_windows`); ``log`` says why a per-call
-        window was ignored.
+        window was ignored. ``client_provider`` is an official client's provider (its route): then the
+        provider is named so and the model as the client wrote it (an Azure deployment, a proxy's
+        alias); LiteLLM's map still gives the window where it knows the name.
         """
-        provider, name, window = self.of(model, custom_llm_provider)
+        provider, name, window, prices = self.of(model, custom_llm_provider)
+        if client_provider is not None:
+            provider, name = client_provider, model
         codes: set[WarningCode] = set()
+        if prices is None:
+            codes.add(WarningCode.PRICE_UNKNOWN)
         configured = configured_window(context_windows, model, name, provider)
         override = window_from(window_override)
         if override is not None:
@@ -82,7 +91,7 @@ class ModelFacts:
         if window is None:
             codes.add(WarningCode.UNKNOWN_CONTEXT_WINDOW)
         run_id, stage_id = (stage.run_id, stage.stage_id) if stage else (None, None)
-        return RequestMeta(run_id, stage_id, provider, name or None, window), codes
+        return RequestMeta(run_id, stage_id, provider, name or None, window, prices), codes
 
 
 def window_from(value: Any) -> Optional[int]:
@@ -118,9 +127,11 @@ def _look_up(model: str, custom_llm_provider: Optional[str]) -> Facts:
     except Exception:  # noqa: BLE001 - unknown to LiteLLM: fall back to our family guess
         provider = split_provider(model, custom_llm_provider).family
         provider = None if provider == "unknown" else provider
+    prices = None
     try:
         info = litellm.get_model_info(model, custom_llm_provider=custom_llm_provider)
         window = info.get("max_input_tokens") or info.get("max_tokens")
+        prices = prices_from(info)
     except Exception:  # noqa: BLE001
         window = None
-    return Facts(provider, str(name or model), int(window) if window else None)
+    return Facts(provider, str(name or model), int(window) if window else None, prices)

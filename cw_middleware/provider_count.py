@@ -8,7 +8,7 @@ function that asks one provider endpoint and either returns an int or raises `Co
 
 Endpoints (request bodies are converted from the OpenAI-style chat request by
 count_bodies.py; a Responses-API request, under ``"responses"``, goes to OpenAI's
-endpoint as it is):
+endpoint as it is, and an Anthropic Messages request, under ``"anthropic"``, to Anthropic's):
 
 * Anthropic ``POST {base}/v1/messages/count_tokens`` -> ``{"input_tokens": N}``
 * Gemini ``POST {base}/v1beta/models/{model}:countTokens`` with a
@@ -211,12 +211,12 @@ def _endpoint(target: CountTarget, request: Mapping[str, Any]) -> tuple[str, dic
     if target.provider == "anthropic":
         base = _strip_suffix(base, "/v1/messages", "/v1")
         headers = {"x-api-key": target.api_key, "anthropic-version": ANTHROPIC_VERSION}
-        return (
-            f"{base}/v1/messages/count_tokens",
-            headers,
-            to_anthropic(target.model, messages, tools, tool_choice),
-            "input_tokens",
-        )
+        native = request.get("anthropic")
+        if isinstance(native, Mapping):  # an Anthropic Messages request (the anthropic client's): counted as sent
+            body = {"model": target.model, **native}
+        else:
+            body = to_anthropic(target.model, messages, tools, tool_choice)
+        return f"{base}/v1/messages/count_tokens", headers, body, "input_tokens"
     if target.provider == "gemini":
         base = _strip_suffix(base, "/v1beta")
         url = f"{base}/v1beta/models/{target.model}:countTokens"
@@ -251,7 +251,7 @@ def _jsonable(obj: Any) -> Any:
 
 def canonical_request(target: CountTarget, request: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """(fingerprint, plain-JSON copy) of a request: a blake2b hash of its canonical JSON, never its content."""
-    keys = ("model", "messages", "tools", "tool_choice", "response_format", "responses")
+    keys = ("model", "messages", "tools", "tool_choice", "response_format", "responses", "anthropic")
     plain = {k: request.get(k) for k in keys if request.get(k) is not None}
     text = json.dumps(
         {"request": plain, "provider": target.provider, "model": target.model, "api_base": target.api_base},

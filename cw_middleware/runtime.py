@@ -21,12 +21,14 @@ The Runtime is also the one owner of what must change when the process does:
   child's own on first use. A fork while other threads are inside cw (gunicorn, Celery
   prefork, multiprocessing) leaves the child's next call free to run. multiprocessing's
   children end with ``os._exit`` after its own finalizers, not atexit: one of those closes
-  the child's runtime too.
+  the child's runtime too; a child ended by SIGTERM (``Pool.terminate()``) closes it in
+  sigterm.py's handler, where SIGTERM's handler was still the default.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import sys
 import threading
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from opentelemetry import metrics, trace
 
+from . import sigterm
 from ._log import RateLimitedLog
 from ._setup import Providers, choose_providers
 from .config import Config, ProviderCountPolicy, resolve
@@ -209,6 +212,8 @@ class Runtime:
             if self._closed:
                 return True
             self._closed = True
+            if self._forked:
+                return True  # a forked child that recorded nothing: no pipeline of its own to build, nothing to send
         budget = self.config.exit_timeout if timeout is None else timeout
         deadline = time.monotonic() + budget
         flushed = self.flush(budget * 0.8)  # the rest stops the pipeline: it interrupts exporters' retries
@@ -264,6 +269,7 @@ class _Installed:
     def __init__(self) -> None:
         self.runtime: Optional[Runtime] = None
         self.lock = threading.Lock()  # configure() and first-use configuration take it: one at a time
+        self.sigterm: Optional[sigterm.Handler] = None  # a forked child's, where SIGTERM's handler was the default
 
     def after_fork_in_child(self) -> None:
         self.lock = threading.Lock()
@@ -274,6 +280,8 @@ class _Installed:
             # A multiprocessing child runs its finalizers, then os._exit (no atexit). Its registry is
             # cleared after this hook, but its after-fork callbacks run next: one adds the finalizer.
             mp_util.register_after_fork(_close_at_exit, _add_mp_finalizer)
+        # SIGTERM (multiprocessing.Pool.terminate()) skips both: where nobody handles it, export first.
+        self.sigterm = sigterm.install_in_child(_close_runtime, _exit_budget)
 
 
 def _installed() -> _Installed:
@@ -331,12 +339,23 @@ def flush(timeout: float = 10.0) -> bool:
 
 def _close_at_exit() -> None:
     """Export what is left, within CW_EXIT_TIMEOUT: a dead or hung backend never holds the process."""
+    handler = _installed().sigterm
+    with handler.exiting() if handler is not None else contextlib.nullcontext():
+        _close_runtime()  # a SIGTERM meanwhile (Pool.terminate()) lets this finish, then ends the process
+
+
+def _close_runtime() -> None:
     current = _installed().runtime
     if current is not None:
         current.close()
 
 
 atexit.register(_close_at_exit)
+
+
+def _exit_budget() -> float:
+    current = _installed().runtime
+    return 0.0 if current is None else current.config.exit_timeout
 
 
 def _add_mp_finalizer(_: object) -> None:

@@ -104,6 +104,10 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "cw-middleware"
     sys_version = ""
 
+    def version_string(self) -> str:
+        """The ``Server`` header: our name alone (the stdlib joins it to ``sys_version`` with a space, left trailing)."""
+        return self.server_version
+
     # ------------------------------------------------------------ connection
 
     def setup(self) -> None:

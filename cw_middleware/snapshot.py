@@ -12,27 +12,32 @@ zeros rather than gaps.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any, Optional, TypeVar
 
 from pydantic import BaseModel
 
+from .cache_share import RequestOrder, cached_by_category
 from .codec import percent as _percent
 from .contract import (
     CATEGORIES,
     WARNING_MESSAGES,
     BreakdownItem,
     Category,
+    Cost,
     CountMethod,
     DetailItem,
     Snapshot,
     SnapshotWarning,
+    ToolItem,
     WarningCode,
 )
+from .cost import Prices, request_cost
 from .reconcile import reconcile_with_prefix
+from .tool_rows import NO_TOOLS, ToolUse, tool_rows
 
 _UNATTRIBUTED = (Category.OTHER, "unattributed")
 _UNESTIMATED = (Category.OTHER, "unestimated")
@@ -51,8 +56,9 @@ class SnapshotParts:
 
     def __init__(self) -> None:
         self._seq = itertools.count(1)
-        self._breakdown: dict[tuple[Category, int, Optional[int]], BreakdownItem] = {}
+        self._breakdown: dict[tuple[Category, int, Optional[int], Optional[int]], BreakdownItem] = {}
         self._details: dict[tuple[Category, str, int], DetailItem] = {}
+        self._tools: dict[tuple[Any, ...], ToolItem] = {}
         self._warnings: dict[WarningCode, SnapshotWarning] = {}
 
     def next_seq(self) -> int:
@@ -61,15 +67,16 @@ class SnapshotParts:
     def warnings(self, codes: Iterable[WarningCode]) -> list[SnapshotWarning]:
         return [self.warning(code) for code in sorted(set(codes), key=lambda c: c.value)]
 
-    def breakdown_item(self, category: Category, tokens: int, window: Optional[int]) -> BreakdownItem:
-        key = (category, tokens, window)
+    def breakdown_item(
+        self, category: Category, tokens: int, window: Optional[int], cached: Optional[int] = None
+    ) -> BreakdownItem:
+        key = (category, tokens, window, cached)
         item = self._breakdown.get(key)
         if item is None:
             if len(self._breakdown) >= self.CACHE_SIZE:
                 self._breakdown.clear()
-            item = self._breakdown[key] = _trusted(
-                BreakdownItem, {"category": category, "tokens": tokens, "usage_percent": _percent(tokens, window)}
-            )
+            fields = {"category": category, "tokens": tokens, "usage_percent": _percent(tokens, window), "cached_tokens": cached}
+            item = self._breakdown[key] = _trusted(BreakdownItem, fields)
         return item
 
     def detail_item(self, category: Category, source: str, tokens: int) -> DetailItem:
@@ -79,6 +86,25 @@ class SnapshotParts:
             if len(self._details) >= self.CACHE_SIZE:
                 self._details.clear()
             item = self._details[key] = _trusted(DetailItem, {"category": category, "source": source, "tokens": tokens})
+        return item
+
+    def tool_item(
+        self,
+        name: str,
+        category: Optional[Category],
+        source: Optional[str],
+        definition_tokens: int,
+        result_tokens: int,
+        invocations: int,
+        folded: int = 0,
+    ) -> ToolItem:
+        key = (name, category, source, definition_tokens, result_tokens, invocations, folded)
+        item = self._tools.get(key)
+        if item is None:
+            if len(self._tools) >= self.CACHE_SIZE:
+                self._tools.clear()
+            fields = dict(zip(_TOOL_FIELDS, key))
+            item = self._tools[key] = _trusted(ToolItem, fields)
         return item
 
     def warning(self, code: WarningCode) -> SnapshotWarning:
@@ -97,6 +123,7 @@ class RequestMeta:
     provider: Optional[str]
     model: Optional[str]
     context_window_tokens: Optional[int]
+    prices: Optional[Prices] = None  # the model's input prices (model_facts.py); None: no cost
 
 
 def build_snapshot(
@@ -111,6 +138,10 @@ def build_snapshot(
     parts: Optional[SnapshotParts] = None,
     cache_prefix: Optional[Mapping[tuple[Category, str], int]] = None,
     cache_prefix_total: Optional[int] = None,
+    tools: ToolUse = NO_TOOLS,
+    max_tools: int = 20,
+    order: Optional[RequestOrder] = None,
+    response: Optional[ResponseSide] = None,
 ) -> Snapshot:
     """A snapshot of ``by_source``, rescaled to ``total`` when one is given.
 
@@ -123,9 +154,15 @@ def build_snapshot(
     ``cache_prefix`` (`Estimate.cache_prefix`) with ``cache_prefix_total`` (the response's cache
     read + write for an explicit breakpoint) reconciles in two groups: the prefix's parts to that
     exact count, the rest to the remainder of ``total``.
+
+    ``tools`` (`Estimate.tools`) gives the per-tool rows, scaled as their sources are, the
+    largest ``max_tools`` of them and one folded row. ``response`` is what the response said
+    beyond the total: its tool calls, and the cached tokens that ``order`` (`Estimate.order`)
+    attributes to categories in request order (cache_share.py). ``meta.prices`` prices it all.
     """
     codes = set(warnings)
     parts = parts or SnapshotParts()
+    local = by_source
     if total is not None:
         carriers = unestimated
         if not carriers and WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED in codes:
@@ -138,10 +175,18 @@ def build_snapshot(
     window = meta.context_window_tokens
     if window and input_tokens > window:
         codes.add(WarningCode.CONTEXT_WINDOW_EXCEEDED)
+    read, written = _cache_split(response, order, local, per_category) if total is not None else (None, None)
     # Largest first; sorted() is stable, so ties keep the request's order.
     ranked = sorted(by_source.items(), key=itemgetter(1), reverse=True)
     if len(ranked) > max_details:
         codes.add(WarningCode.DETAILS_TRUNCATED)
+    rows, unused = [], 0
+    if tools.definitions:
+        calls = response.tool_calls if response is not None else None
+        found = tool_rows(tools, _scaler(local, by_source), max_tools, calls, parts.tool_item)
+        rows, unused = found.rows, found.unused_tokens
+        if found.folded:
+            codes.add(WarningCode.TOOLS_FOLDED)
     return _trusted(
         Snapshot,
         dict(
@@ -155,11 +200,60 @@ def build_snapshot(
             count_method=count_method,
             generated_at=datetime.now(UTC),
             event_seq=parts.next_seq(),
-            breakdown=[parts.breakdown_item(c, t, window) for c, t in per_category.items()],
+            breakdown=[parts.breakdown_item(c, t, window, read.get(c) if read else None) for c, t in per_category.items()],
             warnings=parts.warnings(codes),
             details=[parts.detail_item(c, s, t) for (c, s), t in ranked[:max_details] if t],
+            tools=rows,
+            unused_tool_tokens=unused,
+            cached_tokens=sum(read.values()) if read is not None else None,
+            cost=request_cost(per_category, meta.prices, read, written) if meta.prices is not None else None,
         ),
     )
+
+
+@dataclass(frozen=True)
+class ResponseSide:
+    """What a response says about its request besides the total: the tools it called and the cache."""
+
+    tool_calls: Mapping[str, int] = field(default_factory=dict)  # name -> calls (names the request defined)
+    cache_read: Optional[int] = None  # input tokens served from the prompt cache; None: not reported
+    cache_written: Optional[int] = None  # input tokens written to it (Anthropic); None: not reported
+
+
+def _cache_split(
+    response: Optional[ResponseSide],
+    order: Optional[RequestOrder],
+    local: Mapping[tuple[Category, str], int],
+    per_category: Mapping[Category, int],
+) -> tuple[Optional[dict[Category, int]], Optional[dict[Category, int]]]:
+    """(cache reads, cache writes) by category, where the response reported them."""
+    if response is None or response.cache_read is None or order is None:
+        return None, None
+    read = cached_by_category(order, local, per_category, response.cache_read)
+    if not response.cache_written:
+        return read, None
+    through = cached_by_category(order, local, per_category, response.cache_read + response.cache_written)
+    return read, {c: max(0, through[c] - read[c]) for c in CATEGORIES}
+
+
+_TOOL_FIELDS = ("name", "category", "source", "definition_tokens", "result_tokens", "invocations", "folded")
+
+
+def _scaler(
+    local: Mapping[tuple[Category, str], int], scaled: Mapping[tuple[Category, str], int]
+) -> Callable[[tuple[Category, str], int], int]:
+    """A local count under a key as the snapshot counts it: in the proportion its key was rescaled."""
+    if local is scaled:
+        return lambda key, tokens: tokens
+    local_total = sum(local.values())
+    overall = sum(scaled.values()) / local_total if local_total else 1.0
+
+    def scale(key: tuple[Category, str], tokens: int) -> int:
+        base = local.get(key)
+        ratio = scaled.get(key, 0) / base if base else overall
+        return round(tokens * ratio)
+
+    return scale
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -183,6 +277,7 @@ def _trusted(model: type[M], fields: dict[str, Any]) -> M:
 
 CompactSnapshot = tuple[Any, ...]
 _N = len(CATEGORIES)
+_HEAD = 16  # the fields before the per-category ones
 
 
 def compact(snapshot: Snapshot) -> CompactSnapshot:
@@ -193,7 +288,8 @@ def compact(snapshot: Snapshot) -> CompactSnapshot:
     tracked containers that all lived long enough to reach the oldest generation, where they
     pushed the host toward a full collection (issue 11). `expand` gives back an equal Snapshot.
     """
-    by_category = {item.category: item.tokens for item in snapshot.breakdown}
+    items = {item.category: item for item in snapshot.breakdown}
+    cost = snapshot.cost
     head = (
         snapshot.run_id,
         snapshot.stage_id,
@@ -206,19 +302,55 @@ def compact(snapshot: Snapshot) -> CompactSnapshot:
         snapshot.generated_at,
         snapshot.event_seq,
         len(snapshot.warnings),
+        len(snapshot.details),
+        snapshot.unused_tool_tokens,
+        snapshot.cached_tokens,
+        cost.currency if cost is not None else None,
+        cost.input_cost if cost is not None else None,
     )
-    tokens = tuple(by_category.get(c, 0) for c in CATEGORIES)
+    # Per category: tokens, cached tokens, cost (None where the snapshot has none).
+    per_category = tuple(
+        x
+        for c in CATEGORIES
+        for x in (
+            items[c].tokens if c in items else 0,
+            items[c].cached_tokens if c in items else None,
+            cost.by_category.get(c) if cost is not None else None,
+        )
+    )
     codes = tuple(w.code for w in snapshot.warnings)
     details = tuple(x for d in snapshot.details for x in (d.category.value, d.source, d.tokens))
-    return head + tokens + codes + details
+    tools = tuple(
+        x
+        for t in snapshot.tools
+        for x in (
+            t.name,
+            t.category.value if t.category else None,
+            t.source,
+            t.definition_tokens,
+            t.result_tokens,
+            t.invocations,
+            t.folded,
+        )
+    )
+    return head + per_category + codes + details + tools
 
 
 def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
     """The Snapshot a `compact` row was made from, its parts shared through ``parts``."""
-    run_id, stage_id, provider, model, window, input_tokens, usage, method, generated_at, event_seq, n_codes = row[:11]
-    tokens = row[11 : 11 + _N]
-    codes = row[11 + _N : 11 + _N + n_codes]
-    flat = row[11 + _N + n_codes :]
+    run_id, stage_id, provider, model, window, input_tokens, usage, method, generated_at, event_seq = row[:10]
+    n_codes, n_details, unused, cached, currency, input_cost = row[10:_HEAD]
+    per_category = row[_HEAD : _HEAD + 3 * _N]
+    codes = row[_HEAD + 3 * _N : _HEAD + 3 * _N + n_codes]
+    start = _HEAD + 3 * _N + n_codes
+    flat = row[start : start + 3 * n_details]
+    tools = row[start + 3 * n_details :]
+    n = len(_TOOL_FIELDS)
+    rows = [per_category[3 * i : 3 * i + 3] for i in range(_N)]
+    cost = None
+    if currency is not None:
+        by_category = {c: r[2] for c, r in zip(CATEGORIES, rows)}
+        cost = Cost.model_construct(currency=currency, input_cost=input_cost, by_category=by_category)
     return _trusted(
         Snapshot,
         dict(
@@ -232,8 +364,15 @@ def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
             count_method=CountMethod(method),
             generated_at=generated_at,
             event_seq=event_seq,
-            breakdown=[parts.breakdown_item(c, t, window) for c, t in zip(CATEGORIES, tokens)],
+            breakdown=[parts.breakdown_item(c, r[0], window, r[1]) for c, r in zip(CATEGORIES, rows)],
             warnings=[parts.warning(WarningCode(code)) for code in codes],
             details=[parts.detail_item(Category(flat[i]), flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)],
+            tools=[
+                parts.tool_item(t[0], Category(t[1]) if t[1] else None, *t[2:])
+                for t in (tools[i : i + n] for i in range(0, len(tools), n))
+            ],
+            unused_tool_tokens=unused,
+            cached_tokens=cached,
+            cost=cost,
         ),
     )

@@ -81,9 +81,14 @@ def role_label(role: str) -> str:
     A role string is the caller's, not ours: one that is long or holds spaces, punctuation or
     control characters may be text, so it is never exported as it is.
     """
-    if 0 < len(role) <= MAX_DERIVED_LABEL and not _NOT_LABEL.search(role):
-        return role
-    return UNKNOWN_ROLE_LABEL
+    return derived_label(role, UNKNOWN_ROLE_LABEL)
+
+
+def derived_label(value: str, fallback: str) -> str:
+    """``value`` when it has the shape of a derived label (a tool name's, plus ``.``), else ``fallback``."""
+    if 0 < len(value) <= MAX_DERIVED_LABEL and not _NOT_LABEL.search(value):
+        return value
+    return fallback
 
 
 def mcp_server_label(server: str) -> str:

@@ -19,6 +19,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from .codec import (
+    ATTR_CALL_ID,
     ATTR_CATEGORY,
     ATTR_COUNT_METHOD,
     ATTR_LATE,
@@ -28,6 +29,7 @@ from .codec import (
     ATTR_STAGE_KIND,
     ATTR_STAGE_STATE,
     ATTR_SUPERSEDED,
+    COST_UNIT,
     ERROR_TYPE,
     GEN_AI_CACHE_READ,
     GEN_AI_INPUT_TOKENS,
@@ -38,11 +40,13 @@ from .codec import (
     GEN_AI_RESPONSE_MODEL,
     GEN_AI_TOKEN_TYPE,
     LATE_SNAPSHOT_SPAN,
+    METRIC_COST,
     METRIC_COUNT_FAILURES,
     METRIC_LIMIT,
     METRIC_SNAPSHOTS,
     METRIC_TOKEN_USAGE,
     METRIC_TOKENS,
+    METRIC_UNUSED_TOOL_TOKENS,
     METRIC_UTILIZATION,
     SCHEMA_VERSION,
     SERVICE_NAME,
@@ -52,6 +56,8 @@ from .codec import (
     STAGE_STATE_ENDED,
     STAGE_STATE_STARTED,
     TOKEN_HISTOGRAM_BOUNDARIES,
+    exportable,
+    exportable_text,
     snapshot_attributes,
     span_level,
 )
@@ -95,6 +101,14 @@ class Telemetry:
         self.utilization_gauge = meter.create_gauge(
             METRIC_UTILIZATION, unit="1", description="Share of the context window in use"
         )
+        self.cost_counter = meter.create_counter(
+            METRIC_COST, unit=COST_UNIT, description="Input cost of the calls in USD, by context-window category"
+        )
+        self.unused_tools_gauge = meter.create_gauge(
+            METRIC_UNUSED_TOOL_TOKENS,
+            unit="{token}",
+            description="Definition tokens of the tools a request defines and neither it nor its response calls",
+        )
         self.snapshot_counter = meter.create_counter(
             METRIC_SNAPSHOTS, unit="{snapshot}", description="Snapshots emitted, by count method"
         )
@@ -113,16 +127,18 @@ class Telemetry:
     @contextmanager
     def stage_span(self, stage: StageInfo) -> Iterator[trace.Span]:
         """The stage span, announced at once by a marker span so live stages are visible."""
-        attrs: dict[str, Any] = {
-            ATTR_RUN_ID: stage.run_id,
-            ATTR_STAGE_ID: stage.stage_id,
-            ATTR_STAGE_KIND: stage.kind,
-            ATTR_SCHEMA: SCHEMA_VERSION,
-            ATTR_STAGE_STATE: STAGE_STATE_STARTED,
-        }
+        attrs: dict[str, Any] = exportable(
+            {
+                ATTR_RUN_ID: stage.run_id,
+                ATTR_STAGE_ID: stage.stage_id,
+                ATTR_STAGE_KIND: stage.kind,
+                ATTR_SCHEMA: SCHEMA_VERSION,
+                ATTR_STAGE_STATE: STAGE_STATE_STARTED,
+            }
+        )
         # Exceptions are not recorded: their messages may quote prompts or provider error bodies.
         with self.tracer.start_as_current_span(
-            f"{STAGE_SPAN_PREFIX} {stage.kind}",
+            f"{STAGE_SPAN_PREFIX} {attrs[ATTR_STAGE_KIND]}",
             kind=SpanKind.INTERNAL,
             attributes=attrs,
             record_exception=False,
@@ -154,7 +170,8 @@ class Telemetry:
             attrs[ATTR_RUN_ID] = stage.run_id
             attrs[ATTR_STAGE_ID] = stage.stage_id
             attrs[ATTR_STAGE_KIND] = stage.kind
-        span = self.tracer.start_span(f"{operation} {model or ''}".strip(), kind=SpanKind.CLIENT, attributes=attrs)
+        name = exportable_text(f"{operation} {model or ''}".strip())
+        span = self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=exportable(attrs))
         return CallTelemetry(self, span, provider, model, stage, operation)
 
     def metric_attributes(self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> dict[str, Any]:
@@ -183,7 +200,7 @@ class Telemetry:
         if self.config.metric_run_labels and stage is not None:
             attrs[ATTR_RUN_ID] = stage.run_id
             attrs[ATTR_STAGE_ID] = stage.stage_id
-        return attrs
+        return exportable(attrs)
 
     def count_snapshot(self, snapshot: Snapshot, stage: Optional[StageInfo]) -> None:
         base = self._attributes(snapshot.provider, snapshot.model, stage)[0]
@@ -197,6 +214,18 @@ class Telemetry:
         if snapshot.context_window_tokens:
             self.limit_gauge.set(snapshot.context_window_tokens, base)
             self.utilization_gauge.set(snapshot.input_tokens / snapshot.context_window_tokens, base)
+        self.unused_tools_gauge.set(snapshot.unused_tool_tokens, base)
+
+    def add_cost(self, snapshot: Snapshot, stage: Optional[StageInfo]) -> None:
+        """A call's input cost, once, at its end (from its last snapshot): the counter sums calls, never snapshots."""
+        cost = snapshot.cost
+        if cost is None:
+            return
+        _, per_category = self._attributes(snapshot.provider, snapshot.model, stage)
+        for category, attrs in per_category:
+            usd = cost.by_category.get(category)
+            if usd:
+                self.cost_counter.add(usd, attrs)
 
 
 class CallTelemetry:
@@ -217,6 +246,7 @@ class CallTelemetry:
         # Known once, while the span is open (an ended SDK span says False): with no SDK behind the
         # tracer (telemetry off) the event attributes would go nowhere, so they are never built.
         self._recording = span.is_recording()
+        self._call_id = format(span.get_span_context().span_id, "016x") if self._recording else ""
         self._provider = provider
         self._model = model
         self._stage = stage
@@ -240,6 +270,8 @@ class CallTelemetry:
                 self._owner.set_gauges(snapshot, self._stage)
             return
         attrs = snapshot_attributes(snapshot, include_details=True)
+        if self._call_id:
+            attrs[ATTR_CALL_ID] = self._call_id
         if superseded:
             attrs[ATTR_SUPERSEDED] = True
         with self._lock:
@@ -294,11 +326,13 @@ class CallTelemetry:
         if gauges is not None:
             try:
                 self._owner.set_gauges(gauges, self._stage)
+                if error is None:  # a failed call is not billed: its last snapshot is the local estimate
+                    self._owner.add_cost(gauges, self._stage)
             except Exception:  # noqa: BLE001 - a metrics failure must not leave the span open
                 logger.warning("cw_middleware: could not record context-window gauges")
         span = self.span
         if response_model:
-            span.set_attribute(GEN_AI_RESPONSE_MODEL, response_model)
+            span.set_attribute(GEN_AI_RESPONSE_MODEL, exportable_text(response_model))
         base = {**self._owner._attributes(self._provider, self._model, self._stage)[0], GEN_AI_OPERATION: self._operation}
         for key, value, token_type in (
             (GEN_AI_INPUT_TOKENS, input_tokens, "input"),

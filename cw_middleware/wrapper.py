@@ -12,10 +12,11 @@ run it.
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Optional
 
 from ._litellm import forwarding, forwarding_scope, mark_observed, original
-from .apis import API_OF, Api, Parsed, for_estimate
+from .apis import API_OF, Api, Parsed, Route, for_estimate
 from .call import OPTIONS, Call
 from .contract import CountMethod, Snapshot, WarningCode
 from .errors import TagError
@@ -26,6 +27,7 @@ from .rules import _tiktoken
 from .runtime import Runtime, get_runtime
 from .snapshot import build_snapshot
 from .stages import current_stage
+from .tool_rows import NO_TOOLS
 
 # ---------------------------------------------------------------- entry points
 
@@ -57,37 +59,66 @@ async def aresponses(*args: Any, **kwargs: Any) -> Any:
 def _forward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if forwarding():
         return original(name)(*args, **_without_options(kwargs))
+    return run_call(API_OF[name], args, kwargs, original(name), _observe)
+
+
+async def _aforward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if forwarding():
+        return await original(name)(*args, **_without_options(kwargs))
+    return await arun_call(API_OF[name], args, kwargs, original(name), _observe)
+
+
+def run_call(
+    api: Api,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    send: Callable[..., Any],
+    observe: Callable[[Call, Any], Any],
+    route: Optional[Route] = None,
+) -> Any:
+    """One observed call, whoever sends it: start it, ``send`` its clean request, ``observe`` what came back.
+
+    The LiteLLM entry points send through LiteLLM, the official clients' shells (clients/) through the
+    client's own method; either way the send runs inside `forwarding_scope`, so that anything it
+    reaches that we also observe (LiteLLM's own use of the ``openai`` client) is not a second call.
+    """
     with _tiktoken.calls_in_flight():
-        call = Call.start(API_OF[name], args, kwargs)
+        call = Call.start(api, args, kwargs, route)
         while True:
             try:
                 with forwarding_scope():
-                    response = original(name)(*call.args, **call.kwargs)
+                    response = send(*call.args, **call.kwargs)
                 break
             except BaseException as exc:
                 if call.drop_stream_usage(exc):
                     continue  # the endpoint refused the stream_options we added: once more, as the caller wrote it
                 call.fail(exc)
                 raise
-    return _observe(call, response)
+    return observe(call, response)
 
 
-async def _aforward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    if forwarding():
-        return await original(name)(*args, **_without_options(kwargs))
+async def arun_call(
+    api: Api,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    send: Callable[..., Awaitable[Any]],
+    observe: Callable[[Call, Any], Any],
+    route: Optional[Route] = None,
+) -> Any:
+    """`run_call` for a coroutine ``send``."""
     with _tiktoken.calls_in_flight():
-        call = Call.start(API_OF[name], args, kwargs)
+        call = Call.start(api, args, kwargs, route)
         while True:
             try:
                 with forwarding_scope():
-                    response = await original(name)(*call.args, **call.kwargs)
+                    response = await send(*call.args, **call.kwargs)
                 break
             except BaseException as exc:
                 if call.drop_stream_usage(exc):
                     continue
                 call.fail(exc)
                 raise
-    return _observe(call, response)
+    return observe(call, response)
 
 
 def _without_options(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -107,11 +138,12 @@ def estimate(*args: Any, **kwargs: Any) -> Snapshot:
     try:
         parsed, est = _local_estimate(runtime, for_estimate(args, kwargs), args, kwargs)
         by_source, model, codes = est.by_source, parsed.model, set(est.warnings) | parsed.warnings
+        tools = est.tools
     except TagError:
         raise
     except Exception as exc:  # noqa: BLE001
         runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
-        by_source, codes = {}, {WarningCode.ESTIMATE_FAILED}
+        by_source, codes, tools = {}, {WarningCode.ESTIMATE_FAILED}, NO_TOOLS
         model = kwargs.get("model", args[0] if args else "")
         model = model if isinstance(model, str) else ""
     meta, window_codes = runtime.model_facts.request_meta(
@@ -129,6 +161,8 @@ def estimate(*args: Any, **kwargs: Any) -> Snapshot:
         codes | window_codes,
         max_details=runtime.config.max_details,
         parts=runtime.parts,
+        tools=tools,
+        max_tools=runtime.config.max_tools,
     )
 
 

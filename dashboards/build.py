@@ -193,9 +193,10 @@ def panels() -> list[Any]:
         .span(12)
         .height(8)
     )
-    # Counters and histograms are shown as totals, not rates: with metric_run_labels every stage
+    # The failures and token-usage panels are totals, not rates: with metric_run_labels every stage
     # has series of its own, born at their first value, and rate() needs a rise after the first
-    # sample, so per-stage series would show nothing.
+    # sample, so per-stage series would show nothing. The snapshots panel above is the one rate,
+    # summed over all series by count method (it misses each series' first snapshot).
     failures = (
         timeseries.Panel()
         .title("Provider count failures")

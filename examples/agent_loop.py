@@ -1,13 +1,18 @@
 """An agent loop with a memory file, an MCP server's tools, a skill catalogue and an activated skill.
 
 Prints the context-window breakdown after every model call. No API key needed:
-LiteLLM's mock_response plays the model.
+LiteLLM's mock_response plays the model. Telemetry stays in the process unless
+CW_EXPORT says where to send it (the environment decides then: an argument to
+`cw.configure` would beat it):
 
     python examples/agent_loop.py [--model gpt-4o]
+    CW_EXPORT=file:$PWD/a.jsonl python examples/agent_loop.py
+    cw-middleware show example-run release@1 --backend file:$PWD/a.jsonl
 """
 
 import argparse
 import json
+import os
 
 import cw_middleware as cw
 from cw_middleware.render import render
@@ -40,7 +45,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="gpt-4o")
     model = parser.parse_args().model
-    cw.configure(export="none")
+    if os.environ.get("CW_EXPORT"):
+        cw.configure()  # CW_EXPORT (and OTEL_*) decide where the snapshots go
+    else:
+        cw.configure(export="none")  # nothing asked for: keep this example's telemetry to itself
 
     tools = [
         function("run_shell", "Run a shell command in the sandbox.", command="the command"),

@@ -5,7 +5,11 @@ Routes (shapes as the providers document them):
 * ``POST /v1/chat/completions``      OpenAI chat completions, JSON or SSE stream; usage with
                                      ``prompt_tokens_details.cached_tokens``; a terminal usage chunk
                                      only when ``stream_options.include_usage`` is set.
-* ``POST /v1/messages``              Anthropic messages (non-streamed), usage with cache reads/writes
+* ``POST /v1/messages``              Anthropic Messages, JSON or SSE stream (``message_start`` with the
+                                     input usage, content blocks, ``message_delta`` with the output usage
+                                     and, with ``delta_input``, the input again); usage with cache reads
+                                     and writes; with ``answer_tools``, a call to the request's first tool
+                                     until its conversation holds a ``tool_result``, then the answer
 * ``POST /v1/messages/count_tokens`` Anthropic           -> ``{"input_tokens": N}``
 * ``POST /v1beta/models/{m}:countTokens`` Gemini          -> ``{"totalTokens": N}``
 * ``POST /v1/responses/input_tokens`` OpenAI responses    -> ``{"object": "response.input_tokens", "input_tokens": N}``
@@ -55,6 +59,8 @@ class Route:
     # `reject_status` with an error naming the field.
     rejects: tuple[str, ...] = ()
     reject_status: int = 400
+    answer_tools: bool = False  # messages: call the first tool offered until a tool_result comes back
+    delta_input: bool = False  # messages streams: message_delta repeats the input usage (the current API)
 
 
 @dataclass
@@ -151,9 +157,10 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
                 time.sleep(route.delay)
             try:
                 if route.status != 200:
-                    return self._json(
-                        route.status, {"error": {"type": "invalid_request_error", "message": f"bad request: {CANARY}"}}
-                    )
+                    error = {"type": "invalid_request_error", "message": f"bad request: {CANARY}"}
+                    if route_name == MESSAGES:  # Anthropic's error shape
+                        return self._json(route.status, {"type": "error", "error": error})
+                    return self._json(route.status, {"error": error})
                 refused = [f for f in route.rejects if isinstance(body, dict) and f in body]
                 if refused:
                     message = f"Unrecognized request argument supplied: {refused[0]} {CANARY}"
@@ -204,24 +211,54 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
             }
 
         def _messages(self, route: Route, request: dict[str, Any]) -> None:
-            self._json(
-                200,
-                {
-                    "id": "msg_local123",
-                    "type": "message",
-                    "role": "assistant",
-                    "model": request.get("model", "claude"),
-                    "content": [{"type": "text", "text": route.reply}],
-                    "stop_reason": "end_turn",
-                    "stop_sequence": None,
-                    "usage": {
-                        "input_tokens": route.tokens,
-                        "cache_creation_input_tokens": route.cache_write_tokens,
-                        "cache_read_input_tokens": route.cached_tokens,
-                        "output_tokens": route.completion_tokens,
-                    },
-                },
-            )
+            usage = {
+                "input_tokens": route.tokens,
+                "cache_creation_input_tokens": route.cache_write_tokens,
+                "cache_read_input_tokens": route.cached_tokens,
+                "output_tokens": route.completion_tokens,
+            }
+            tools = [t for t in request.get("tools") or () if isinstance(t, dict) and "name" in t]
+            answered = "tool_result" in json.dumps(request.get("messages"))
+            if route.answer_tools and tools and not answered:
+                block: dict[str, Any] = {"type": "tool_use", "id": "toolu_local1", "name": tools[0]["name"], "input": {"q": "x"}}
+                stop = "tool_use"
+            else:
+                block, stop = {"type": "text", "text": route.reply}, "end_turn"
+            message = {
+                "id": "msg_local123",
+                "type": "message",
+                "role": "assistant",
+                "model": request.get("model", "claude"),
+                "content": [block],
+                "stop_reason": stop,
+                "stop_sequence": None,
+                "usage": usage,
+            }
+            if not request.get("stream"):
+                return self._json(200, message)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.end_headers()
+
+            def event(kind: str, **fields: Any) -> None:
+                self.wfile.write(f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n".encode())
+                self.wfile.flush()
+
+            started = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+            event("message_start", message=started)
+            if block["type"] == "text":
+                event("content_block_start", index=0, content_block={"type": "text", "text": ""})
+                event("ping")
+                for word in route.reply.split(" "):
+                    event("content_block_delta", index=0, delta={"type": "text_delta", "text": word + " "})
+            else:
+                event("content_block_start", index=0, content_block={**block, "input": {}})
+                partial = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+                event("content_block_delta", index=0, delta=partial)
+            event("content_block_stop", index=0)
+            final = dict(usage) if route.delta_input else {"output_tokens": route.completion_tokens}
+            event("message_delta", delta={"stop_reason": stop, "stop_sequence": None}, usage=final)
+            event("message_stop")
 
         def _responses(self, route: Route, request: dict[str, Any]) -> None:
             text = route.reply

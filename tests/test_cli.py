@@ -308,3 +308,31 @@ def test_serve_refuses_a_non_loopback_address_without_a_token_unless_told(tmp_pa
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_serve_without_a_telemetry_file_says_the_absolute_path_it_reads_and_that_it_does_not_exist_yet(tmp_path):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CW_", "OTEL_"))}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cw_middleware", "serve", "--port", "0"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stderr is not None
+        serving, note = process.stderr.readline(), process.stderr.readline()
+        assert "file:cw-telemetry.jsonl on http://" in serving
+        assert f"reading {tmp_path / 'cw-telemetry.jsonl'}: the file does not exist yet" in note
+    finally:
+        process.terminate()
+        process.wait(10)
+    (tmp_path / "cw-telemetry.jsonl").write_text("")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cw_middleware", "serve", "--port", "0"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stderr is not None
+        process.stderr.readline()
+        assert process.stderr.readline().strip() == f"reading {tmp_path / 'cw-telemetry.jsonl'}"
+    finally:
+        process.terminate()
+        process.wait(10)

@@ -65,3 +65,57 @@ def test_decoding_tolerates_what_backends_do_to_values():
     assert {b.category.value: b.tokens for b in back.breakdown}["tools"] == 300
     assert [w.code for w in back.warnings] == ["tool_source_inferred", "some_future_code"]
     assert back.generated_at.tzinfo is not None and back.generated_at <= datetime.now(UTC)
+
+
+def _rich_snapshot():
+    """A response-usage snapshot with every issue-21 part: tool rows, cached tokens, cost."""
+    import litellm
+
+    from cw_middleware.cost import prices_from
+    from cw_middleware.estimator import Estimator
+    from cw_middleware.snapshot import ResponseSide
+
+    tools = [
+        {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"name": "unused_one", "description": "Unused.", "parameters": {"type": "object"}}},
+    ]
+    call = {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+    messages = [
+        {"role": "system", "content": "Be careful. " * 50},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "text " * 200},
+    ]
+    est = Estimator().estimate("gpt-4o", messages, tools)
+    meta = RequestMeta("run-1", "plan@1", "openai", "gpt-4o", 128_000, prices_from(litellm.get_model_info("gpt-4o")))
+    return build_snapshot(
+        est.by_source,
+        meta,
+        CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN,
+        total=400,
+        tools=est.tools,
+        order=est.order,
+        response=ResponseSide({"read_file": 1}, cache_read=256),
+    )
+
+
+def test_tools_cost_and_cache_round_trip_with_their_names():
+    snap = _rich_snapshot()
+    assert snap.tools and snap.cost is not None and snap.cached_tokens == 256
+    attrs = snapshot_attributes(snap)
+    assert attrs["agent.context_window.tools.name"] == [t.name for t in snap.tools]
+    assert attrs["agent.context_window.tools.invocations"] == [t.invocations for t in snap.tools] == [2, 0]
+    assert attrs["agent.context_window.unused_tool_tokens"] == snap.unused_tool_tokens > 0
+    assert attrs["agent.context_window.cost.currency"] == "USD"
+    assert attrs["agent.context_window.cost.input"] == snap.cost.input_cost
+    assert attrs["agent.context_window.cost.system_prompt"] == snap.cost.by_category[Category.SYSTEM_PROMPT]
+    assert attrs["agent.context_window.cached_tokens"] == 256
+    assert attrs["agent.context_window.cached_tokens.system_prompt"] == snap.tokens("system_prompt")  # the prefix
+    assert not any(k.startswith("agent.context_window.tools.") for k in span_level(attrs))
+    back = window_from_attributes(attrs, "plan@1", Staleness.STORED)
+    assert (back.tools, back.cost, back.cached_tokens, back.breakdown) == (snap.tools, snap.cost, 256, snap.breakdown)
+    assert [u.name for u in back.unused_tools] == ["unused_one"]
+    # the in-process history keeps them too
+    from cw_middleware.snapshot import SnapshotParts, compact, expand
+
+    again = expand(compact(snap), SnapshotParts())
+    assert again == snap and again.model_dump() == snap.model_dump()

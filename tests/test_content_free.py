@@ -25,13 +25,16 @@ CANARIES = {
     "system": "CANARY-SYSTEM-7f3a",
     "memory": "CANARY-MEMORY-91bc",
     "schema": "CANARY-SCHEMA-22de",
-    "tool_name": "canary_tool_5e1f",
+    # A tool name the model calls without the request defining it: model output, never exported.
+    # (The names of the request's own tool definitions are exported since issue 21: TOOL_NAME.)
+    "undefined_tool_name": "canary_tool_5e1f",
     "arguments": "CANARY-ARGS-4c0d",
     "tool_result": "CANARY-RESULT-8a6b",
     "user": "CANARY-USER-3f9e",
     "error_body": "CANARY-ERRORBODY-0d2c",
 }
 RUN, STAGE = "run-canary", "agent@1"
+TOOL_NAME = "lookup"  # a defined tool: its name is a name, exported in the per-tool rows
 
 
 def _request() -> dict:
@@ -40,7 +43,7 @@ def _request() -> dict:
             {
                 "type": "function",
                 "function": {
-                    "name": CANARIES["tool_name"],
+                    "name": TOOL_NAME,
                     "description": f"does things {CANARIES['schema']}",
                     "parameters": {"type": "object", "properties": {"q": {"type": "string", "description": CANARIES["schema"]}}},
                 },
@@ -74,11 +77,17 @@ def _request() -> dict:
                 {
                     "id": "call_1",
                     "type": "function",
-                    "function": {"name": CANARIES["tool_name"], "arguments": json.dumps({"q": CANARIES["arguments"]})},
-                }
+                    "function": {"name": TOOL_NAME, "arguments": json.dumps({"q": CANARIES["arguments"]})},
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": CANARIES["undefined_tool_name"], "arguments": json.dumps({"q": CANARIES["arguments"]})},
+                },
             ],
         },
         {"role": "tool", "tool_call_id": "call_1", "content": f"result {CANARIES['tool_result']}"},
+        {"role": "tool", "tool_call_id": "call_2", "content": f"result {CANARIES['tool_result']}"},
     ]
     return {"messages": messages, "tools": tools}
 
@@ -139,6 +148,9 @@ def test_file_export_and_every_answer_is_content_free(tmp_path, capsys, cw_logs)
     reader = cw.reader(backend)
     answer = reader.context_window(RUN, STAGE)
     assert answer.available and answer.count_method.value == "response_usage_scaled_breakdown"
+    # the defined tool's row is there, its results under its name; the undefined one's under plain "tool"
+    assert [(t.name, t.invocations) for t in answer.tools if t.name == TOOL_NAME] == [(TOOL_NAME, 1)]
+    assert {d.source for d in answer.details} >= {f"tool:{TOOL_NAME}", "tool"}
     _assert_clean(answer.model_dump_json(), "the library answer")
     for argv in (["show", RUN, STAGE], ["show", RUN, STAGE, "--json"], ["stages", RUN], ["stages", RUN, "--json"]):
         assert cli.main([*argv, "--backend", backend]) == 0

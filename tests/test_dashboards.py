@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonschema
 import pytest
 import yaml
-from servers import require_binary
+from servers import free_port, require_binary
 from servers.agent_metrics import RUN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,3 +191,107 @@ def test_prometheus_loads_the_rules_and_raises_the_alerts(agent_metrics):
     assert sorted(r["name"] for r in rules) == sorted(_rules()) and {r["health"] for r in rules} == {"ok"}
     assert alerts["ContextWindowExceeded"] == "firing" and alerts["ProviderCountFailuresRising"] == "firing"
     assert alerts["ContextWindowAbove80Percent"] == "pending" and alerts["ContextWindowAbove95Percent"] in ("pending", "firing")
+
+
+# ---------------------------------------------------------------- inhibition (dashboards/alertmanager.yml)
+
+ALERTMANAGER = ROOT / "dashboards" / "alertmanager.yml"
+CONTEXT_ALERTS = ("ContextWindowExceeded", "ContextWindowAbove95Percent", "ContextWindowAbove80Percent")
+
+
+def test_amtool_accepts_the_alertmanager_config():
+    amtool = require_binary("amtool", "apt-get install -y --no-install-recommends prometheus-alertmanager")
+    done = subprocess.run([amtool, "check-config", str(ALERTMANAGER)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 inhibit rules" in done.stdout
+
+
+def test_the_inhibition_rules_name_the_alerts_and_the_labels_they_group_by():
+    rules = _rules()
+    grouped_by = {
+        name: set(re.search(r"max by \(([^)]*)\)", rules[name]["expr"])[1].replace(" ", "").split(",")) for name in CONTEXT_ALERTS
+    }
+    for rule in yaml.safe_load(ALERTMANAGER.read_text())["inhibit_rules"]:
+        assert set(rule["equal"]) == grouped_by["ContextWindowExceeded"] == grouped_by["ContextWindowAbove80Percent"]
+        for matcher in rule["source_matchers"] + rule["target_matchers"]:
+            pattern = matcher.split("=", 1)[1].lstrip("~").strip('"')
+            assert any(re.fullmatch(pattern, name) for name in CONTEXT_ALERTS), matcher
+
+
+@pytest.mark.system
+def test_a_real_alertmanager_holds_back_the_weaker_alerts_of_an_overfull_stage(tmp_path):
+    binary = require_binary("prometheus-alertmanager", "apt-get install -y --no-install-recommends prometheus-alertmanager")
+    port = free_port()
+    log = open(tmp_path / "alertmanager.log", "wb")
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={ALERTMANAGER}",
+            f"--storage.path={tmp_path}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}/api/v2"
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}/-/ready", process)
+        stage = {"service_name": "agents", "gen_ai_provider_name": "openai", "gen_ai_request_model": "gpt-4o"}
+        full = {**stage, "agent_run_id": "run-1", "agent_stage_id": "exceeded@1"}
+        hot = {**stage, "agent_run_id": "run-1", "agent_stage_id": "hot@1"}
+        alerts = [{"labels": {"alertname": name, **full}} for name in CONTEXT_ALERTS]
+        alerts += [{"labels": {"alertname": name, **hot}} for name in CONTEXT_ALERTS[1:]]
+        assert httpx.post(f"{url}/alerts", json=alerts, timeout=10).status_code == 200
+        deadline = time.monotonic() + 20
+        while True:
+            state = {
+                (a["labels"]["alertname"], a["labels"]["agent_stage_id"]): a["status"]["state"]
+                for a in httpx.get(f"{url}/alerts", timeout=10).json()
+            }
+            if len(state) == 5 and list(state.values()).count("suppressed") == 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert state == {
+            ("ContextWindowExceeded", "exceeded@1"): "active",
+            ("ContextWindowAbove95Percent", "exceeded@1"): "suppressed",
+            ("ContextWindowAbove80Percent", "exceeded@1"): "suppressed",
+            ("ContextWindowAbove95Percent", "hot@1"): "active",  # another stage: nothing above it fires
+            ("ContextWindowAbove80Percent", "hot@1"): "suppressed",
+        }
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        log.close()
+
+
+def _wait_ready(ready: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "alertmanager exited"
+        try:
+            if httpx.get(ready, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("alertmanager was not ready in 20 s")
+
+
+def test_the_documented_panel_table_says_which_panels_are_rates():
+    from docs_blocks import documents
+
+    rows: dict[str, str] = {}
+    for path in documents():
+        text = path.read_text(encoding="utf-8")
+        if "| panel | shows |" in text:
+            table = text.split("| panel | shows |", 1)[1].split("\n\n", 1)[0]
+            rows.update(re.findall(r"^\| ([^|]+?) \| (.+) \|$", table, flags=re.M))
+    assert rows, "no document lists the dashboard's panels"
+    for panel in _dashboard()["panels"]:
+        title = panel["title"].split(" (click")[0]
+        shows = rows[title]
+        if any("rate(" in target["expr"] for target in panel["targets"]):
+            assert "a rate" in shows, title
+        elif any(word in panel["title"].lower() for word in ("failures", "per call")):
+            assert "a total" in shows, title

@@ -8,6 +8,8 @@ PUBLIC = {
     "segment", "message", "tool", "ToolSource",
     # zero-code adoption: frameworks and the Router, stages across thread pools
     "instrument", "uninstrument", "bind",
+    # the official openai / anthropic clients, observed without patching
+    "wrap",
     # configuration and telemetry
     "configure", "flush", "Config", "ProviderCountPolicy",
     # the contract
@@ -39,4 +41,11 @@ def test_contract_enum_values_are_pinned():
     assert set(cw.StageContextWindow.model_fields) == {
         "stage_id", "available", "unavailable_reason", "provider", "model", "context_window_tokens", "input_tokens",
         "usage_percent", "count_method", "staleness", "generated_at", "event_seq", "breakdown", "warnings", "details",
+        # issue 21: which tool, unused definitions
+        "tools", "unused_tools", "unused_tool_tokens",
+        # issue 21: what the input costs, what the provider served from its cache
+        "cost", "cached_tokens",
+    }  # fmt: skip
+    assert set(cw.contract.ToolItem.model_fields) >= {
+        "name", "category", "source", "definition_tokens", "result_tokens", "invocations",
     }  # fmt: skip

@@ -109,3 +109,41 @@ def test_the_encodings_read_from_litellms_files_are_tiktokens_own(tmp_path):
     for name, facts in report.items():
         assert facts["same_tokens"] and facts["same_pattern"] and facts["same_specials"] and facts["n_vocab"], name
         assert Path(facts["ours_from"]).parent == folder, name
+
+
+_FRAMEWORK_FIRST = (
+    _NO_NETWORK
+    + """
+import json
+import litellm  # a framework imports LiteLLM before cw_middleware
+import cw_middleware as cw
+cw.instrument()
+print(json.dumps({"attempts": attempts}))
+"""
+)
+
+
+@pytest.mark.system  # LiteLLM's retries sleep ~7 s before it falls back: the stall itself, on purpose
+def test_a_framework_importing_litellm_first_reaches_for_the_network_unless_the_documented_variable_is_set(tmp_path):
+    from docs_blocks import block, run, workdir
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CW_", "OTEL_", "LITELLM_"))}
+    done = subprocess.run([sys.executable, "-c", _FRAMEWORK_FIRST], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1])["attempts"], "LiteLLM fetched nothing: the documented stall has no cause"
+    # The frameworks section's block: its variable, then the same imports, with nothing attempted.
+    documented = block("frameworks-offline")
+    assert "export LITELLM_LOCAL_MODEL_COST_MAP=True" in documented.code
+    fixed = subprocess.run(
+        [sys.executable, "-c", _FRAMEWORK_FIRST],
+        env={**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+    assert json.loads(fixed.stdout.splitlines()[-1])["attempts"] == []
+    # And the block itself runs as written.
+    ran = run(documented, workdir(tmp_path))
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert "cost map fetch" not in ran.stderr

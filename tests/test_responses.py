@@ -37,7 +37,13 @@ def test_estimate_takes_responses_arguments(runtime):
     tools = [cw.tool(TOOL, source=cw.ToolSource.mcp("github"))]
     snap = cw.estimate(model="openai/gpt-4o", input=items, tools=tools)
     by = {(d.category.value, d.source) for d in snap.details}
-    assert {("memory", "AGENTS.md"), ("mcp_tools", "mcp:github"), ("conversation", "tool"), ("conversation", "assistant")} <= by
+    # the function_call_output's tokens carry the tool that produced it, matched through its call_id
+    assert {
+        ("memory", "AGENTS.md"),
+        ("mcp_tools", "mcp:github"),
+        ("conversation", "tool:search"),
+        ("conversation", "assistant"),
+    } <= by
     # the same request written for Chat Completions counts its messages and tools alike
     chat = cw.estimate(
         model="openai/gpt-4o",
@@ -58,6 +64,11 @@ def test_estimate_takes_responses_arguments(runtime):
         ],
     )
     assert snap.tokens("memory") == chat.tokens("memory") and snap.tokens("mcp_tools") == chat.tokens("mcp_tools")
+    # the per-tool row: its definition, its result (function_call_output / tool message), one call
+    (row,) = snap.tools
+    assert (row.name, row.category.value, row.source, row.invocations) == ("search", "mcp_tools", "mcp:github", 1)
+    assert row.result_tokens == next(d.tokens for d in snap.details if d.source == "tool:search") > 0
+    assert [(t.name, t.invocations, t.result_tokens > 0) for t in chat.tools] == [("search", 1, True)]
 
 
 # ---------------------------------------------------------------- over HTTP: a local Responses API server

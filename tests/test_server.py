@@ -198,3 +198,47 @@ def test_a_server_bound_to_every_address_answers_to_ip_addresses_but_not_to_name
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_openapi_document_lists_every_route_itself_and_the_page_files_included(serve):
+    from cw_middleware.server import ROUTES
+
+    status, doc, _ = _get(serve().url + "/openapi.json")
+    assert status == 200
+    assert sorted(doc["paths"]) == sorted(route.pattern for route in ROUTES)
+    assert {"/openapi.json", "/static/{name}", "/favicon.ico"} <= set(doc["paths"])
+
+
+def _wire(url: str, path: str) -> tuple[bytes, bytes]:
+    """The response head as the server wrote it (http.client would strip the values), and the body."""
+    import socket
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    with socket.create_connection((where.hostname, where.port), timeout=10) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {where.netloc}\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head, body
+
+
+def test_the_server_header_is_our_name_without_a_trailing_space(serve):
+    head, _ = _wire(serve().url, "/healthz")
+    (server,) = [line for line in head.split(b"\r\n") if line.lower().startswith(b"server:")]
+    assert server == b"Server: cw-middleware"
+
+
+def test_the_page_has_an_icon_served_without_the_token(serve):
+    import xml.etree.ElementTree as ET
+
+    server = serve(token="t0k")
+    head, page = _wire(server.url, "/")
+    assert b" 200 " in head.split(b"\r\n")[0]
+    assert b'<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in page
+    head, icon = _wire(server.url, "/static/favicon.svg")
+    assert b" 200 " in head.split(b"\r\n")[0] and b"Content-Type: image/svg+xml" in head
+    assert ET.fromstring(icon).tag == "{http://www.w3.org/2000/svg}svg"
+    head, same = _wire(server.url, "/favicon.ico")  # where a browser asks when it has not read the page
+    assert b" 200 " in head.split(b"\r\n")[0] and same == icon

@@ -1,4 +1,4 @@
-"""API adapters: what one LiteLLM API's requests and responses look like, one module per API.
+"""API adapters: what one wire format's requests and responses look like, one module per format.
 
 A call's lifecycle (``call.Call``) is the same for every entry point: read
 the request, estimate it locally, strip the tags, forward it, read the usage.
@@ -13,7 +13,8 @@ What differs between Chat Completions and the Responses API sits behind `Api`:
                     stream event.
 
 A new LiteLLM entry point is one adapter here plus two thin shells (sync, async)
-in ``wrapper.py``; `API_OF` says which adapter serves which LiteLLM function.
+in ``wrapper.py``; `API_OF` says which adapter serves which LiteLLM function. The official
+clients (``clients/``) speak the same formats, plus Anthropic Messages (messages.py).
 """
 
 from __future__ import annotations
@@ -21,11 +22,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .base import NOTHING, Api, Forward, Parsed, Reading, Usage
+from .base import NOTHING, Api, Forward, Parsed, Reading, Route, Usage
 from .chat import CHAT
+from .messages import MESSAGES
 from .responses import RESPONSES
 
-__all__ = ["API_OF", "CHAT", "NOTHING", "RESPONSES", "Api", "Forward", "Parsed", "Reading", "Usage", "for_estimate"]
+__all__ = [
+    "API_OF",
+    "CHAT",
+    "MESSAGES",
+    "NOTHING",
+    "RESPONSES",
+    "Api",
+    "Forward",
+    "Parsed",
+    "Reading",
+    "Route",
+    "Usage",
+    "for_estimate",
+]
 
 # LiteLLM function name -> the adapter of the API it speaks.
 API_OF: dict[str, Api] = {"completion": CHAT, "acompletion": CHAT, "responses": RESPONSES, "aresponses": RESPONSES}

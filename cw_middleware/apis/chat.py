@@ -68,10 +68,12 @@ class ChatCompletions:
         estimate: Optional[Estimate],
         provider: Optional[str],
         stream_usage: bool = True,
+        endpoint: Optional[Mapping[str, Any]] = None,
     ) -> Forward:
         out = Forward(args, kwargs)
         _strip(out, parsed, estimate)
-        if stream_usage and kwargs.get("stream") and kwargs.get("stream_options") is None and asks_stream_usage(provider, kwargs):
+        where = kwargs if endpoint is None else endpoint
+        if stream_usage and kwargs.get("stream") and kwargs.get("stream_options") is None and asks_stream_usage(provider, where):
             kwargs["stream_options"] = {"include_usage": True}
             out.hide_usage = True  # the caller did not ask for it: keep their stream as it was
         return out
@@ -85,13 +87,15 @@ class ChatCompletions:
         return request
 
     def read(self, obj: Any) -> Reading:
-        """A ModelResponse or a stream chunk: its usage block (when set) and response model."""
+        """A ModelResponse or a stream chunk: its usage block (when set), response model and tool calls."""
         usage = getattr(obj, "usage", None)
         model = getattr(obj, "model", None)
         model = model if isinstance(model, str) else None
+        choices = getattr(obj, "choices", None)
+        calls = _tool_calls(choices) if choices else ()
         if usage is None:
-            return Reading(None, model) if model else NOTHING
-        usage_only = _carries_nothing_else(getattr(obj, "choices", None))
+            return Reading(None, model, tool_calls=calls) if model or calls else NOTHING
+        usage_only = _carries_nothing_else(choices)
         try:
             details = getattr(usage, "prompt_tokens_details", None)
             numbers = Usage(
@@ -101,8 +105,8 @@ class ChatCompletions:
                 usage_cache_prefix_tokens(usage),
             )
         except Exception:  # noqa: BLE001 - an odd usage block: the chunk is still recognised as usage-only
-            return Reading(None, model, usage_only, unreadable=True)
-        return Reading(numbers, model, usage_only)
+            return Reading(None, model, usage_only, unreadable=True, tool_calls=calls)
+        return Reading(numbers, model, usage_only, tool_calls=calls)
 
 
 Endpoint = tuple[str, str, str]  # (provider, api_base, api_version)
@@ -173,6 +177,26 @@ def refused_stream_usage(exc: BaseException) -> bool:
 
 def remember_refusal(provider: Optional[str], kwargs: Mapping[str, Any]) -> None:
     refusing_endpoints().add(_endpoint(provider, kwargs))
+
+
+def _tool_calls(choices: Any) -> tuple[str, ...]:
+    """The tool names a response's (or a chunk's) choices call; a stream names a call in its first delta only."""
+    names: list[str] = []
+    try:
+        for choice in choices:
+            message = getattr(choice, "message", None) or getattr(choice, "delta", None)
+            calls = getattr(message, "tool_calls", None)
+            for call in calls or ():
+                name = getattr(getattr(call, "function", None), "name", None)
+                if isinstance(name, str) and name:
+                    names.append(name)
+            legacy = getattr(message, "function_call", None)
+            name = getattr(legacy, "name", None)
+            if isinstance(name, str) and name:
+                names.append(name)
+    except Exception:  # noqa: BLE001 - an odd response shape: no calls seen, the call goes on
+        return tuple(names)
+    return tuple(names)
 
 
 def _carries_nothing_else(choices: Any) -> bool:

@@ -217,6 +217,7 @@ class Responses:
         estimate: Optional[Estimate],
         provider: Optional[str],
         stream_usage: bool = True,
+        endpoint: Optional[Mapping[str, Any]] = None,
     ) -> Forward:
         out = Forward(args, kwargs)
         items = kwargs.get("input", args[0] if args else None)
@@ -263,8 +264,9 @@ class Responses:
         usage = _get(obj, "usage")
         model = _get(obj, "model")
         model = model if isinstance(model, str) else None
+        calls = _output_calls(_get(obj, "output"))
         if usage is None:
-            return Reading(None, model) if model else NOTHING
+            return Reading(None, model, tool_calls=calls) if model or calls else NOTHING
         input_tokens = _get(usage, "input_tokens")
         cached = _get(_get(usage, "input_tokens_details"), "cached_tokens")
         return Reading(
@@ -274,6 +276,7 @@ class Responses:
                 cached if isinstance(cached, int) else None,
             ),
             model,
+            tool_calls=calls,
         )
 
 
@@ -337,6 +340,19 @@ def _as_dict(obj: Any) -> Any:
         except Exception:  # noqa: BLE001 - an odd object: not countable, LiteLLM's to judge
             return {}
     return {}
+
+
+def _output_calls(output: Any) -> tuple[str, ...]:
+    """The tool names a response's output items call (``function_call``, ``custom_tool_call``)."""
+    if not isinstance(output, (list, tuple)):
+        return ()
+    names = []
+    for item in output:
+        if _get(item, "type") in _CALL_TYPES:
+            name = _get(item, "name")
+            if isinstance(name, str) and name:
+                names.append(name)
+    return tuple(names)
 
 
 def _get(obj: Any, key: str) -> Any:

@@ -2,7 +2,8 @@
 
 Thin per-signal shells over one sink (as the SDK's own JSON file exporter puts one file
 behind per-signal classes). A batch that cannot be encoded is warned about (rate-limited)
-and reported as FAILURE to the SDK's processor; nothing raises into its worker.
+and reported as FAILURE to the SDK's processor; nothing raises into its worker. The encoders'
+own log lines are held back (`inside_export`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .encode import encode_logs_json, encode_metrics_json, encode_spans_json
-from .health import warn
+from .health import inside_export, warn
 from .sink import JsonLinesFile
 
 
@@ -25,7 +26,8 @@ class OtlpJsonFileSpanExporter(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
-            line = encode_spans_json(spans)
+            with inside_export():
+                line = encode_spans_json(spans)
         except Exception as exc:  # noqa: BLE001 - never into the SDK's worker, never into the app
             warn("encode", f"cw_middleware: could not encode spans ({type(exc).__name__})")
             return SpanExportResult.FAILURE
@@ -45,7 +47,8 @@ class OtlpJsonFileMetricExporter(MetricExporter):
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         try:
-            line = encode_metrics_json(metrics_data)
+            with inside_export():
+                line = encode_metrics_json(metrics_data)
         except Exception as exc:  # noqa: BLE001
             warn("encode", f"cw_middleware: could not encode metrics ({type(exc).__name__})")
             return MetricExportResult.FAILURE
@@ -65,7 +68,8 @@ def file_log_exporter(sink: JsonLinesFile) -> Any:
     class OtlpJsonFileLogExporter(LogRecordExporter):
         def export(self, batch: Sequence[Any]) -> LogRecordExportResult:
             try:
-                line = encode_logs_json(batch)
+                with inside_export():
+                    line = encode_logs_json(batch)
             except Exception as exc:  # noqa: BLE001
                 warn("encode", f"cw_middleware: could not encode log events ({type(exc).__name__})")
                 return LogRecordExportResult.FAILURE

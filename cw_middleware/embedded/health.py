@@ -3,8 +3,9 @@
 A destination that fails (a dead or erroring collector, a full disk, a path that cannot be
 written, a FIFO nobody reads) or does not answer gets one warning from cw when it starts
 failing and an info line when it works again (`Health`). The OTLP exporters' own retry and
-failure lines, logged while cw's exporters run (`inside_export`), go to the
-``cw_middleware.export`` logger at DEBUG instead (`ExporterLogs`). Nothing here raises.
+failure lines, and the OTLP encoders' (an attribute they cannot encode), logged while cw's
+exporters run (`inside_export`), go to the ``cw_middleware.export`` logger at DEBUG instead
+(`ExporterLogs`). Nothing here raises.
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ def inside_export() -> Iterator[None]:
 
 
 _ALWAYS_HELD = ("opentelemetry.exporter.otlp.common.http",)  # the HTTP exporters' shared client
+# The OTLP encoders every exporter of cw's uses (the file's and the network's): an attribute they
+# cannot encode costs a traceback per export otherwise.
+_ENCODER = "opentelemetry.exporter.otlp.proto.common._internal"
+_ENCODERS = (_ENCODER, f"{_ENCODER}.trace_encoder", f"{_ENCODER}.metrics_encoder", f"{_ENCODER}._log_encoder")
 
 
 class ExporterLogs(logging.Filter):
@@ -108,11 +113,14 @@ class ExporterLogs(logging.Filter):
             _debug.debug("%s %s: %s", record.levelname, record.name, record.getMessage())
         return False
 
-    def hold(self, exporters: Iterable[Any]) -> Hold:
-        """Put the filter on the loggers of these exporters' modules until the returned hold is released."""
+    def hold(self, exporters: Iterable[Any], encoders: bool = False) -> Hold:
+        """Put the filter on the loggers of these exporters' modules (and, with ``encoders``, of the OTLP
+        encoders) until the returned hold is released."""
         modules = {cls.__module__ for e in exporters for cls in type(e).__mro__}
         names = sorted(
-            {m for m in modules if m.startswith("opentelemetry.exporter.")} | (set(_ALWAYS_HELD) if modules else set())
+            {m for m in modules if m.startswith("opentelemetry.exporter.")}
+            | (set(_ALWAYS_HELD) if modules else set())
+            | (set(_ENCODERS) if encoders else set())
         )
         with self._lock:
             for name in names:

@@ -59,7 +59,9 @@ class Pipeline:
         if config.export == "otlp" and (span_exporter is None or wants_export_metrics or config.log_events):
             otlp_spans, otlp_metrics, where = otlp_exporters(config)
             self.health = Health(where, f"cannot export telemetry to {where}")
-        self._holds: list[Hold] = [exporter_logs.hold(e for e in (otlp_spans, otlp_metrics) if e is not None)]
+        self._holds: list[Hold] = [
+            exporter_logs.hold((e for e in (otlp_spans, otlp_metrics) if e is not None), encoders=config.export != "none")
+        ]
 
         self.span_processor = self._span_processor(span_exporter, otlp_spans)
         self._sdk_tracer: Optional[TracerProvider] = None

@@ -3,11 +3,14 @@
 ``export="file:PATH"`` appends OTLP JSON lines to PATH, one export batch a line, the format
 of the OpenTelemetry file exporter spec and of the Collector's ``file`` exporter, so one
 reader serves both. A write that fails is the file's `Health` (said once), never an error.
+A write cut short (SIGKILL, a full disk) leaves a fragment with no line end: the next line
+written after it starts a line of its own, so only the fragment is lost (`JsonLinesFile`).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import threading
 
 from .health import Health
@@ -24,6 +27,11 @@ class JsonLinesFile:
     blocking its exporter forever; writes then block as usual (a FIFO whose reader
     stalls, a hung network mount: flush and exit are bounded by the pipeline's workers).
     A forked child's copy writes nothing: it has a file of its own (`Pipeline.for_child`).
+
+    Before this process's first write and after a failed one, the file's last byte is read:
+    when it is not a line end (another process died mid-write, a disk filled up mid-line),
+    the write starts with one, so the fragment stays a damaged line of its own and the next
+    line is whole instead of glued onto it.
     """
 
     def __init__(self, path: str) -> None:
@@ -31,6 +39,7 @@ class JsonLinesFile:
         self.health = Health(path, f"cannot write telemetry to {path}")
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._ends_whole = False  # the file is known to end with a line end: after a write of ours that succeeded
 
     def append(self, line: bytes) -> bool:
         """Write ``line`` (one or more whole lines) at the end of the file; False when it could not be written."""
@@ -45,9 +54,13 @@ class JsonLinesFile:
                 try:
                     if _NONBLOCK:
                         os.set_blocking(fd, True)
+                    if not self._ends_whole and _ends_in_fragment(self.path, fd):
+                        line = b"\n" + line
+                    self._ends_whole = False  # until this write has gone through whole
                     view = memoryview(line)
                     while view:  # a pipe may take part of a line at a time
                         view = view[os.write(fd, view) :]
+                    self._ends_whole = True
                 finally:
                     os.close(fd)
         except OSError as exc:
@@ -55,3 +68,21 @@ class JsonLinesFile:
             return False
         self.health.succeeded()
         return True
+
+
+def _ends_in_fragment(path: str, fd: int) -> bool:
+    """Whether the regular file open as ``fd`` (write-only) ends with bytes after its last line end."""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+            return False  # a FIFO, a device: nothing to read back; an empty file: nothing to end
+        reader = os.open(path, os.O_RDONLY | _NONBLOCK)
+        try:
+            same = os.fstat(reader)
+            if (same.st_dev, same.st_ino) != (st.st_dev, st.st_ino):
+                return False  # rotated meanwhile: the new file is another's to check
+            return os.pread(reader, 1, same.st_size - 1) not in (b"\n", b"")
+        finally:
+            os.close(reader)
+    except OSError:
+        return False  # unreadable (a write-only file): append as before

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from ..worker import Worker
 from .encode import encode_spans_json
-from .health import warn
+from .health import inside_export, warn
 from .records import Origins, Record, compact, readable
 from .sink import JsonLinesFile
 
@@ -110,7 +110,7 @@ class CompactSpanProcessor(SpanProcessor):
     def _export(self) -> bool:
         """Write everything queued, a span a line; False when a line could not be encoded or written."""
         ok = True
-        with self._export_lock:
+        with self._export_lock, inside_export():  # the encoder's own log lines are held back
             while self._queue:
                 lines = []
                 for _ in range(min(self._batch_size, len(self._queue))):

@@ -105,7 +105,13 @@ def export_order(spans: Iterable[Span]) -> list[Span]:
 
 # Array attributes of the contract. Stores built on Jaeger's span model (Elasticsearch,
 # OpenSearch, Cassandra, Badger) keep arrays as their JSON text.
-ARRAY_KEYS = (codec.ATTR_WARNINGS, codec.ATTR_DETAIL_CATEGORIES, codec.ATTR_DETAIL_SOURCES, codec.ATTR_DETAIL_TOKENS)
+ARRAY_KEYS = (
+    codec.ATTR_WARNINGS,
+    codec.ATTR_DETAIL_CATEGORIES,
+    codec.ATTR_DETAIL_SOURCES,
+    codec.ATTR_DETAIL_TOKENS,
+    *codec.TOOL_ARRAYS,
+)
 
 
 def restore_arrays(span: Span) -> Span:

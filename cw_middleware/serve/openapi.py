@@ -182,6 +182,39 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {"200": {"description": "the page", "content": {"text/html": {}}}},
                 }
             },
+            "/static/{name}": {
+                "get": {
+                    "operationId": "pageFile",
+                    "summary": "One of the live page's files (its script, style sheet and icon), shipped in the package",
+                    "security": [{}],
+                    "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+                    "responses": {
+                        "200": {
+                            "description": "the file",
+                            "content": {"text/javascript": {}, "text/css": {}, "image/svg+xml": {}},
+                        },
+                        "404": _json_error("no such file"),
+                    },
+                }
+            },
+            "/favicon.ico": {
+                "get": {
+                    "operationId": "favicon",
+                    "summary": "The page's icon (the SVG of /static/favicon.svg, for clients that ask here)",
+                    "security": [{}],
+                    "responses": {"200": {"description": "the icon", "content": {"image/svg+xml": {}}}},
+                }
+            },
+            "/openapi.json": {
+                "get": {
+                    "operationId": "openapi",
+                    "summary": "This document: the OpenAPI 3.1 description of every route",
+                    "responses": {
+                        "200": {"description": "this document", "content": {"application/json": {}}},
+                        "401": errors["401"],
+                    },
+                }
+            },
             "/healthz": {
                 "get": {
                     "operationId": "health",

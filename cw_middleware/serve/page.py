@@ -1,4 +1,4 @@
-"""The live page: ``GET /`` (the runs), ``GET /runs/{run_id}`` (one run), ``GET /static/{name}``.
+"""The live page: ``GET /`` (the runs), ``GET /runs/{run_id}`` (one run), ``GET /static/{name}``, ``GET /favicon.ico``.
 
 Plain HTML, CSS and JavaScript shipped in the package (``static/``, package data), no
 build step and nothing fetched from elsewhere: the Content-Security-Policy allows
@@ -60,8 +60,14 @@ def _static(ex: Exchange, params: list[str]) -> None:
     _send(ex, params[0])
 
 
+def _favicon(ex: Exchange, _: list[str]) -> None:
+    """The icon where a client asks without reading the page's ``<link rel="icon">`` (a JSON answer opened in a tab)."""
+    _send(ex, "favicon.svg")
+
+
 ROUTES = [
     Route("/", _index, auth=False),
     Route("/runs/{run_id}", _index, auth=False),
     Route("/static/{name}", _static, auth=False),
+    Route("/favicon.ico", _favicon, auth=False),
 ]

@@ -67,3 +67,59 @@ def test_a_fifo_nobody_reads_fails_at_once_instead_of_blocking(tmp_path):
     writer.join(30)  # a hang guard, not a time bound: a blocking open would never return
     assert answers == [False]
     assert sink.health.failing
+
+
+def test_a_torn_last_line_costs_only_itself_not_the_next_writers_first_line(tmp_path):
+    # A writer killed mid-line (or a full disk) left a fragment: no line end after it.
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"resourceSpans":[0]}\n{"resourceSpans":[{"torn')
+    sink = JsonLinesFile(str(path))  # the next process's sink: its first write
+    assert sink.append(b'{"resourceSpans":[1]}\n')
+    assert sink.append(b'{"resourceSpans":[2]}\n')
+    assert path.read_bytes().decode().splitlines() == [
+        '{"resourceSpans":[0]}',
+        '{"resourceSpans":[{"torn',  # only the fragment is lost
+        '{"resourceSpans":[1]}',
+        '{"resourceSpans":[2]}',
+    ]
+
+
+def test_a_file_that_ends_whole_gets_no_extra_line_end(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"resourceSpans":[0]}\n')
+    assert JsonLinesFile(str(path)).append(b'{"resourceSpans":[1]}\n')
+    assert JsonLinesFile(str(tmp_path / "new.jsonl")).append(b'{"resourceSpans":[2]}\n')
+    assert path.read_bytes() == b'{"resourceSpans":[0]}\n{"resourceSpans":[1]}\n'
+    assert (tmp_path / "new.jsonl").read_bytes() == b'{"resourceSpans":[2]}\n'
+
+
+_CUT_SHORT = r"""
+import resource, signal, sys
+from cw_middleware.embedded.sink import JsonLinesFile
+path = sys.argv[1]
+sink = JsonLinesFile(path)
+assert sink.append(b'{"resourceSpans":[1]}\n')
+# The disk fills up mid-line: the file may grow 10 bytes more, a longer write is cut short (EFBIG).
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (len(open(path, "rb").read()) + 10, hard))
+print(sink.append(b'{"resourceSpans":[{"name":"cut short"}]}\n'))
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # space again
+print(sink.append(b'{"resourceSpans":[3]}\n'))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="RLIMIT_FSIZE is POSIX")
+def test_after_a_write_cut_short_the_next_line_starts_a_line_of_its_own(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.jsonl"
+    proc = subprocess.run([sys.executable, "-c", _CUT_SHORT, str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["False", "True"]
+    assert path.read_bytes().decode().splitlines() == [
+        '{"resourceSpans":[1]}',
+        '{"resource',  # the 10 bytes the full disk took
+        '{"resourceSpans":[3]}',
+    ]

@@ -1,0 +1,312 @@
+"""Anthropic Messages (the ``anthropic`` client's ``messages.create`` / ``messages.stream``): blocks, tools, usage.
+
+The estimator reads chat-shaped requests, and the Anthropic counting rules were calibrated on them
+(LiteLLM's Anthropic path: OpenAI-style messages that LiteLLM turns into Messages). So a native
+request is read as the chat request LiteLLM would have turned into it, and counts the same:
+
+* ``system`` (a string, or text blocks with their ``cache_control``) is a system message ahead of
+  the turns;
+* a user or assistant message with plain text is its own message (the same dict: no copy); with
+  blocks, it is read (`message_as_chat`) as: a tool message per ``tool_result`` block (its
+  ``tool_use_id`` and content), then the rest of the turn, whose ``tool_use`` blocks become
+  ``tool_calls`` (arguments as JSON), ``text`` blocks text parts and images or documents non-text
+  parts (never guessed: response usage gives them what the local count missed). ``thinking``
+  blocks are not counted, as on the LiteLLM path;
+* ``tools`` with ``input_schema`` are function tools with those ``parameters``; server tools (web
+  search, code execution, ...) raise ``provider_tool_not_estimated``; ``tool_choice`` keeps
+  Anthropic's spelling (the rules read it); ``thinking`` and ``output_config.format`` count as on
+  the LiteLLM path.
+
+``cache_control`` stays on the blocks the estimator reads, so a breakpoint marks the same prefix and
+the response's cache read + write reconciles it in two groups (`reconcile.reconcile_with_prefix`).
+
+Usage: ``input_tokens`` + ``cache_creation_input_tokens`` + ``cache_read_input_tokens`` is what the
+context held; a stream reports it on ``message_start`` and its output (and, lately, the input
+again) on ``message_delta``, merged by the call (`Usage.over`).
+
+Tags: `cw.message` dicts and `cw.segment` blocks work in ``messages`` and ``system`` (a segment is a
+text block), `cw.tool` on tool definitions; a ``cw.message("tool", ..., tool_call_id=ID)`` becomes
+the user turn with that ``tool_result``. Before the request goes out, every tag is removed, nested
+ones (in a ``tool_result``'s content) included; untagged messages are passed on untouched.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Optional
+
+from ..contract import WarningCode
+from ..reconcile import usage_cache_prefix_tokens, usage_input_tokens
+from ..tags import TAG_KEY, strip_messages, strip_part, strip_tools
+from .base import NOTHING, Forward, Parsed, Reading, Usage
+
+if TYPE_CHECKING:
+    from ..estimator import Estimate
+
+_SYSTEM = {"role": "system"}
+_TEXT = "text"
+_NOT_COUNTED = frozenset({"thinking", "redacted_thinking"})
+_TOOL_KEYS = ("name", "description", "input_schema", "strict")
+_STREAM_START, _STREAM_DELTA = "message_start", "message_delta"
+_INPUT_FIELDS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+# ---------------------------------------------------------------- reading a request
+
+
+def message_as_chat(message: dict[str, Any]) -> Any:
+    """One entry of ``messages`` as the chat message(s) the estimator counts (see the module docstring)."""
+    content = message.get("content")
+    if not isinstance(content, (list, tuple)) or message.get("role") not in ("user", "assistant"):
+        return message  # a string turn, a system head, a cw.message("tool", ...): chat-shaped already
+    if all(_kind(block) not in ("tool_use", "tool_result", *_NOT_COUNTED) for block in content):
+        return message  # text, images, documents: content parts as chat reads them
+    tag = message.get(TAG_KEY)
+    out: list[dict[str, Any]] = []
+    parts: list[Any] = []
+    calls: list[dict[str, Any]] = []
+    for block in content:
+        kind = _kind(block)
+        if kind == "tool_result":
+            result = {"role": "tool", "tool_call_id": block.get("tool_use_id", ""), "content": block.get("content")}
+            own = block.get(TAG_KEY, tag)
+            if own is not None:
+                result[TAG_KEY] = own
+            out.append(result)
+        elif kind == "tool_use":
+            arguments = block.get("input", {})
+            calls.append(
+                {
+                    "id": block.get("id", ""),
+                    "type": "function",
+                    "function": {"name": block.get("name", ""), "arguments": _json(arguments)},
+                }
+            )
+        elif kind not in _NOT_COUNTED:
+            parts.append(block)
+    if parts or calls:
+        turn: dict[str, Any] = {"role": message["role"], "content": parts or None}
+        if calls:
+            turn["tool_calls"] = calls
+        if tag is not None:
+            turn[TAG_KEY] = tag
+        out.append(turn)
+    return out
+
+
+def _kind(block: Any) -> Any:
+    return block.get("type", _TEXT) if isinstance(block, Mapping) else _TEXT
+
+
+def _system_head(system: Any) -> list[dict[str, Any]]:
+    if isinstance(system, str):
+        return [{**_SYSTEM, "content": system}] if system else []
+    if isinstance(system, (list, tuple)) and system:
+        return [{**_SYSTEM, "content": list(system)}]
+    return []
+
+
+def _tools(tools: Sequence[Any], warnings: set[WarningCode]) -> list[Any]:
+    """Client tools as chat function tools (tag and ``cache_control`` kept on the tool); server tools left out."""
+    out = []
+    for tool in tools:
+        if not isinstance(tool, Mapping):
+            continue
+        if tool.get("type") not in (None, "custom") or "input_schema" not in tool:
+            warnings.add(WarningCode.PROVIDER_TOOL_NOT_ESTIMATED)
+            continue
+        function = {"name": tool.get("name", "")}
+        if tool.get("description"):
+            function["description"] = tool["description"]
+        function["parameters"] = tool["input_schema"]
+        if "strict" in tool:
+            function["strict"] = tool["strict"]
+        chat: dict[str, Any] = {"type": "function", "function": function}
+        for key in (TAG_KEY, "cache_control"):
+            if key in tool:
+                chat[key] = tool[key]
+        out.append(chat)
+    return out
+
+
+def _response_format(output_config: Any, output_format: Any) -> Any:
+    fmt = output_config.get("format") if isinstance(output_config, Mapping) else None
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), Mapping):
+        return {"type": "json_schema", "json_schema": {"schema": fmt["schema"]}}
+    schema = getattr(output_format, "model_json_schema", None)
+    if isinstance(output_format, type) and callable(schema):  # messages.stream(output_format=SomeModel)
+        return {"type": "json_schema", "json_schema": {"schema": schema()}}
+    return None
+
+
+# ---------------------------------------------------------------- the adapter
+
+
+class Messages:
+    # GenAI semantic conventions: "chat" (Anthropic Messages is a chat API).
+    operation = "chat"
+
+    def parse(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Parsed:
+        model = kwargs.get("model")
+        messages = kwargs.get("messages")
+        head = _system_head(kwargs.get("system"))
+        items = list(messages) if isinstance(messages, (list, tuple)) else []
+        warnings: set[WarningCode] = set()
+        tools = kwargs.get("tools")
+        options = {
+            "tools": _tools(tools, warnings) if isinstance(tools, (list, tuple)) and tools else None,
+            "tool_choice": kwargs.get("tool_choice"),
+            "response_format": _response_format(kwargs.get("output_config"), kwargs.get("output_format")),
+            "custom_llm_provider": "anthropic",
+            "read_message": message_as_chat,
+            "thinking": kwargs.get("thinking"),
+        }
+        listed = [*head, *items] if head or type(messages) is not list else messages
+        origins = range(-len(head), len(items))  # negative: the system head, not an entry of messages
+        return Parsed(str(model or ""), listed, options, "chat", origins, frozenset(warnings))
+
+    def forward(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        parsed: Parsed,
+        estimate: Optional[Estimate],
+        provider: Optional[str],
+        stream_usage: bool = True,
+        endpoint: Optional[Mapping[str, Any]] = None,
+    ) -> Forward:
+        out = Forward(args, kwargs)
+        messages = kwargs.get("messages")
+        if isinstance(messages, (list, tuple)):
+            clean = strip_messages(messages, _tagged_messages(parsed, estimate, messages), _clean_message)
+            if clean is not messages:
+                kwargs["messages"] = clean
+        system = kwargs.get("system")
+        if isinstance(system, (list, tuple)) and any(_tagged(block) for block in system):
+            kwargs["system"] = [strip_part(block) for block in system]
+        tools = kwargs.get("tools")
+        clean_tools = strip_tools(tools)
+        if clean_tools is not tools:
+            kwargs["tools"] = clean_tools
+        return out  # a Messages stream always reports its usage (message_start, message_delta)
+
+    def count_request(self, forward: Forward, model: str) -> dict[str, Any]:
+        """The clean request as Anthropic's count endpoint takes it (``anthropic``), with its chat shape."""
+        kwargs = forward.kwargs
+        body = {k: kwargs[k] for k in ("messages", "system", "tools", "tool_choice", "thinking") if kwargs.get(k) is not None}
+        return {"model": model, "messages": [], "anthropic": body}
+
+    def read(self, obj: Any) -> Reading:
+        """A Message, or a stream event: ``message_start`` (input) and ``message_delta`` (output) carry usage."""
+        fields = getattr(obj, "__dict__", None)
+        kind = fields.get("type") if isinstance(fields, dict) else _get(obj, "type")
+        if kind == _STREAM_START:
+            obj = _get(obj, "message")
+        elif kind == _STREAM_DELTA:
+            return Reading(_delta_usage(_get(obj, "usage")))
+        elif kind != "message":
+            return NOTHING
+        usage = _get(obj, "usage")
+        model = _get(obj, "model")
+        model = model if isinstance(model, str) else None
+        if usage is None:
+            return Reading(None, model) if model else NOTHING
+        return Reading(_usage(usage), model)
+
+
+MESSAGES = Messages()
+
+
+def _usage(usage: Any) -> Usage:
+    read = _get(usage, "cache_read_input_tokens")
+    return Usage(
+        usage_input_tokens(usage),
+        _get(usage, "output_tokens"),
+        read if isinstance(read, int) else None,
+        usage_cache_prefix_tokens(usage),
+    )
+
+
+def _delta_usage(usage: Any) -> Optional[Usage]:
+    """``message_delta``'s usage: the output, and the input only where it reports all three input fields."""
+    if usage is None:
+        return None
+    whole = all(
+        isinstance(_get(usage, k), int) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+    if whole:
+        return _usage(usage)
+    return Usage(None, _get(usage, "output_tokens"))
+
+
+# ---------------------------------------------------------------- tags out
+
+
+def _tagged_messages(parsed: Parsed, estimate: Optional[Estimate], messages: Sequence[Any]) -> list[int]:
+    """Indexes of the entries of ``messages`` that carry a tag: from the estimate when there is one, else all checked."""
+    origins = parsed.origins
+    if estimate is None or origins is None or len(origins) != len(parsed.messages):
+        return [i for i, message in enumerate(messages) if _tagged(message)]
+    return sorted({o for i in estimate.tagged_messages if (o := origins[i]) >= 0 and _tagged(messages[o])})
+
+
+def _tagged(item: Any) -> bool:
+    """A message or block that carries a tag: on itself, on a block, or on a block inside a tool_result."""
+    if not isinstance(item, Mapping):
+        return False
+    if TAG_KEY in item:
+        return True
+    content = item.get("content")
+    return isinstance(content, (list, tuple)) and any(_tagged(block) for block in content)
+
+
+def _clean_message(message: Any) -> Any:
+    if not isinstance(message, Mapping):
+        return message
+    if message.get("role") in ("tool", "function") and "tool_call_id" in message:  # cw.message("tool", ...)
+        result = {
+            "type": "tool_result",
+            "tool_use_id": message["tool_call_id"],
+            "content": _clean_content(message.get("content")),
+        }
+        return {"role": "user", "content": [result]}
+    clean = {k: v for k, v in message.items() if k != TAG_KEY}
+    if "content" in clean:
+        clean["content"] = _clean_content(clean["content"])
+    return clean
+
+
+def _clean_content(content: Any) -> Any:
+    if not isinstance(content, (list, tuple)):
+        return content
+    return [_clean_block(block) for block in content]
+
+
+def _clean_block(block: Any) -> Any:
+    if not isinstance(block, Mapping) or not _tagged(block):
+        return block
+    clean = {k: v for k, v in block.items() if k != TAG_KEY}
+    if isinstance(clean.get("content"), (list, tuple)):
+        clean["content"] = _clean_content(clean["content"])
+    return clean
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _get(obj: Any, key: str) -> Any:
+    if obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def _json(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)

@@ -1,0 +1,104 @@
+"""Which categories the provider served from its prompt cache: the cached prefix, attributed in request order.
+
+A response says how many input tokens came from the cache (OpenAI's and Gemini's implicit
+prefix caching, Anthropic's breakpoints), never which ones. Every one of these caches a
+*prefix* of the prompt, so the cached tokens are the first ones in the order the provider
+reads the request: the tool definitions, then the messages in order, then the request's own
+framing. `cached_by_category` walks the request backwards from its end (`RequestOrder`: what
+is new in a turn sits at the end, so the walk is as short as the uncached part) until the
+uncached tokens are covered; everything before that point is cached. Local counts give the
+positions; the result is scaled to the reported number exactly, never more in a category than
+the category holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .contract import CATEGORIES, Category
+from .tool_rows import rekeyed
+
+if TYPE_CHECKING:
+    from .message_count import MessageCount
+
+SourceKey = tuple[Category, str]
+
+
+@dataclass(frozen=True)
+class RequestOrder:
+    """A request's local parts in the order the provider reads them, walked from the end.
+
+    ``counts[:n]`` are the conversation's messages (the estimator's list: it only ever grows
+    past ``n``, so the first ``n`` stay this request's); ``rekey`` gives a message's entries as
+    the estimate keyed them (a defined tool's results under their own source).
+    """
+
+    head: tuple[tuple[SourceKey, int], ...]  # tool definitions and their framing
+    counts: Sequence[MessageCount]
+    n: int
+    tail: tuple[tuple[SourceKey, int], ...]  # the request's framing, response format, thinking
+    defined: frozenset[str] = frozenset()
+
+    def backwards(self) -> Iterator[tuple[SourceKey, int]]:
+        yield from reversed(self.tail)
+        for index in range(self.n - 1, -1, -1):
+            count = self.counts[index]
+            yield from reversed(rekeyed(count.entries, count.tool, self.defined))
+        yield from reversed(self.head)
+
+
+def cached_by_category(
+    order: RequestOrder, local: Mapping[SourceKey, int], final: Mapping[Category, int], cached: int
+) -> dict[Category, int]:
+    """The first ``cached`` tokens of the request (of ``sum(final)``) by category; sums to ``cached`` (capped).
+
+    The walk runs in the snapshot's numbers: each local part counts as its category was rescaled
+    (``final`` over the category's local sum), so a category the prefix covers whole is cached whole.
+    """
+    total = sum(final.values())
+    cached = max(0, min(cached, total))
+    out = dict.fromkeys(CATEGORIES, 0)
+    if not cached:
+        return out
+    local_sum: dict[Category, int] = {}
+    for (category, _), tokens in local.items():
+        local_sum[category] = local_sum.get(category, 0) + tokens
+    ratio = {c: final.get(c, 0) / n for c, n in local_sum.items() if n > 0}
+    uncached = dict.fromkeys(CATEGORIES, 0.0)
+    left = float(total - cached)
+    if left > 0:
+        for (category, _), tokens in order.backwards():
+            take = min(tokens * ratio.get(category, 0.0), left)
+            uncached[category] += take
+            left -= take
+            if left <= 1e-9:
+                break
+    if left > 1e-9:  # parts no local count saw (unseen content, unattributed): they end the prompt as well
+        for category in reversed(CATEGORIES):
+            take = min(final.get(category, 0) - uncached[category], left)
+            if take > 0:
+                uncached[category] += take
+                left -= take
+    shares = {c: max(0.0, final.get(c, 0) - uncached[c]) for c in CATEGORIES}
+    floors = {c: min(int(v), final.get(c, 0)) for c, v in shares.items()}
+    rest = cached - sum(floors.values())
+    for category in sorted(CATEGORIES, key=lambda c: shares[c] - floors[c], reverse=True):
+        if rest <= 0:
+            break
+        if floors[category] < final.get(category, 0):
+            floors[category] += 1
+            rest -= 1
+    out.update(floors)
+    return _filled(out, final, rest) if rest > 0 else out
+
+
+def _filled(share: dict[Category, int], final: Mapping[Category, int], rest: int) -> dict[Category, int]:
+    """What rounding left over goes to the earliest categories with room."""
+    for category in CATEGORIES:
+        room = final.get(category, 0) - share[category]
+        moved = max(0, min(room, rest))
+        share[category] += moved
+        rest -= moved
+    return share

@@ -1,0 +1,137 @@
+"""A forked child's SIGTERM exports its telemetry first (issue 20 item 8), and changes nothing else.
+
+``with multiprocessing.Pool() as pool:`` ends with ``terminate()``: SIGTERM to every worker,
+which skips exit hooks, so the spans a worker had queued were lost. Now, in a forked child
+where SIGTERM's handler is still the default, cw's handler exports, then ends the process as
+SIGTERM would have. Each test runs Python processes of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cw_middleware as cw
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.skipif(not hasattr(os, "fork") or not hasattr(signal, "SIGTERM"), reason="os.fork and SIGTERM are POSIX"),
+]
+
+
+def _env(path: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "CW_EXPORT": f"file:{path}", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+
+
+def test_every_call_of_pool_workers_ended_by_terminate_is_read_back(tmp_path):
+    path = tmp_path / "telemetry.jsonl"
+    workers, calls = 4, 48
+    with open(tmp_path / "stderr.txt", "w") as errors:
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "tests" / "pool_terminate.py"), str(path), str(workers), str(calls)],
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            timeout=180,
+            env=_env(path),
+        )
+    assert proc.returncode == 0, (tmp_path / "stderr.txt").read_text()[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["calls"] == calls
+    assert set(report["exit_codes"]) <= {0, -signal.SIGTERM}  # ended by the exit hook or by SIGTERM, as before
+    reader = cw.reader(f"file:{path}")
+    stages = {s.stage_id for s in reader.stages("pool")}
+    assert stages == {f"s{i}" for i in range(calls)}
+    missing = [i for i in range(calls) if reader.context_window("pool", f"s{i}").count_method is None]
+    assert missing == []
+
+
+_RULES = r"""
+import json, os, signal, sys
+import cw_middleware as cw
+
+def child_handler():
+    pid = os.fork()
+    if pid == 0:
+        os.write(w, type(signal.getsignal(signal.SIGTERM)).__name__.encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return os.read(r, 100).decode()
+
+r, w = os.pipe()
+out = {"parent_default": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL}
+out["child_of_default"] = child_handler()
+mine = lambda signum, frame: None
+signal.signal(signal.SIGTERM, mine)
+out["child_of_own_handler"] = child_handler()
+out["parent_after"] = signal.getsignal(signal.SIGTERM) is mine
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+out["child_of_ignored"] = child_handler()
+print(json.dumps(out))
+"""
+
+
+def test_the_handler_goes_only_where_sigterm_was_the_default_and_never_into_the_parent(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", _RULES], capture_output=True, text=True, timeout=120, env=_env(tmp_path / "t"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
+        "parent_default": True,  # importing cw changes nothing in the process itself
+        "child_of_default": "Handler",
+        "child_of_own_handler": "function",  # the application's, inherited: never replaced
+        "parent_after": True,
+        "child_of_ignored": "Handlers",
+    }
+
+
+_CHILD = r"""
+import os, signal, sys
+import litellm
+import cw_middleware as cw
+from cw_middleware.embedded import sink
+mode = sys.argv[1]
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    if mode == "during-exit":
+        # The exit hook is writing the child's spans when SIGTERM comes (a Pool worker given its
+        # sentinel, then terminate()): the write must finish, then the process ends by SIGTERM.
+        append = sink.JsonLinesFile.append
+        def append_after_sigterm(self, line):
+            if not getattr(self, "signalled", False):
+                self.signalled = True
+                os.kill(os.getpid(), signal.SIGTERM)
+                import time
+                time.sleep(0.3)  # the handler runs meanwhile, on the main thread
+            return append(self, line)
+        sink.JsonLinesFile.append = append_after_sigterm
+    with cw.stage("terminated", mode):
+        cw.completion(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], mock_response="ok")
+    os.write(w, b"called")
+    if mode == "during-exit":
+        sys.exit(0)  # the exit hook runs, and is interrupted
+    signal.pause()  # waits for the parent's SIGTERM, as an idle Pool worker waits for its next task
+os.close(w)
+assert os.read(r, 10) == b"called"
+if sys.argv[1] == "idle":
+    os.kill(pid, signal.SIGTERM)
+_, status = os.waitpid(pid, 0)
+print(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM)
+"""
+
+
+@pytest.mark.parametrize("mode", ["idle", "during-exit"])
+def test_a_child_ended_by_sigterm_exports_first_and_still_ends_by_sigterm(tmp_path, mode):
+    path = tmp_path / "telemetry.jsonl"
+    proc = subprocess.run([sys.executable, "-c", _CHILD, mode], capture_output=True, text=True, timeout=120, env=_env(path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["True"]  # killed by SIGTERM, as without cw
+    window = cw.reader(f"file:{path}").context_window("terminated", mode)
+    assert window.available and window.count_method is not None
