@@ -47,7 +47,9 @@ def test_dead_collector_neither_blocks_nor_raises(monkeypatch, caplog, protocol)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
     with embedded_runtime(export="otlp", otlp_protocol=protocol, export_interval_ms=50) as rt:
-        inner = rt.pipeline.span_processor._batch_processor._exporter._inner  # type: ignore[attr-defined]
+        processor = rt.pipeline.span_processor
+        # opentelemetry-sdk 1.35 moved the exporter into a shared batch processor.
+        inner = getattr(processor, "_batch_processor", processor)._exporter._inner  # type: ignore[attr-defined]
         assert ("grpc" in type(inner).__module__) == (protocol == "grpc")
         _calls(1)  # warm caches (model map, tokenizer) before timing
         elapsed = _calls(5)
@@ -97,7 +99,7 @@ class _StuckExporter(SpanExporter):
         self.release.set()
 
 
-def test_full_queue_drops_instead_of_blocking(tmp_path, caplog):
+def test_full_queue_drops_instead_of_blocking(tmp_path):
     stuck = _StuckExporter()
     with embedded_runtime(export=f"file:{tmp_path / 't.jsonl'}", export_queue_size=4, export_interval_ms=10, span_exporter=stuck):
         _calls(1)
@@ -106,7 +108,8 @@ def test_full_queue_drops_instead_of_blocking(tmp_path, caplog):
         assert elapsed < 3.0
         stuck.release.set()
     assert 0 < stuck.exported < 40  # some went out, the overflow was dropped
-    assert any("Queue full" in r.getMessage() or "dropping" in r.getMessage().lower() for r in caplog.records)
+    # Whether the SDK says so itself depends on its version (1.30 and 1.40 on log a line, 1.35-1.39 say nothing):
+    # the count above is the proof.
 
 
 def test_configure_leaves_the_applications_provider_alone(monkeypatch, tmp_path):

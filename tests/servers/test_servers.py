@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from servers import free_port, require_prometheus_extra
 
-from servers import free_port
+require_prometheus_extra()  # prometheus_client comes with it; skips the module (fails it under CW_CI=1)
+from prometheus_client import CollectorRegistry, Gauge, start_http_server  # noqa: E402
 
 
 def _alive(pid: int) -> bool:
