@@ -166,7 +166,8 @@ def test_a_busy_port_logs_once_and_the_call_proceeds(caplog):
 def test_the_applications_own_providers_are_never_given_a_port(monkeypatch, caplog):
     from cw_middleware import _setup
 
-    monkeypatch.setattr(_setup, "_app_has_providers", lambda: True)
+    monkeypatch.setattr(_setup, "_global_tracer_provider", TracerProvider)  # as if the application had set both
+    monkeypatch.setattr(_setup, "_global_meter_provider", MeterProvider)
     monkeypatch.setattr(prometheus_client, "start_http_server", lambda *a, **k: pytest.fail("port opened"))
     with caplog.at_level(logging.WARNING, logger="cw_middleware"):
         runtime = cw.configure(metrics=f"prometheus:{free_port()}", tracer_provider=None)
