@@ -52,6 +52,7 @@ class Patches:
         self.originals: dict[str, Callable[..., Any]] = {}  # name -> the function to forward to
         # name -> (what was there before, our shell); an entry stays while a patch on top of ours keeps it in use.
         self.installed: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}
+        self.swaps: list[Any] = []  # module globals bound before instrument(), now our shells (`bound.Swap`)
 
     def after_fork_in_child(self) -> None:
         self.lock = threading.Lock()

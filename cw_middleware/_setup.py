@@ -1,15 +1,16 @@
 """Which telemetry providers a new Runtime gets (`runtime.configure()` asks here).
 
-In order of preference: the ones passed in; the ones the application already
-installed globally (never replaced silently); otherwise the embedded pipeline of
-``embedded.py`` for ``export="file:..."`` or ``"otlp"`` (and for a scrape endpoint,
-``metrics="prometheus:HOST:PORT"``); ``export="none"`` without one uses
-the OpenTelemetry API's no-op providers.
+For each signal (spans with their snapshot events; metrics), in order of preference: the
+provider passed to configure(); the one the application installed globally (never replaced
+silently); otherwise the embedded pipeline of ``embedded/`` for ``export="file:..."`` or
+``"otlp"`` (metrics also for a scrape endpoint, ``metrics="prometheus:HOST:PORT"``);
+``export="none"`` without one uses the OpenTelemetry API's no-op providers. So a provider
+given for one signal leaves the other to ``export``, not to nothing.
 
 Two choices made elsewhere decide where telemetry goes, and each is said once per
-process, with no content, as a warning: an application that installed its own
-providers receives the snapshots (the ``export`` setting is then not installed),
-and ``OTEL_SDK_DISABLED=true``, the user's explicit OpenTelemetry opt-out, is
+process, with no content, as a warning: providers of the application's (passed for one
+signal only, or set globally) receive their signal, and the message names where each
+signal goes; and ``OTEL_SDK_DISABLED=true``, the user's explicit OpenTelemetry opt-out, is
 honoured (nothing is exported; ``cw.snapshots()`` and ``cw.estimate()`` still work).
 
 The embedded pipeline (and with it the OpenTelemetry SDK, ~40 ms) is imported with the
@@ -55,11 +56,20 @@ class Providers:
     for_child: Optional[Callable[[], Providers]] = None  # after os.fork(): the child's own embedded pipeline
 
 
-def _app_has_providers() -> bool:
-    # The API's proxies stand in until an SDK provider is set globally.
+def _global_tracer_provider() -> Optional[trace.TracerProvider]:
+    """The application's global TracerProvider, or None while the API's proxy stands in."""
     tp = trace.get_tracer_provider()
+    return None if isinstance(tp, trace.ProxyTracerProvider) else tp
+
+
+def _global_meter_provider() -> Optional[metrics.MeterProvider]:
+    """The application's global MeterProvider, or None while the API's proxy (or its no-op) stands in."""
     mp = metrics.get_meter_provider()
-    return not isinstance(tp, trace.ProxyTracerProvider) or type(mp).__name__ not in ("_ProxyMeterProvider", "NoOpMeterProvider")
+    return None if type(mp).__name__ in ("_ProxyMeterProvider", "NoOpMeterProvider") else mp
+
+
+def _app_has_providers() -> bool:
+    return _global_tracer_provider() is not None or _global_meter_provider() is not None
 
 
 def choose_providers(
@@ -68,45 +78,85 @@ def choose_providers(
     meter_provider: Optional[metrics.MeterProvider] = None,
     logger_provider: Any = None,
 ) -> Providers:
-    if tracer_provider is not None or meter_provider is not None:
+    if tracer_provider is not None and meter_provider is not None:
         return Providers(tracer_provider, meter_provider, logger_provider)  # the caller's, as given
-    if cfg.export == "none" and cfg.metrics_endpoint is None:
-        return Providers(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), logger_provider)
-    if cfg.sdk_disabled:
-        PROCESS.part(_SaidOnce).warning(
-            "sdk-disabled",
-            f"cw_middleware: OTEL_SDK_DISABLED=true switches OpenTelemetry off, so no snapshots are exported "
-            f"(export={cfg.export}{f', metrics={cfg.metrics}' if cfg.metrics_endpoint is not None else ''} is not installed); "
-            "cw.snapshots() and cw.estimate() still work. Unset it to export.",
-        )
-        return Providers(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), logger_provider)
-    if _app_has_providers():
-        # The application owns telemetry: emit into its providers, never replace them.
-        tp, mp = trace.get_tracer_provider(), metrics.get_meter_provider()
-        PROCESS.part(_SaidOnce).warning(
-            "app-providers",
-            f"cw_middleware: the application installed its own TracerProvider ({_type_name(tp)}) / MeterProvider "
-            f"({_type_name(mp)}): snapshots go to its exporters, export={cfg.export} is not installed; "
-            "read them back from that backend",
-        )
-        if cfg.metrics_endpoint is not None:
-            logger.warning(
-                "cw_middleware: the application has its own MeterProvider, so metrics=%s opens no endpoint; "
-                "add a PrometheusMetricReader to that provider instead",
-                cfg.metrics,
+    if tracer_provider is None and meter_provider is None and not _app_has_providers():
+        if cfg.export == "none" and cfg.metrics_endpoint is None:
+            return Providers(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), logger_provider)
+        if cfg.sdk_disabled:
+            PROCESS.part(_SaidOnce).warning(
+                "sdk-disabled",
+                f"cw_middleware: OTEL_SDK_DISABLED=true switches OpenTelemetry off, so no snapshots are exported "
+                f"(export={cfg.export}{f', metrics={cfg.metrics}' if cfg.metrics_endpoint is not None else ''} is not "
+                "installed); cw.snapshots() and cw.estimate() still work. Unset it to export.",
             )
-        return Providers(None, None, logger_provider)
-    return _embedded(install_embedded(cfg), logger_provider)
+            return Providers(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), logger_provider)
+        return _mixed(install_embedded(cfg), None, None, logger_provider)
+    return _with_the_applications(cfg, tracer_provider, meter_provider, logger_provider)
 
 
-def _embedded(pipeline: Any, logger_provider: Any) -> Providers:
+def _with_the_applications(
+    cfg: Config,
+    tracer_provider: Optional[trace.TracerProvider],
+    meter_provider: Optional[metrics.MeterProvider],
+    logger_provider: Any,
+) -> Providers:
+    """Some providers are the application's (passed to configure(), or set globally); ``export`` fills in a missing side.
+
+    Spans (and with them the snapshot events) go to the application's TracerProvider if it has
+    one, else where ``export`` sends them; metrics likewise (or to ``metrics=prometheus:...``'s
+    endpoint). A side that neither covers goes nowhere. Where each signal goes is said once
+    per process, as a warning: a provider passed for one signal must not silently lose the other.
+    """
+    tp = tracer_provider if tracer_provider is not None else _global_tracer_provider()
+    mp = meter_provider if meter_provider is not None else _global_meter_provider()
+    said = PROCESS.part(_SaidOnce)
+    if mp is not None and cfg.metrics_endpoint is not None:
+        said.warning(
+            "endpoint-with-app-meter",
+            f"cw_middleware: the application has its own MeterProvider, so metrics={cfg.metrics} opens no endpoint; "
+            "add a PrometheusMetricReader to that provider instead",
+        )
+    off = "OTEL_SDK_DISABLED=true" if cfg.sdk_disabled else None
+    fill_spans = tp is None and off is None and cfg.export != "none"
+    fill_metrics = mp is None and off is None and (cfg.metrics_endpoint is not None or "none" not in (cfg.export, cfg.metrics))
+    ours = "cw's own pipeline"
+    if tp is not None:
+        spans_to = _whose(tp, given=tracer_provider is not None, kind="TracerProvider")
+    else:
+        spans_to = f"export={cfg.export} ({ours})" if fill_spans else f"nowhere ({off or 'export=none'})"
+    if mp is not None:
+        metrics_to = _whose(mp, given=meter_provider is not None, kind="MeterProvider")
+    elif fill_metrics:
+        metrics_to = (f"metrics={cfg.metrics}" if cfg.metrics_endpoint is not None else f"export={cfg.export}") + f" ({ours})"
+    else:
+        metrics_to = f"nowhere ({off or ('metrics=none' if cfg.metrics == 'none' else 'export=none')})"
+    unused = "" if fill_spans or fill_metrics or cfg.export == "none" else f"; export={cfg.export} is not installed"
+    message = f"cw_middleware: snapshots (spans) go to {spans_to}, metrics to {metrics_to}{unused}"
+    said.warning(message, message + ("; read them back from that backend" if tp is not None else ""))
+    if not (fill_spans or fill_metrics):
+        return Providers(
+            tp if tp is not None else trace.NoOpTracerProvider(),
+            mp if mp is not None else metrics.NoOpMeterProvider(),
+            logger_provider,
+        )
+    return _mixed(install_embedded(cfg), tp, mp, logger_provider)
+
+
+def _whose(provider: object, given: bool, kind: str) -> str:
+    whose = f"the {kind} passed to configure()" if given else f"the application's own {kind}"
+    return f"{whose} ({_type_name(provider)})"
+
+
+def _mixed(pipeline: Any, tp: Any, mp: Any, logger_provider: Any) -> Providers:
+    """The embedded pipeline's providers where the application has none of its own (``tp``, ``mp``: None)."""
     return Providers(
-        pipeline.tracer_provider,
-        pipeline.meter_provider,
+        tp if tp is not None else pipeline.tracer_provider,
+        mp if mp is not None else pipeline.meter_provider,
         logger_provider or pipeline.logger_provider,
         pipeline.flush,
         pipeline.shutdown,
-        lambda: _embedded(pipeline.for_child(), logger_provider),
+        lambda: _mixed(pipeline.for_child(), tp, mp, logger_provider),
     )
 
 

@@ -12,7 +12,7 @@ import litellm
 import pytest
 from embedded_helpers import embedded_runtime, exported_to
 from http_servers import OpenAIStub, OtlpReceiver, running
-from servers import free_port
+from servers import free_port, require_prometheus_extra
 from stubs import TraceStore, serving
 from stubs.jaeger import JaegerStub
 from stubs.tempo import TempoStub
@@ -187,6 +187,7 @@ def test_every_backend_and_every_readers_answer_is_content_free(
     tmp_path, cw_logs, phoenix_server, prometheus_server, victoria_metrics_server
 ):
     """The same scenario into a real Phoenix, Prometheus and VictoriaMetrics, and the Jaeger/Tempo stubs."""
+    require_prometheus_extra()
     port = free_port()
     metrics_servers = [prometheus_server([f"127.0.0.1:{port}"]), victoria_metrics_server([f"127.0.0.1:{port}"])]
     path = str(tmp_path / "t.jsonl")

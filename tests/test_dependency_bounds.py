@@ -1,8 +1,10 @@
 """The dependency ranges pyproject.toml declares are the ones CI tests at both ends.
 
-The low end: requirements-lowest.in pins the lowest version of each direct dependency, and .ci/run runs
-the fast tier on its lock. This keeps the two files in step, so a bound cannot be raised or lowered in
-one place only. The high end is requirements-dev.lock, which README's test command installs.
+The low end: requirements-lowest.in pins the lowest version of each runtime dependency, and .ci/lowest
+runs the fast tier on its lock; requirements-lowest-prometheus.in pins the Prometheus extra's lowest (with
+the SDK it asks for), and .ci/lowest runs the Prometheus suites on that. This keeps the files in step, so
+a bound cannot be raised or lowered in one place only. The high end is requirements-dev.lock, which
+README's test command installs.
 """
 
 from __future__ import annotations
@@ -17,16 +19,21 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
 def _declared() -> dict[str, Requirement]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    runtime = [Requirement(r) for r in project["dependencies"]]
-    extras = [Requirement(r) for r in project["optional-dependencies"]["prometheus"]]
-    return {r.name: r for r in runtime + extras}
+    return {r.name: r for r in map(Requirement, _project()["dependencies"])}
 
 
-def _lowest_pins() -> dict[str, str]:
+def _prometheus_extra() -> dict[str, Requirement]:
+    return {r.name: r for r in map(Requirement, _project()["optional-dependencies"]["prometheus"])}
+
+
+def _lowest_pins(name: str = "requirements-lowest.in") -> dict[str, str]:
     pins = {}
-    for line in (ROOT / "requirements-lowest.in").read_text().splitlines():
+    for line in (ROOT / name).read_text().splitlines():
         match = re.match(r"^([A-Za-z0-9_.-]+)==([^\s#]+)", line)
         if match:
             pins[match.group(1).lower()] = match.group(2)
@@ -40,7 +47,7 @@ def _lower_bound(requirement: Requirement) -> Version:
 
 
 def test_no_runtime_dependency_is_pinned_to_one_version() -> None:
-    for requirement in _declared().values():
+    for requirement in [*_declared().values(), *_prometheus_extra().values()]:
         assert not any(spec.operator in ("==", "===", "~=") for spec in requirement.specifier), requirement
 
 
@@ -67,4 +74,29 @@ def test_each_pinned_lowest_version_is_the_declared_lower_bound() -> None:
             assert locked, f"{name} is not in requirements-lowest.lock"
             assert _lower_bound(requirement) == Version(locked.group(1)), (
                 f"{name}: bound {requirement}, lowest lock {locked.group(1)}"
+            )
+
+
+def test_the_prometheus_extra_is_pinned_at_its_lower_bound_beside_the_rest_at_theirs() -> None:
+    declared, extra = _declared(), _prometheus_extra()
+    pins = _lowest_pins("requirements-lowest-prometheus.in")
+    for name, requirement in extra.items():
+        assert name in pins, f"{name} is not pinned in requirements-lowest-prometheus.in"
+        assert _lower_bound(requirement) == Version(pins[name]), f"{name}: extra says {requirement}, pinned {pins[name]}"
+    # The rest: at their lower bounds, except where the extra's lowest asks for more (the SDK it was released with).
+    lock = (ROOT / "requirements-lowest-prometheus.lock").read_text()
+    for name, requirement in declared.items():
+        locked = re.search(rf"^{re.escape(name)}==(\S+)", lock, re.M | re.I)
+        assert locked, f"{name} is not in requirements-lowest-prometheus.lock"
+        assert requirement.specifier.contains(locked.group(1), prereleases=True), (name, locked.group(1))
+        if not name.startswith("opentelemetry-"):
+            assert _lower_bound(requirement) == Version(locked.group(1)), f"{name}: {requirement}, locked {locked.group(1)}"
+
+
+def test_each_lock_was_compiled_from_its_in_file() -> None:
+    for name in ("requirements-lowest", "requirements-lowest-prometheus"):
+        lock = (ROOT / f"{name}.lock").read_text()
+        for package, version in _lowest_pins(f"{name}.in").items():
+            assert re.search(rf"^{re.escape(package)}=={re.escape(version)}\b", lock, re.M | re.I), (
+                f"{name}.lock: {package}=={version}"
             )

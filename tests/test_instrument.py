@@ -20,6 +20,7 @@ from providers import CHAT, provider  # noqa: F401 - the fixture
 import cw_middleware as cw
 from cw_middleware import _litellm
 from cw_middleware.contract import CountMethod
+from cw_middleware.instrument import instrumented
 
 NAMES = ("completion", "acompletion", "responses", "aresponses")
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]
@@ -263,11 +264,12 @@ def test_a_stale_shell_put_back_by_hand_neither_recurses_nor_double_counts(runti
     stale = litellm.completion
     cw.uninstrument()
     litellm.completion = stale  # e.g. a framework that cached the attribute and restores it
-    stale(**_kwargs(provider))
+    stale(**_kwargs(provider))  # uninstrumented: the shell passes straight through
+    assert not cw.snapshots() and not instrumented()
     cw.instrument()
     litellm.completion(**_kwargs(provider))
     assert len(provider.hits(CHAT)) == 2
-    assert len(_final(cw.snapshots())) == 2  # one observation per request
+    assert len(_final(cw.snapshots())) == 1  # one observation per observed request
     cw.uninstrument()
     assert litellm.completion is stale  # exactly what was there
     litellm.completion = clean_litellm["completion"]

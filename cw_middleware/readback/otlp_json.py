@@ -380,7 +380,9 @@ def decode_line(
     """
     try:
         doc = _LINE.decode(line)
-    except msgspec.DecodeError:  # not the file exporters' shape (or not JSON): the tolerant decoder decides
+    # Not the file exporters' shape, not JSON, or not UTF-8 (msgspec 0.19 raises UnicodeDecodeError
+    # for that): the tolerant decoder decides.
+    except (msgspec.DecodeError, UnicodeDecodeError):
         doc = None
     groups = (doc.resourceSpans or doc.resource_spans or doc.batches) if doc is not None else None
     if not groups:

@@ -60,6 +60,7 @@ pure Python (~150 KB of text a second), so it is not used: see README, Accuracy.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -224,7 +225,9 @@ def _litellm_thinking(effort: str, model: str) -> Any:
 
         config = litellm().AnthropicConfig
         mapping = getattr(config, "map_reasoning_effort", None) or config._map_reasoning_effort
-        return mapping(effort, model, "anthropic")
+        # LiteLLM 1.83 maps (effort, model); later releases add the provider.
+        takes_provider = "custom_llm_provider" in inspect.signature(mapping).parameters
+        return mapping(effort, model, "anthropic") if takes_provider else mapping(effort, model)
     except Exception:  # noqa: BLE001 - an unknown effort or LiteLLM layout: no hidden instruction counted
         return None
 

@@ -12,6 +12,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from servers import require_prometheus_extra
 
 from cw_middleware.config import resolve
 from cw_middleware.embedded import install, pipeline
@@ -109,6 +110,8 @@ def test_nothing_collects_a_metric_reader_before_the_provider_has_registered_it(
     slow registration, as on a loaded machine. Nothing the pipeline has started by then may
     be able to collect: no thread of the pipeline runs, and no scrape endpoint answers.
     """
+    if metrics == "prometheus":
+        require_prometheus_extra()
     entered, release = threading.Event(), threading.Event()
 
     class SlowToRegister(MeterProvider):

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-from servers import free_port
+from servers import free_port, require_prometheus_extra
 
 from cw_middleware._log import RateLimitedLog
 from cw_middleware.config import resolve
@@ -87,6 +87,7 @@ def test_without_run_labels_or_a_limit_asked_for_nothing_is_said(tmp_path, caplo
 
 
 def test_the_scrape_endpoint_serves_with_a_reader_without_the_argument(monkeypatch):
+    require_prometheus_extra()
     import opentelemetry.exporter.prometheus as prometheus_exporter
 
     class PrometheusReaderWithoutLimits(prometheus_exporter.PrometheusMetricReader):

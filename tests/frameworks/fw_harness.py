@@ -27,12 +27,17 @@ RESULT_MARKER = "CW-RESULT "
 BUILD_HINT = "build it with .ci/steps/40-frameworks"
 
 
-def frameworks_python() -> Path:
-    """The frameworks venv's interpreter, or skip (fail under CW_CI=1) with the reason."""
-    override = os.environ.get("CW_FRAMEWORKS_PYTHON")
-    python = Path(override) if override else VENV_DIR / "bin" / "python"
+# The second venv: frameworks whose OpenTelemetry pins do not fit the first (.ci/steps/41-frameworks-otel).
+OTEL_VENV = ".venv-frameworks-otel"
+OTEL_BUILD_HINT = "build it with .ci/steps/41-frameworks-otel"
+
+
+def frameworks_python(venv: str = VENV_DIR.name) -> Path:
+    """The interpreter of a frameworks venv, or skip (fail under CW_CI=1) with the reason."""
+    override = os.environ.get("CW_FRAMEWORKS_PYTHON") if venv == VENV_DIR.name else None
+    python = Path(override) if override else ROOT / venv / "bin" / "python"
     if not python.exists():
-        reason = f"frameworks venv missing ({python}): {BUILD_HINT}"
+        reason = f"frameworks venv missing ({python}): {BUILD_HINT if venv == VENV_DIR.name else OTEL_BUILD_HINT}"
         if os.environ.get("CW_CI") == "1":
             pytest.fail(reason)
         pytest.skip(reason)
@@ -66,8 +71,8 @@ class ScenarioRun:
         return read_spans(self.export)
 
 
-def run_scenario(script: str, config: dict[str, Any], tmp: Path, timeout: float = 300) -> ScenarioRun:
-    python = frameworks_python()
+def run_scenario(script: str, config: dict[str, Any], tmp: Path, timeout: float = 300, venv: str = VENV_DIR.name) -> ScenarioRun:
+    python = frameworks_python(venv)
     config = {**config, "export": str(tmp / "telemetry.jsonl"), "log": str(tmp / "cw.log")}
     proc = subprocess.run(
         [str(python), str(SCENARIOS / script), json.dumps(config)],

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from agent_server import CANARIES, FINAL_ANSWER, start
-from fw_harness import ScenarioRun, call_spans, final_snapshot, run_scenario
+from fw_harness import OTEL_VENV, ScenarioRun, call_spans, final_snapshot, run_scenario
 
 import cw_middleware as cw
 
@@ -28,6 +28,7 @@ class Framework:
     script: str
     answered: tuple[str, ...]  # scenarios that end in an answer (the others end in a provider error)
     categories: frozenset[str]  # what its requests must be seen to hold
+    venv: str = ".venv-frameworks"  # where it is installed (fw_harness.OTEL_VENV: the second venv)
 
     @property
     def scenarios(self) -> tuple[str, ...]:
@@ -41,6 +42,9 @@ FRAMEWORKS = {
     "smolagents": Framework("smolagents_tool_calling.py", ("nonstream", "stream"), AGENT_REQUEST),
     # DSPy's ReAct describes its tools in the prompt text, not as tool definitions: no `tools` tokens.
     "dspy": Framework("dspy_react.py", ("nonstream",), frozenset({"system_prompt", "conversation"})),
+    # OpenTelemetry pins of their own: the second venv, resolved from pyproject's ranges (google-adk 2.13: SDK <= 1.44).
+    "google-adk": Framework("google_adk_litellm.py", ("nonstream", "stream"), AGENT_REQUEST, OTEL_VENV),
+    "strands-agents": Framework("strands_litellm.py", ("nonstream", "stream"), AGENT_REQUEST, OTEL_VENV),
 }
 
 
@@ -64,7 +68,7 @@ def framework(request, server, tmp_path_factory) -> tuple[str, ScenarioRun]:
         "canaries": CANARIES,
         "scenarios": list(FRAMEWORKS[name].scenarios),
     }
-    return name, run_scenario(FRAMEWORKS[name].script, config, Path(tmp))
+    return name, run_scenario(FRAMEWORKS[name].script, config, Path(tmp), venv=FRAMEWORKS[name].venv)
 
 
 def test_answers_and_exceptions_are_the_same_with_and_without_instrument(framework):

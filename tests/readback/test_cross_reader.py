@@ -18,7 +18,7 @@ import time
 import pytest
 from agent_run import AGENT_STAGES, CANARY, STAGES, run_agent
 from embedded_helpers import exported_to
-from servers import free_port
+from servers import free_port, require_prometheus_extra
 from stubs import TraceStore, serving
 from stubs.jaeger import JaegerStub
 from stubs.tempo import TempoStub
@@ -49,6 +49,7 @@ def _metric(server, name: str, stage: str) -> dict[str, float]:
 
 
 def test_every_reader_gives_the_same_answer(tmp_path, phoenix_server, prometheus_server, victoria_metrics_server):
+    require_prometheus_extra()
     port = free_port()
     metrics_servers = [prometheus_server([f"127.0.0.1:{port}"]), victoria_metrics_server([f"127.0.0.1:{port}"])]
     path = str(tmp_path / "telemetry.jsonl")

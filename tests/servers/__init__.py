@@ -6,6 +6,7 @@ CW_CI=1 is set: CI installs everything (.ci/steps/) and must not skip silently.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -26,6 +27,23 @@ def require_binary(name: str, install_hint: str) -> str:
             pytest.fail(f"CW_CI=1: {message}", pytrace=False)
         pytest.skip(message)
     return path
+
+
+PROMETHEUS_EXTRA = "opentelemetry.exporter.prometheus"
+
+
+def require_module(name: str, install_hint: str) -> None:
+    """Skip (or fail under CW_CI=1) when ``name`` cannot be imported, e.g. an optional extra not installed."""
+    if importlib.util.find_spec(name.split(".")[0]) is None or importlib.util.find_spec(name) is None:
+        message = f"{name} is not installed ({install_hint})"
+        if in_ci():
+            pytest.fail(f"CW_CI=1: {message}", pytrace=False)
+        pytest.skip(message, allow_module_level=True)  # also at a module's top: skips the module
+
+
+def require_prometheus_extra() -> None:
+    """The scrape endpoint's suites need cw-middleware[prometheus] (.ci/lowest's core venv has it not, by design)."""
+    require_module(PROMETHEUS_EXTRA, "pip install 'cw-middleware[prometheus]'")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

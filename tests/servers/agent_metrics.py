@@ -31,7 +31,7 @@ from cw_middleware.config import resolve
 from cw_middleware.embedded import install
 from cw_middleware.runtime import Runtime, set_runtime
 
-from . import free_port, require_binary
+from . import free_port, require_binary, require_prometheus_extra
 from .prometheus import PROMETHEUS_HINT, VICTORIA_HINT, MetricsServer, running_prometheus, running_victoria_metrics
 
 RUN = "run-agent"
@@ -162,6 +162,7 @@ def _agent_run(provider: FakeProvider) -> None:
 def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentMetrics]:
     require_binary("prometheus", PROMETHEUS_HINT)
     require_binary("victoria-metrics", VICTORIA_HINT)
+    require_prometheus_extra()
     root = tmp_path_factory.mktemp("agent-metrics")
     ports = {name: free_port() for name in ("agent", "unlabelled", "finished")}
     targets = [f"127.0.0.1:{port}" for port in ports.values()]

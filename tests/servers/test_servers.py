@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 
 import pytest
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from servers import free_port
+from servers import free_port, require_prometheus_extra
+
+require_prometheus_extra()  # prometheus_client comes with it; skips the module (fails it under CW_CI=1)
+from prometheus_client import CollectorRegistry, Gauge, start_http_server  # noqa: E402
 
 pytestmark = pytest.mark.system  # the system tier (pyproject.toml): `pytest -m system`
 
