@@ -40,6 +40,8 @@ FRAMEWORKS = {
     "openai-agents": Framework("openai_agents_litellm.py", ("nonstream", "stream"), AGENT_REQUEST),
     # The official openai client, no LiteLLM: observed through the client's methods (cw_middleware/clients/).
     "openai-agents-client": Framework("openai_agents_openai_client.py", ("nonstream", "stream"), AGENT_REQUEST),
+    "langchain-openai": Framework("langchain_openai_chat.py", ("nonstream", "stream"), AGENT_REQUEST),
+    "pydantic-ai": Framework("pydantic_ai_openai.py", ("nonstream", "stream"), AGENT_REQUEST),
     "smolagents": Framework("smolagents_tool_calling.py", ("nonstream", "stream"), AGENT_REQUEST),
     # DSPy's ReAct describes its tools in the prompt text, not as tool definitions: no `tools` tokens.
     "dspy": Framework("dspy_react.py", ("nonstream",), frozenset({"system_prompt", "conversation"})),
