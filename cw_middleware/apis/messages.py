@@ -8,14 +8,19 @@ request is read as the chat request LiteLLM would have turned into it, and count
   the turns;
 * a user or assistant message with plain text is its own message (the same dict: no copy); with
   blocks, it is read (`message_as_chat`) as: a tool message per ``tool_result`` block (its
-  ``tool_use_id`` and content), then the rest of the turn, whose ``tool_use`` blocks become
-  ``tool_calls`` (arguments as JSON), ``text`` blocks text parts and images or documents non-text
-  parts (never guessed: response usage gives them what the local count missed). ``thinking``
-  blocks are not counted, as on the LiteLLM path;
+  ``tool_use_id`` and content), then the rest of the turn, whose ``tool_use`` (and
+  ``server_tool_use``) blocks become ``tool_calls`` (arguments as JSON), ``text`` blocks one text
+  joined by newlines (apart where one is tagged), a server tool's result its content as text, and
+  images or documents non-text parts (never guessed: response usage gives them what the local
+  count missed). ``thinking`` blocks are not counted, as on the LiteLLM path;
 * ``tools`` with ``input_schema`` are function tools with those ``parameters``; server tools (web
   search, code execution, ...) raise ``provider_tool_not_estimated``; ``tool_choice`` keeps
-  Anthropic's spelling (the rules read it); ``thinking`` and ``output_config.format`` count as on
-  the LiteLLM path.
+  Anthropic's spelling (the rules read it); ``thinking`` and ``output_config.format`` (or
+  ``output_format``) count as on the LiteLLM path.
+
+That is the form the accuracy scorer gives a recorded Anthropic request, the one the Anthropic rules
+were calibrated on: on the shared data set's 302 clean Anthropic records the two give the same
+estimate, record for record (benchmarks/native_accuracy.py).
 
 ``cache_control`` stays on the blocks the estimator reads, so a breakpoint marks the same prefix and
 the response's cache read + write reconciles it in two groups (`reconcile.reconcile_with_prefix`).
