@@ -29,7 +29,7 @@ the other (the cached system prompt and tools).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Optional, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -108,6 +108,31 @@ def reconcile_with_prefix(
     return out
 
 
+def field_reader(obj: Any) -> Callable[..., Any]:
+    """``get(key, default=None)`` for a usage block: a mapping, a pydantic model or any object.
+
+    A pydantic model's fields and extras are read from its dicts: its ``__getattr__`` for a field it
+    lacks (OpenAI's usage has no ``cache_creation_input_tokens``) raises and catches, several times
+    slower than the lookup, on every call. A property is still read as an attribute.
+    """
+    if isinstance(obj, Mapping):
+        return obj.get
+    fields = getattr(obj, "__dict__", None)
+    if isinstance(fields, dict) and hasattr(type(obj), "model_fields"):
+        extra = getattr(obj, "__pydantic_extra__", None) or {}
+        kind = type(obj)
+
+        def get(key: str, default: Any = None) -> Any:
+            if key in fields:
+                return fields[key]
+            if key in extra:
+                return extra[key]
+            return getattr(obj, key, default) if hasattr(kind, key) else default
+
+        return get
+    return lambda key, default=None: getattr(obj, key, default)
+
+
 def usage_cache_prefix_tokens(usage: Any) -> Optional[int]:
     """Cache read + cache write tokens of an explicit-breakpoint cache (Anthropic), or None.
 
@@ -117,12 +142,12 @@ def usage_cache_prefix_tokens(usage: Any) -> Optional[int]:
     """
     if usage is None:
         return None
-    get = usage.get if isinstance(usage, Mapping) else lambda k, d=None: getattr(usage, k, d)
+    get = field_reader(usage)
     written = get("cache_creation_input_tokens")
     read = get("cache_read_input_tokens")
     details = get("prompt_tokens_details")
     if not isinstance(written, int) and details is not None:
-        detail = details.get if isinstance(details, Mapping) else lambda k, d=None: getattr(details, k, d)
+        detail = field_reader(details)
         written = detail("cache_creation_tokens")
         written = written if isinstance(written, int) else detail("cache_write_tokens")
         if not isinstance(read, int):
@@ -143,7 +168,7 @@ def usage_input_tokens(usage: Any) -> Optional[int]:
     """
     if usage is None:
         return None
-    get = usage.get if isinstance(usage, Mapping) else lambda k, d=None: getattr(usage, k, d)
+    get = field_reader(usage)
     prompt = get("prompt_tokens")
     if isinstance(prompt, int) and prompt >= 0:
         return prompt

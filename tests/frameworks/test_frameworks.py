@@ -1,5 +1,7 @@
 """Real agent frameworks from PyPI, observed through cw.instrument(), against a scripted local model.
 
+Through LiteLLM, or through the official openai client where a framework calls it directly.
+
 Each framework runs in the frameworks venv as its own process (scenarios/*.py):
 every scenario once on plain LiteLLM and once instrumented inside a stage. The
 checks: the framework's answers and exceptions are the same; the snapshots land
@@ -39,6 +41,10 @@ AGENT_REQUEST = frozenset({"system_prompt", "tools", "conversation"})  # instruc
 FRAMEWORKS = {
     "langchain-litellm": Framework("langchain_litellm_chat.py", ("nonstream", "stream"), AGENT_REQUEST),
     "openai-agents": Framework("openai_agents_litellm.py", ("nonstream", "stream"), AGENT_REQUEST),
+    # The official openai client, no LiteLLM: observed through the client's methods (cw_middleware/clients/).
+    "openai-agents-client": Framework("openai_agents_openai_client.py", ("nonstream", "stream"), AGENT_REQUEST),
+    "langchain-openai": Framework("langchain_openai_chat.py", ("nonstream", "stream"), AGENT_REQUEST),
+    "pydantic-ai": Framework("pydantic_ai_openai.py", ("nonstream", "stream"), AGENT_REQUEST),
     "smolagents": Framework("smolagents_tool_calling.py", ("nonstream", "stream"), AGENT_REQUEST),
     # DSPy's ReAct describes its tools in the prompt text, not as tool definitions: no `tools` tokens.
     "dspy": Framework("dspy_react.py", ("nonstream",), frozenset({"system_prompt", "conversation"})),
