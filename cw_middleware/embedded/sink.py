@@ -38,16 +38,11 @@ class JsonLinesFile:
             return True  # the parent's pipeline, copied by fork: its batches are the parent's to write
         try:
             with self._lock:
-                folder = os.path.dirname(self.path)
-                if folder:
-                    os.makedirs(folder, exist_ok=True)
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NONBLOCK, 0o644)
+                fd = self._open()
                 try:
                     if _NONBLOCK:
                         os.set_blocking(fd, True)
-                    view = memoryview(line)
-                    while view:  # a pipe may take part of a line at a time
-                        view = view[os.write(fd, view) :]
+                    _write(fd, line)
                 finally:
                     os.close(fd)
         except OSError as exc:
@@ -55,3 +50,20 @@ class JsonLinesFile:
             return False
         self.health.succeeded()
         return True
+
+    def _open(self) -> int:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NONBLOCK
+        try:
+            return os.open(self.path, flags, 0o644)
+        except FileNotFoundError:  # its folder is missing (made now, not checked on every write: a syscall saved)
+            folder = os.path.dirname(self.path)
+            if not folder:
+                raise
+            os.makedirs(folder, exist_ok=True)
+            return os.open(self.path, flags, 0o644)
+
+
+def _write(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:  # a pipe may take part of a line at a time
+        view = view[os.write(fd, view) :]
