@@ -20,12 +20,13 @@ import pytest
 from embedded_helpers import embedded_runtime
 from gates import returns_while_held
 from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import cw_middleware as cw
-from cw_middleware.embedded.encode import encode_spans_json
+from cw_middleware.embedded.encode import to_json_line
 from cw_middleware.embedded.sink import JsonLinesFile
 from cw_middleware.embedded.span_queue import CompactSpanProcessor
 
@@ -100,7 +101,7 @@ def test_a_span_reaches_the_file_as_the_sdk_would_encode_it(tmp_path):
     assert processor.force_flush()
     provider.shutdown()
     written = path.read_bytes().splitlines(keepends=True)
-    expected = [encode_spans_json([s]) for s in seen.get_finished_spans()]
+    expected = [to_json_line(encode_spans([s])) for s in seen.get_finished_spans()]  # the SDK's encoder
     assert written == expected
     first = json.loads(written[0])["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     assert first["droppedAttributesCount"] == 1 and first["droppedEventsCount"] == 1

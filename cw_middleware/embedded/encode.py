@@ -1,8 +1,9 @@
-"""OTLP JSON lines through the SDK's protobuf encoders: ``{"resourceSpans"|"resourceMetrics"|"resourceLogs":[...]}``.
+"""OTLP JSON lines of metrics and log events through the SDK's protobuf encoders: ``{"resourceMetrics"|"resourceLogs":[...]}``.
 
 protobuf's JSON mapping writes bytes as base64 and 64-bit integers as strings; OTLP JSON
 wants trace and span ids in hex, so the ids are rewritten after the mapping. One line a
 batch, compact separators, UTF-8 as is (the Collector's file exporter writes the same).
+Spans take a faster path to the same bytes (`span_json`), ~0.5-1 ms of CPU a span less.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricsData
-from opentelemetry.sdk.trace import ReadableSpan
 
 _ID_KEYS = ("traceId", "spanId", "parentSpanId")
 
@@ -30,7 +30,8 @@ def _hex_ids(node: Any) -> None:
             _hex_ids(item)
 
 
-def _to_json_line(message: Any) -> bytes:
+def to_json_line(message: Any) -> bytes:
+    """A protobuf export request as one OTLP JSON line."""
     from google.protobuf.json_format import MessageToDict
 
     doc = MessageToDict(message, use_integers_for_enums=True)
@@ -38,22 +39,15 @@ def _to_json_line(message: Any) -> bytes:
     return (json.dumps(doc, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def encode_spans_json(spans: Sequence[ReadableSpan]) -> bytes:
-    """One OTLP JSON line ``{"resourceSpans":[...]}`` for a batch of finished spans."""
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-    return _to_json_line(encode_spans(spans))
-
-
 def encode_logs_json(batch: Sequence[Any]) -> bytes:
     """One OTLP JSON line ``{"resourceLogs":[...]}`` (log-based snapshot events)."""
     from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 
-    return _to_json_line(encode_logs(batch))
+    return to_json_line(encode_logs(batch))
 
 
 def encode_metrics_json(data: MetricsData) -> bytes:
     """One OTLP JSON line ``{"resourceMetrics":[...]}``."""
     from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 
-    return _to_json_line(encode_metrics(data))
+    return to_json_line(encode_metrics(data))

@@ -1,4 +1,4 @@
-"""The file exporters: spans, metrics and log events encoded as OTLP JSON lines and appended to the one sink.
+"""The file exporters of metrics and log events: OTLP JSON lines appended to the one sink (spans: `span_queue`).
 
 Thin per-signal shells over one sink (as the SDK's own JSON file exporter puts one file
 behind per-signal classes). A batch that cannot be encoded is warned about (rate-limited)
@@ -12,32 +12,10 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from .encode import encode_logs_json, encode_metrics_json, encode_spans_json
+from .encode import encode_logs_json, encode_metrics_json
 from .health import inside_export, warn
 from .sink import JsonLinesFile
-
-
-class OtlpJsonFileSpanExporter(SpanExporter):
-    def __init__(self, path: str, sink: Optional[JsonLinesFile] = None) -> None:
-        self._file = sink or JsonLinesFile(path)
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        try:
-            with inside_export():
-                line = encode_spans_json(spans)
-        except Exception as exc:  # noqa: BLE001 - never into the SDK's worker, never into the app
-            warn("encode", f"cw_middleware: could not encode spans ({type(exc).__name__})")
-            return SpanExportResult.FAILURE
-        return SpanExportResult.SUCCESS if self._file.append(line) else SpanExportResult.FAILURE
-
-    def shutdown(self) -> None:
-        pass
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
 
 
 class OtlpJsonFileMetricExporter(MetricExporter):

@@ -1,4 +1,4 @@
-"""A finished span as nested tuples of immutable values (a `Record`), and back.
+"""A finished span as nested tuples of immutable values (a `Record`), which `span_json` writes as its OTLP JSON line.
 
 The span queue holds records, not SDK objects: tuples of str/int/float/bool/None that the
 garbage collector stops tracking as its young collections pass over them (a nesting level a
@@ -14,12 +14,9 @@ import threading
 from typing import Any, Optional
 
 from opentelemetry import trace
-from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.util import BoundedList
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Status, StatusCode
 
 # (origin, name, context, parent, kind, start, end, attributes, events, dropped_events, links, dropped_links, status)
 Record = tuple[Any, ...]
@@ -83,50 +80,4 @@ def compact(span: ReadableSpan, origins: Origins) -> Record:
         links,
         span.dropped_links,
         (status.status_code.value, status.description),
-    )
-
-
-def _context_from(record: ContextRecord) -> Optional[trace.SpanContext]:
-    if record is None:
-        return None
-    trace_id, span_id, is_remote, flags, state = record
-    return trace.SpanContext(trace_id, span_id, is_remote, trace.TraceFlags(flags), trace.TraceState(list(state)))
-
-
-def _attributes_from(record: AttributesRecord) -> Any:
-    items, dropped = record
-    if not dropped:
-        return dict(items)  # what the encoder reads; BoundedAttributes would validate every value again
-    attributes = BoundedAttributes(attributes=dict(items), immutable=True)
-    attributes.dropped = dropped
-    return attributes
-
-
-def _bounded(items: list[Any], dropped: int) -> Any:
-    if not dropped:
-        return items
-    bounded = BoundedList.from_seq(None, items)
-    bounded.dropped = dropped
-    return bounded
-
-
-def readable(record: Record, origins: Origins) -> ReadableSpan:
-    """The record as a ``ReadableSpan`` again, for the SDK's encoder."""
-    origin, name, context, parent, kind, start, end, attributes, events, dropped_events, links, dropped_links, status = record
-    resource, scope = origins[origin]
-    return ReadableSpan(
-        name=name,
-        context=_context_from(context),
-        parent=_context_from(parent),
-        resource=resource,
-        attributes=_attributes_from(attributes),
-        events=_bounded([Event(n, _attributes_from(a), t) for n, t, a in events], dropped_events),
-        links=_bounded(
-            [trace.Link(_context_from(c) or trace.INVALID_SPAN_CONTEXT, _attributes_from(a)) for c, a in links], dropped_links
-        ),
-        kind=trace.SpanKind(kind),
-        status=Status(StatusCode(status[0]), status[1]),
-        start_time=start,
-        end_time=end,
-        instrumentation_scope=scope,
     )

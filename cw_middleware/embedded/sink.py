@@ -47,19 +47,14 @@ class JsonLinesFile:
             return True  # the parent's pipeline, copied by fork: its batches are the parent's to write
         try:
             with self._lock:
-                folder = os.path.dirname(self.path)
-                if folder:
-                    os.makedirs(folder, exist_ok=True)
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NONBLOCK, 0o644)
+                fd = self._open()
                 try:
                     if _NONBLOCK:
                         os.set_blocking(fd, True)
                     if not self._ends_whole and _ends_in_fragment(self.path, fd):
                         line = b"\n" + line
                     self._ends_whole = False  # until this write has gone through whole
-                    view = memoryview(line)
-                    while view:  # a pipe may take part of a line at a time
-                        view = view[os.write(fd, view) :]
+                    _write(fd, line)
                     self._ends_whole = True
                 finally:
                     os.close(fd)
@@ -68,6 +63,23 @@ class JsonLinesFile:
             return False
         self.health.succeeded()
         return True
+
+    def _open(self) -> int:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NONBLOCK
+        try:
+            return os.open(self.path, flags, 0o644)
+        except FileNotFoundError:  # its folder is missing (made now, not checked on every write: a syscall saved)
+            folder = os.path.dirname(self.path)
+            if not folder:
+                raise
+            os.makedirs(folder, exist_ok=True)
+            return os.open(self.path, flags, 0o644)
+
+
+def _write(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:  # a pipe may take part of a line at a time
+        view = view[os.write(fd, view) :]
 
 
 def _ends_in_fragment(path: str, fd: int) -> bool:

@@ -20,10 +20,10 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from ..worker import Worker
-from .encode import encode_spans_json
 from .health import inside_export, warn
-from .records import Origins, Record, compact, readable
+from .records import Origins, Record, compact
 from .sink import JsonLinesFile
+from .span_json import SpanLines
 
 
 class CompactSpanProcessor(SpanProcessor):
@@ -34,9 +34,8 @@ class CompactSpanProcessor(SpanProcessor):
     or as soon as ``max_export_batch_size`` spans wait. The first span after a write submits
     one export job, which waits up to the delay (woken early by a full batch), then writes
     everything queued; while it is pending no other is submitted, and once nothing is
-    queued the worker's thread idles out. Each record is turned back into a ``ReadableSpan``
-    and encoded with the one encoder (`encode_spans_json`): the lines the readers read, as
-    the SDK processor's exporter wrote them (a line holds a batch of any size).
+    queued the worker's thread idles out. Each record is written straight to its OTLP JSON
+    line (`SpanLines`), the bytes the SDK's encoder writes for that span, which the readers read.
     ``force_flush`` exports on the calling thread (the pipeline bounds it). A forked
     child's copy queues nothing: the child builds a pipeline of its own (`Pipeline.for_child`).
     """
@@ -54,6 +53,7 @@ class CompactSpanProcessor(SpanProcessor):
         self._batch_size = max_export_batch_size
         self._queue: collections.deque[Record] = collections.deque()
         self._origins = Origins()
+        self._lines = SpanLines(self._origins)
         self._lock = threading.Lock()  # guards the drop count and whether an export job is pending
         self._export_lock = threading.Lock()
         self._dropped = 0
@@ -114,11 +114,10 @@ class CompactSpanProcessor(SpanProcessor):
             while self._queue:
                 lines = []
                 for _ in range(min(self._batch_size, len(self._queue))):
-                    # One span at a time: its SDK objects and the encoder's dicts then live for one
-                    # span's encoding, too briefly to be promoted (8 spans a line promoted ~1.8x as
-                    # many objects per call, 32 ~2.3x: benchmarks/gc_pauses.py, issue 11 #4).
+                    # A span a line: what the line is made of lives for one span's encoding, too
+                    # briefly to be promoted (benchmarks/gc_pauses.py, issue 11 #4).
                     try:
-                        lines.append(encode_spans_json([readable(self._queue.popleft(), self._origins)]))
+                        lines.append(self._lines.line(self._queue.popleft()))
                     except Exception as exc:  # noqa: BLE001 - never into the worker, never into the app
                         warn("encode", f"cw_middleware: could not encode spans ({type(exc).__name__})")
                         ok = False

@@ -1,10 +1,14 @@
-"""The SDK-encoder path to OTLP JSON lines (cw_middleware/embedded/encode.py): hex ids, one compact line a batch."""
+"""The SDK-encoder path to OTLP JSON lines (cw_middleware/embedded/encode.py): hex ids, one compact line a batch.
+
+Spans go through it here as the encoder of record that `span_json` must match; metrics and log events are written by it.
+"""
 
 from __future__ import annotations
 
 import json
 
 from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -12,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from cw_middleware.embedded.encode import encode_metrics_json, encode_spans_json
+from cw_middleware.embedded.encode import encode_metrics_json, to_json_line
 
 
 def _spans():
@@ -29,7 +33,7 @@ def _spans():
 
 def test_a_span_batch_is_one_compact_line_with_hex_ids_and_int64_as_strings():
     (span,) = _spans()
-    line = encode_spans_json([span])
+    line = to_json_line(encode_spans([span]))
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert line.startswith(b'{"resourceSpans":[')
     assert b": " not in line and b", " not in line  # compact separators
