@@ -181,9 +181,9 @@ class Call:
         """The request as LiteLLM must get it; never fails (an unreadable one goes out as given)."""
         try:
             parsed = self.parsed or self._parse()
-            self.forward = self.api.forward(
-                self.args, self.kwargs, parsed, self.estimate, provider, self.stream_usage, self.endpoint
-            )
+            # An estimate made at once names the tagged messages: the others are passed on without a look.
+            estimate = self.estimate if self.estimate is not None else self.estimated.now()
+            self.forward = self.api.forward(self.args, self.kwargs, parsed, estimate, provider, self.stream_usage, self.endpoint)
         except Exception as exc:  # noqa: BLE001 - not a request we can read: LiteLLM's to judge, untouched
             self.runtime.log.warning("rewrite", f"cw_middleware: could not read the request ({type(exc).__name__})")
             self.forward = Forward(self.args, self.kwargs)

@@ -41,6 +41,10 @@ class PendingEstimate:
         pending._estimate, pending._done = estimate, True
         return pending
 
+    def now(self) -> Optional[Estimate]:
+        """The estimate if it is already there (the common case), else None."""
+        return self._estimate if self._done else None
+
     def then(self, step: Step) -> None:
         """Run ``step(estimate)`` once the estimate is there: now, on this thread, if it already is."""
         with self._lock:

@@ -12,8 +12,8 @@ from cw_middleware.runtime import Runtime, set_runtime
 
 
 @contextlib.contextmanager
-def embedded_runtime(**settings: Any) -> Iterator[Runtime]:
-    """A Runtime exporting through embedded.install(); restores the previous runtime afterwards."""
+def embedded_runtime(flush_at_exit: float = 5.0, **settings: Any) -> Iterator[Runtime]:
+    """A Runtime exporting through embedded.install(), flushed (at most ``flush_at_exit`` s) and shut down at the end."""
     exporters = {k: settings.pop(k) for k in ("span_exporter", "metric_exporter") if k in settings}
     cfg = resolve(environ={}, **settings)
     pipeline = install(cfg, **exporters)
@@ -30,7 +30,7 @@ def embedded_runtime(**settings: Any) -> Iterator[Runtime]:
     try:
         yield runtime
     finally:
-        runtime.flush(5.0)
+        runtime.flush(flush_at_exit)
         runtime.shutdown()
         set_runtime(previous)
 

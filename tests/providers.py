@@ -17,9 +17,10 @@ Routes (shapes as the providers document them):
                                      ``response.completed``, whose response carries the usage block
                                      with ``input_tokens_details.cached_tokens``)
 
-Each route has a `Route` with the status to answer, an artificial delay and the
-token number to report; error answers carry `CANARY` in their body, so tests can
-prove that a provider's error text never leaks into snapshots, warnings or logs.
+Each route has a `Route` with the status to answer, an artificial delay, an optional gate
+(`FakeProvider.hold`: the route answers only once the test releases it) and the token
+number to report; error answers carry `CANARY` in their body, so tests can prove that a
+provider's error text never leaks into snapshots, warnings or logs.
 Every request is kept in `requests` (path, headers, parsed JSON body).
 """
 
@@ -47,6 +48,7 @@ MESSAGES = "anthropic_messages"
 class Route:
     status: int = 200
     delay: float = 0.0  # seconds before answering
+    gate: Optional[threading.Event] = None  # set: answer; unset: hold the request (FakeProvider.hold)
     tokens: int = 0  # count routes: the count to report; chat: prompt_tokens
     cached_tokens: int = 0  # chat: prompt_tokens_details.cached_tokens; messages: cache_read_input_tokens
     cache_write_tokens: int = 0  # messages: cache_creation_input_tokens
@@ -98,6 +100,16 @@ class FakeProvider:
             time.sleep(0.01)
         return self.hits(route)
 
+    def hold(self, route: str) -> threading.Event:
+        """Hold every request to ``route`` until the returned event is set (the fixture sets it at the end)."""
+        gate = self.routes[route].gate = threading.Event()
+        return gate
+
+    def release_all(self) -> None:
+        for route in self.routes.values():
+            if route.gate is not None:
+                route.gate.set()
+
     def record(self, entry: Recorded) -> None:
         with self._lock:
             self.requests.append(entry)
@@ -139,6 +151,8 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
             if route_name is None:
                 return self._json(404, {"error": {"message": f"no route {CANARY}"}})
             route = provider.routes[route_name]
+            if route.gate is not None:
+                route.gate.wait(120)  # bounded: a test that never releases still ends its server
             if route.delay:
                 time.sleep(route.delay)
             try:
@@ -388,6 +402,7 @@ def running_provider() -> Iterator[FakeProvider]:
     try:
         yield fake
     finally:
+        fake.release_all()
         server.shutdown()
         server.server_close()
         thread.join(timeout=2)

@@ -16,6 +16,7 @@ import time
 
 import httpx
 import pytest
+from gates import HANG_GUARD, returns_while_held
 from providers import ANTHROPIC, CANARY, CHAT, GEMINI, OPENAI_COUNT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
@@ -344,25 +345,21 @@ def test_always_in_config(runtime, provider):  # noqa: F811
 
 
 def test_slow_count_does_not_delay_the_call(runtime, provider, telemetry):  # noqa: F811
+    # A time box past the hang guard: a call that waited for its count could not return before the release.
+    _set_config(runtime, provider_count_timeout=2 * HANG_GUARD)
     request = {"model": "openai/gpt-4o", "api_base": f"{provider.url}/v1", "api_key": "sk-test"}
-    # Warm up (LiteLLM's import, the tokenizer files) on another request, without a count.
     cw.completion(messages=[{"role": "user", "content": "warm up"}], cw_provider_count="never", **request)
-    start = time.perf_counter()
-    cw.completion(messages=CONVERSATION, cw_provider_count="never", **request)
-    baseline = time.perf_counter() - start
     n_before = len(cw.snapshots())
 
-    provider[OPENAI_COUNT].delay = 2.0
-    start = time.perf_counter()
-    response = cw.completion(messages=CONVERSATION, cw_provider_count="always", **request)
-    elapsed = time.perf_counter() - start
-    assert response.usage.prompt_tokens == provider[CHAT].tokens
-    assert elapsed < min(1.0, baseline + 0.5), (
-        f"the call took {elapsed:.2f}s (without a count: {baseline:.2f}s) with a 2s count server"
+    released = provider.hold(OPENAI_COUNT)  # the count endpoint answers only once the test says so
+    response = returns_while_held(
+        lambda: cw.completion(messages=CONVERSATION, cw_provider_count="always", **request), lambda: not released.is_set()
     )
+    assert response.usage.prompt_tokens == provider[CHAT].tokens
     assert not _counted()  # not yet
     assert [s.count_method for s in cw.snapshots()][-1] is CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN
-    assert cw.flush(5)
+    released.set()
+    assert cw.flush(10)
     (snap,) = _counted()  # arrived later, after the call's own last snapshot
     assert snap.input_tokens == provider[OPENAI_COUNT].tokens
     assert snap.event_seq > cw.snapshots()[n_before + 1].event_seq
@@ -374,13 +371,20 @@ def test_slow_count_does_not_delay_the_call(runtime, provider, telemetry):  # no
 
 def test_slow_count_times_out_into_a_warning_on_the_stages_next_snapshot(runtime, provider, caplog):  # noqa: F811
     _set_config(runtime, provider_count_timeout=0.3)
-    provider[ANTHROPIC].delay = 1.5
+    provider.hold(ANTHROPIC)  # the count endpoint never answers within the time box (released at the end)
     cw.completion(**_claude(provider, messages=[{"role": "user", "content": "warm up"}], cw_provider_count="never"))
+    # The counter's one worker is kept busy until the call has ended, so the call's count (and its
+    # time box) starts after the call, however slowly the call runs.
+    busy, free = threading.Event(), threading.Event()
+    blocker = CountTarget("gemini", "m", provider.url, "k")
+    runtime.counter().submit(
+        blocker, {"model": "m", "messages": [{"role": "user", "content": "x"}]}, lambda t, f: (busy.set(), free.wait(HANG_GUARD))
+    )
+    assert busy.wait(HANG_GUARD)
     with cw.stage("run-1", "implement@1"):
-        start = time.perf_counter()
         cw.completion(**_claude(provider))
-        assert time.perf_counter() - start < 0.3  # never the time box, let alone the server's delay
-        assert cw.flush(5)
+        free.set()
+        assert cw.flush(10)
         assert not _counted()
         first_call = cw.snapshots()
         assert all(WarningCode.PROVIDER_COUNT_TIMEOUT.value not in s.warning_codes() for s in first_call)
@@ -390,13 +394,56 @@ def test_slow_count_times_out_into_a_warning_on_the_stages_next_snapshot(runtime
     assert WarningCode.PROVIDER_COUNT_TIMEOUT.value in later.warning_codes()
 
 
-def test_count_failure_before_the_response_rides_on_the_calls_next_snapshot(runtime, provider, caplog):  # noqa: F811
-    provider[CHAT].delay = 0.5
-    provider[OPENAI_COUNT].status = 500
-    cw.completion(
-        model="openai/gpt-4o", messages=CONVERSATION, api_base=f"{provider.url}/v1", api_key="sk-test", cw_provider_count="always"
+class _SaysWhenDelivered(ProviderCounter):
+    """The real counter, injected through Runtime's ``counter_factory``; ``delivered``: a result was handed over."""
+
+    def __init__(self, config) -> None:
+        super().__init__(timeout=config.provider_count_timeout)
+        self.delivered = threading.Event()
+
+    def submit(self, target, request, on_result):
+        def deliver(tokens, failure):
+            try:
+                on_result(tokens, failure)
+            finally:
+                self.delivered.set()
+
+        return super().submit(target, request, deliver)
+
+
+def test_count_failure_before_the_response_rides_on_the_calls_next_snapshot(telemetry, provider, caplog):  # noqa: F811
+    from cw_middleware.runtime import Runtime, set_runtime
+
+    counters: list[_SaysWhenDelivered] = []
+    rt = Runtime(
+        resolve(export="none", environ={}),
+        telemetry.tracer_provider,
+        telemetry.meter_provider,
+        counter_factory=lambda config: counters.append(_SaysWhenDelivered(config)) or counters[-1],
     )
-    last = cw.snapshots()[-1]
+    previous = set_runtime(rt)
+    try:
+        answer = provider.hold(CHAT)  # the chat answers only once the count's failure reached the call
+        provider[OPENAI_COUNT].status = 500
+        call = threading.Thread(
+            target=cw.completion,
+            kwargs={
+                "model": "openai/gpt-4o",
+                "messages": CONVERSATION,
+                "api_base": f"{provider.url}/v1",
+                "api_key": "sk-test",
+                "cw_provider_count": "always",
+            },
+        )
+        call.start()
+        assert provider.wait_for_hits(OPENAI_COUNT, 1, timeout=HANG_GUARD) and counters[0].delivered.wait(HANG_GUARD)
+        answer.set()
+        call.join(HANG_GUARD)
+        assert not call.is_alive()
+        last = rt.snapshots()[-1]
+    finally:
+        set_runtime(previous)
+        rt.shutdown()
     assert last.count_method is CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN
     assert WarningCode.PROVIDER_COUNT_FAILED.value in last.warning_codes()
     assert last.input_tokens == provider[CHAT].tokens
@@ -486,8 +533,8 @@ def test_the_count_sees_the_request_as_sent_not_as_mutated_later(runtime, provid
 
 
 def test_full_queue_drops_with_a_warning(provider):  # noqa: F811
-    provider[ANTHROPIC].delay = 0.5
-    counter = ProviderCounter(timeout=5, max_queue=1)
+    released = provider.hold(ANTHROPIC)
+    counter = ProviderCounter(timeout=2 * HANG_GUARD, max_queue=1)
     results: list = []
     done = threading.Event()
 
@@ -500,24 +547,31 @@ def test_full_queue_drops_with_a_warning(provider):  # noqa: F811
     accepted = []
     for i in range(3):
         accepted.append(counter.submit(target, {"model": "m", "messages": [{"role": "user", "content": str(i)}]}, on_result))
-        time.sleep(0.05)  # let the worker take the first one
+        if i == 0:  # the worker took the first one: its count is held at the endpoint
+            assert len(provider.wait_for_hits(ANTHROPIC, 1, timeout=HANG_GUARD)) == 1
     assert accepted == [True, True, False]
     assert (None, WarningCode.PROVIDER_COUNT_DROPPED) in results
-    assert counter.wait_idle(5) and done.wait(1)
+    released.set()
+    assert counter.wait_idle(HANG_GUARD) and done.wait(HANG_GUARD)
     assert sorted(r for r in results if r[0] is not None) == [(provider[ANTHROPIC].tokens, None)] * 2
     counter.close()
 
 
 def test_submit_never_blocks_while_the_worker_is_busy(provider):  # noqa: F811
-    provider[ANTHROPIC].delay = 1.0
-    counter = ProviderCounter(timeout=5)
+    released = provider.hold(ANTHROPIC)
+    counter = ProviderCounter(timeout=2 * HANG_GUARD)  # a count ends only when the endpoint is released
     target = CountTarget("anthropic", "m", provider.url, "k")
-    start = time.perf_counter()
-    for i in range(20):
-        counter.submit(target, {"model": "m", "messages": [{"role": "user", "content": str(i)}]}, lambda t, f: None)
-    assert time.perf_counter() - start < 0.2
-    counter.close()  # abandons the queue; returns without waiting for the slow server
-    assert time.perf_counter() - start < 2.0
+
+    def submit_all() -> list[bool]:
+        return [
+            counter.submit(target, {"model": "m", "messages": [{"role": "user", "content": str(i)}]}, lambda t, f: None)
+            for i in range(20)
+        ]
+
+    assert returns_while_held(submit_all, lambda: not released.is_set()) == [True] * 20
+    assert len(provider.wait_for_hits(ANTHROPIC, 1, timeout=HANG_GUARD)) == 1  # the first count is held there
+    returns_while_held(counter.close, lambda: not released.is_set())  # abandons the queue, leaves the held count
+    released.set()
 
 
 def test_injected_client_and_timeout(provider):  # noqa: F811
@@ -592,34 +646,37 @@ def test_bad_per_call_policy_falls_back_to_the_configured_one(runtime, provider,
 async def test_slow_count_does_not_block_the_event_loop(runtime, provider):  # noqa: F811
     import asyncio
 
+    # A count ends when the endpoint is released, or after its 30 s time box (a loop held by a count: a failure).
+    _set_config(runtime, provider_count_timeout=30.0)
     request = {"model": "openai/gpt-4o", "api_base": f"{provider.url}/v1", "api_key": "sk-test"}
     await cw.acompletion(messages=[{"role": "user", "content": "warm up"}], cw_provider_count="never", **request)
-    provider[OPENAI_COUNT].delay = 2.0
-    start = time.perf_counter()
-    ticks = 0
+    released = provider.hold(OPENAI_COUNT)
 
-    async def ticker():
-        nonlocal ticks
-        while True:
+    async def release_once_a_count_is_held() -> None:
+        # Runs on the event loop: it gets here only if the loop stays free while a count is held.
+        # A count made on the loop would hold the loop, this task, and so the release: none would be counted.
+        while not provider.hits(OPENAI_COUNT):
             await asyncio.sleep(0.01)
-            ticks += 1
+        released.set()
 
-    task = asyncio.create_task(ticker())
+    releaser = asyncio.create_task(release_once_a_count_is_held())
     responses = await asyncio.gather(
         *(cw.acompletion(messages=CONVERSATION[: i + 2], cw_provider_count="always", **request) for i in range(3))
     )
-    elapsed = time.perf_counter() - start
-    await asyncio.sleep(0.05)
-    task.cancel()
+    await releaser
     assert all(r.usage.prompt_tokens == provider[CHAT].tokens for r in responses)
-    assert elapsed < 1.0 and ticks > 0
-    assert cw.flush(10)
+    assert cw.flush(HANG_GUARD)
     assert len(_counted()) == 3 and len(provider.hits(OPENAI_COUNT)) == 3
 
 
-def _count_against_trickle(at_once: bytes, trickled: bytes) -> tuple[CountError, float]:
-    """Count against a local server that answers ``at_once``, then ``trickled`` one byte every 0.2 s."""
+def _count_against_trickle(at_once: bytes, trickled: bytes) -> tuple[CountError, bool]:
+    """Count (time box 1 s) against a local server that answers ``at_once``, then ``trickled`` one byte every 0.2 s.
+
+    The count's error, and whether the server was still trickling when the count gave up.
+    """
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answered = threading.Event()  # the server wrote its whole answer
 
     class Trickle(BaseHTTPRequestHandler):
         def log_message(self, *args):
@@ -634,6 +691,7 @@ def _count_against_trickle(at_once: bytes, trickled: bytes) -> tuple[CountError,
                     self.wfile.write(bytes([byte]))
                     self.wfile.flush()
                     time.sleep(0.2)
+                answered.set()
             except OSError:  # the client gave up: expected
                 pass
 
@@ -641,10 +699,9 @@ def _count_against_trickle(at_once: bytes, trickled: bytes) -> tuple[CountError,
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         target = CountTarget("anthropic", "claude-sonnet-4-5", f"http://127.0.0.1:{server.server_address[1]}", "sk-test")
-        start = time.monotonic()
         with httpx.Client() as client, pytest.raises(CountError) as failed:
             count_tokens(target, {"model": "claude-sonnet-4-5", "messages": CONVERSATION}, client, timeout=1.0)
-        return failed.value, time.monotonic() - start
+        return failed.value, not answered.is_set()
     finally:
         server.shutdown()
         server.server_close()
@@ -652,14 +709,13 @@ def _count_against_trickle(at_once: bytes, trickled: bytes) -> tuple[CountError,
 
 def test_the_time_box_bounds_the_whole_count_not_each_read():
     """A server that trickles its answer a byte at a time must not hold the worker past the time box."""
-    body = b'{"input_tokens": 12345}'
+    body = b'{"input_tokens": 12345' + b" " * 100 + b"}"  # ~25 s a byte at a time, each within the 1 s timeout
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
-    error, elapsed = _count_against_trickle(head, body)
-    assert error.code is WarningCode.PROVIDER_COUNT_TIMEOUT
-    assert elapsed < 2.0  # each read came within the timeout; the whole body would take ~4.6 s
+    error, still_trickling = _count_against_trickle(head, body)
+    # A time box per read would have waited for the whole body and counted 12345.
+    assert error.code is WarningCode.PROVIDER_COUNT_TIMEOUT and still_trickling
 
 
 def test_the_time_box_also_bounds_a_server_that_trickles_its_headers():
-    error, elapsed = _count_against_trickle(b"", b"HTTP/1.1 200 OK\r\nX-Slow: " + b"x" * 40)
-    assert error.code is WarningCode.PROVIDER_COUNT_TIMEOUT
-    assert elapsed < 2.0  # the headers alone would take ~10 s
+    error, still_trickling = _count_against_trickle(b"", b"HTTP/1.1 200 OK\r\nX-Slow: " + b"x" * 120)  # ~28 s of headers
+    assert error.code is WarningCode.PROVIDER_COUNT_TIMEOUT and still_trickling

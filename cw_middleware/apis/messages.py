@@ -179,7 +179,7 @@ class Messages:
         out = Forward(args, kwargs)
         messages = kwargs.get("messages")
         if isinstance(messages, (list, tuple)):
-            clean = strip_messages(messages, [i for i, m in enumerate(messages) if _tagged(m)], _clean_message)
+            clean = strip_messages(messages, _tagged_messages(parsed, estimate, messages), _clean_message)
             if clean is not messages:
                 kwargs["messages"] = clean
         system = kwargs.get("system")
@@ -241,6 +241,14 @@ def _delta_usage(usage: Any) -> Optional[Usage]:
 
 
 # ---------------------------------------------------------------- tags out
+
+
+def _tagged_messages(parsed: Parsed, estimate: Optional[Estimate], messages: Sequence[Any]) -> list[int]:
+    """Indexes of the entries of ``messages`` that carry a tag: from the estimate when there is one, else all checked."""
+    origins = parsed.origins
+    if estimate is None or origins is None or len(origins) != len(parsed.messages):
+        return [i for i, message in enumerate(messages) if _tagged(message)]
+    return sorted({o for i in estimate.tagged_messages if (o := origins[i]) >= 0 and _tagged(messages[o])})
 
 
 def _tagged(item: Any) -> bool:
