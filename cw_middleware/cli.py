@@ -243,7 +243,7 @@ def _read_errors(fn: Any) -> Any:
     return run
 
 
-# Where cw_middleware's telemetry goes when this file stays empty (README, "Configuration").
+# Where cw_middleware's telemetry goes when this file stays empty (docs/configuration.md).
 _ELSEWHERE = (
     "  if your application installs its own TracerProvider, cw_middleware's snapshots go to that provider's\n"
     "  exporters, not to this file: read them back from that backend (--backend)"

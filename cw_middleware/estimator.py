@@ -45,7 +45,7 @@ from .rules._tiktoken import NotReady
 from .tags import TAG_KEY, mcp_server_label, read_tag, strip_tool
 from .tool_rows import NO_TOOLS, PLAIN_RESULT_KEYS, ToolDefinition, ToolUse, rekeyed, tool_name, tool_result_key
 
-# The cache budget (README, Performance): about 12 MB for the text cache at its cap (two
+# The cache budget (docs/performance.md): about 12 MB for the text cache at its cap (two
 # generations of 32,768 keyed counts, no text), plus the frozen copies of MAX_CONVERSATIONS
 # conversations (their strings are the caller's), MAX_TOOL_SETS tool sets and MAX_DUMPS dumps.
 MAX_TEXT_CACHE = 32_768  # per generation; two generations are kept

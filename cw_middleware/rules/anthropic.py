@@ -55,7 +55,7 @@ on the dev set's texts. Those families scale text and tool JSON by a further
 Tokenizer: ctok (PyPI, MIT), an offline reconstruction of Claude's tokenizer,
 puts 95 of 98 text-only dev requests within a token of the reported count where
 o200k x 1.18 is off by up to ~10%; it needs Python 3.12 (this package supports 3.11) and is
-pure Python (~150 KB of text a second), so it is not used: see README, Accuracy.
+pure Python (~150 KB of text a second), so it is not used: see docs/accuracy.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What one client, and all of them together, can hold of the server (README "Serve" lists them)."""
+"""What one client, and all of them together, can hold of the server (docs/reliability.md lists them)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ..errors import ConfigError
 
 @dataclass(frozen=True)
 class Limits:
-    """What one client, and all of them together, can hold of the server. README "Serve" lists them."""
+    """What one client, and all of them together, can hold of the server. docs/reliability.md lists them."""
 
     idle_timeout: float = 10.0  # seconds a connection may sit without sending (also each write's time box)
     head_timeout: float = 10.0  # seconds to send a whole request line and headers (slow clients)
