@@ -50,13 +50,14 @@ from ..contract import (
     CATEGORIES,
     BreakdownItem,
     CountMethod,
+    HistoryPoint,
     StageContextWindow,
     Staleness,
     UnavailableReason,
     WarningCode,
 )
 from ..errors import BackendResponseError
-from .fold import Horizon, Missing, RunSummary, StageSummary
+from .fold import DEFAULT_HISTORY, Horizon, Missing, RunSummary, StageSummary, point
 from .http import BackendClient
 from .window import lookback, parse_duration
 
@@ -148,6 +149,13 @@ class PrometheusReader:
             UnavailableReason.NOT_OBSERVED,
             codec.warnings_from_codes([WarningCode.NOT_OBSERVED.value, WarningCode.FROM_METRICS.value]),
         )
+
+    def history(self, run_id: str, stage_id: str, limit: int = DEFAULT_HISTORY) -> Union[list[HistoryPoint], Missing]:
+        """Metrics keep the latest values: the history is the latest request alone (trace backends keep every call)."""
+        answer = self.latest(run_id, stage_id)
+        if isinstance(answer, Missing):
+            return answer
+        return [point(answer)] if answer.available else []
 
     def stages(self, run_id: str) -> Optional[list[StageSummary]]:
         now = self._now()
