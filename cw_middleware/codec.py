@@ -236,9 +236,9 @@ def snapshot_attributes(snapshot: Snapshot, include_details: bool = True) -> dic
             attrs[ATTR_TOOL_REQUESTS] = [t.requests for t in tools]
             attrs[ATTR_TOOL_STAGE_DEFINITION_TOKENS] = [t.stage_definition_tokens for t in tools]
     totals = snapshot.stage_totals
-    if totals is not None:
+    if totals is not None and totals.calls is not None:
         attrs[ATTR_STAGE_CALLS] = totals.calls
-        attrs[ATTR_STAGE_INPUT_TOKENS] = totals.input_tokens
+        attrs[ATTR_STAGE_INPUT_TOKENS] = totals.input_tokens or 0
         attrs[ATTR_STAGE_CACHED] = totals.cached_tokens
         attrs[ATTR_STAGE_COMPACTIONS] = totals.compactions
         if totals.input_cost is not None:

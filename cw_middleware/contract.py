@@ -242,8 +242,8 @@ class CategoryTotals(_Frozen):
 class StageTotals(_Frozen):
     """A stage so far: its calls (each counted once, at its latest number), their input, cost and peak."""
 
-    calls: int
-    input_tokens: int
+    calls: Optional[int] = None  # None: a metrics backend's answer (it carries the cost, not the calls)
+    input_tokens: Optional[int] = None
     input_cost: Optional[float] = None  # USD; None when no call of the stage was priced
     peak_usage_percent: Optional[float] = None
     by_category: dict[Category, CategoryTotals] = Field(default_factory=dict)

@@ -41,8 +41,8 @@ def run_report(run_id: str, stages: Iterable[tuple[StageSummary, Optional[StageC
             model = window.model
         if totals is None:
             continue
-        calls += totals.calls
-        input_tokens += totals.input_tokens
+        calls += totals.calls or 0
+        input_tokens += totals.input_tokens or 0
         cached += totals.cached_tokens
         compactions += totals.compactions
         if totals.input_cost is not None:

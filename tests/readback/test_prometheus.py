@@ -65,6 +65,21 @@ def test_every_stage_reads_back_what_the_file_says_within_what_metrics_carry(ser
         assert expected.generated_at - timedelta(seconds=0.5) <= got.generated_at <= expected.generated_at + timedelta(seconds=5)
 
 
+def test_cost_and_unused_tools_read_back_from_their_metrics(server, agent_metrics):
+    """agent.context_window.cost (a counter: the stage's calls, each once) and agent.context_window.unused_tool_tokens."""
+    metrics = cw.reader(server.reader_url)
+    spans = cw.reader(f"file:{agent_metrics.agent_file}")
+    for stage_id in STAGES:
+        got, expected = metrics.context_window(RUN, stage_id), spans.context_window(RUN, stage_id)
+        assert got.stage_totals is not None and got.stage_totals.calls is None  # calls are not a metric
+        assert got.stage_totals.input_cost == pytest.approx(expected.stage_totals.input_cost), stage_id
+        for category, totals in expected.stage_totals.by_category.items():
+            assert got.stage_totals.by_category[category].cost == pytest.approx(totals.cost), (stage_id, category)
+        assert got.unused_tool_tokens == (expected.unused_tool_tokens or 0), stage_id
+    canary = metrics.context_window(RUN, "canary@1")  # its request defines tools it never calls
+    assert canary.unused_tool_tokens > 0
+
+
 def test_engineered_stages_read_as_engineered(server):
     metrics = cw.reader(server.reader_url)
     implement = metrics.context_window(RUN, "implement@1")
