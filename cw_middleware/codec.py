@@ -150,6 +150,9 @@ METRIC_UNUSED_TOOL_TOKENS = "agent.context_window.unused_tool_tokens"  # gauge {
 # Prometheus path (scrape endpoint, Collector, OTLP push) stores it as ``agent_context_window_cost_total``.
 METRIC_COST = "agent.context_window.cost"
 COST_UNIT = "{USD}"
+# gauge {token}, by ATTR_CATEGORY: of the latest request's tokens, those served from the prompt cache (set
+# where the response reports cached tokens); with agent.context_window.tokens, the cache share.
+METRIC_CACHED_TOKENS = "agent.context_window.cached_tokens"
 METRIC_TOKEN_USAGE = "gen_ai.client.token.usage"  # histogram {token}, by GEN_AI_TOKEN_TYPE
 
 # Bucket boundaries of gen_ai.client.token.usage, from the GenAI metrics conventions.
@@ -171,6 +174,7 @@ PROM_SNAPSHOTS = prometheus_name(METRIC_SNAPSHOTS, counter=True)
 PROM_COUNT_FAILURES = prometheus_name(METRIC_COUNT_FAILURES, counter=True)
 PROM_UNUSED_TOOL_TOKENS = prometheus_name(METRIC_UNUSED_TOOL_TOKENS)
 PROM_COST = prometheus_name(METRIC_COST, counter=True)
+PROM_CACHED_TOKENS = prometheus_name(METRIC_CACHED_TOKENS)
 PROM_TOKEN_USAGE = prometheus_name(METRIC_TOKEN_USAGE)
 PROM_CATEGORY = prometheus_name(ATTR_CATEGORY)
 PROM_COUNT_METHOD = prometheus_name(ATTR_COUNT_METHOD)
