@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .contract import CATEGORIES, Category
-from .tool_rows import rekeyed
+from .tool_rows import as_defined
 
 if TYPE_CHECKING:
     from .message_count import MessageCount
@@ -44,8 +44,7 @@ class RequestOrder:
     def backwards(self) -> Iterator[tuple[SourceKey, int]]:
         yield from reversed(self.tail)
         for index in range(self.n - 1, -1, -1):
-            count = self.counts[index]
-            yield from reversed(rekeyed(count.entries, count.tool, self.defined))
+            yield from reversed(as_defined(self.counts[index], self.defined))
         yield from reversed(self.head)
 
 

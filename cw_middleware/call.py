@@ -31,7 +31,7 @@ from typing import Any, Optional
 from .apis import Api, Forward, Parsed, Route, Usage
 from .apis.chat import refused_stream_usage, remember_refusal
 from .config import ProviderCountPolicy, StreamUsagePolicy, parse_policy, parse_stream_usage
-from .contract import CountMethod, WarningCode
+from .contract import Category, CountMethod, WarningCode
 from .errors import ConfigError, TagError
 from .estimator import Estimate
 from .model_facts import OPTION_CONTEXT_WINDOW
@@ -97,6 +97,7 @@ class Call:
         self._response_model: Optional[str] = None
         self._stream_calls: list[str] = []
         self._response: Optional[ResponseSide] = None  # set at the end: the response's tool calls and cache
+        self._local_conversation: Optional[int] = None  # the request's conversation, counted locally (compaction)
         self._lock = threading.Lock()
 
     @classmethod
@@ -196,6 +197,7 @@ class Call:
             self.broken = True
             return
         self.estimate = estimate
+        self._local_conversation = sum(n for (c, _), n in estimate.by_source.items() if c is Category.CONVERSATION)
         self.warnings |= estimate.warnings | self.parsed.warnings
         if self.broken:
             return
@@ -362,7 +364,11 @@ class Call:
                 order=self.estimate.order,
                 response=self._response,
             )
-            self.runtime.publish(snap, self.telemetry, self.stage, superseded=superseded)
+            runtime = self.runtime
+            newest = not superseded and runtime.is_newest_call(self.stage, self.call_seq)
+            stage_key = (self.stage.run_id, self.stage.stage_id)
+            snap = runtime.ledgers.add(stage_key, self.call_seq, snap, self._local_conversation, newest, runtime.parts)
+            runtime.publish(snap, self.telemetry, self.stage, superseded=superseded)
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("publish", f"cw_middleware: could not build a snapshot ({type(exc).__name__})")
 

@@ -4,6 +4,8 @@
     cw-middleware demo [--model M] [--run-id ID]     a mocked agent run, exported to the embedded file and read back
     cw-middleware runs [--json]                      the runs the backend holds, newest first
     cw-middleware show RUN_ID STAGE_ID [--json]      a stage's context window, read back from the backend
+    cw-middleware show RUN_ID STAGE_ID --history     the stage over time (one row per call, compactions marked)
+    cw-middleware summary RUN_ID [--json]            a run over its stages: calls, tokens, peak, cost per category
     cw-middleware stages RUN_ID [--json]             a run's stages
     cw-middleware serve [--host H] [--port N]        the same answers over HTTP (see server.py)
 
@@ -307,6 +309,8 @@ def _cmd_runs(args: argparse.Namespace, reader: Any) -> int:
 
 @_read_errors
 def _cmd_show(args: argparse.Namespace, reader: Any) -> int:
+    if args.history:
+        return _show_history(args, reader)
     with _indexing_note():
         answer = reader.context_window(args.run_id, args.stage_id)
     if args.json:
@@ -315,6 +319,32 @@ def _cmd_show(args: argparse.Namespace, reader: Any) -> int:
         from .render import render
 
         print(render(answer, title=f"{args.run_id} / {args.stage_id}  ({reader.url})", top_sources=args.top))
+    return EXIT_OK
+
+
+def _show_history(args: argparse.Namespace, reader: Any) -> int:
+    with _indexing_note():
+        points = reader.history(args.run_id, args.stage_id, limit=args.limit)
+    if args.json:
+        body = {"run_id": args.run_id, "stage_id": args.stage_id, "snapshots": [p.model_dump(mode="json") for p in points]}
+        print(json.dumps(body, indent=2))
+    else:
+        from .render_usage import render_history
+
+        print(render_history(points, title=f"{args.run_id} / {args.stage_id} over time  ({reader.url})"))
+    return EXIT_OK
+
+
+@_read_errors
+def _cmd_summary(args: argparse.Namespace, reader: Any) -> int:
+    with _indexing_note():
+        report = reader.summary(args.run_id)
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        from .render_usage import render_summary
+
+        print(render_summary(report))
     return EXIT_OK
 
 
@@ -440,7 +470,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", help=backend_help)
     p.add_argument("--json", action="store_true", help="the StageContextWindow contract JSON")
     p.add_argument("--top", type=_count(0), default=8, help="top sources to list (default 8)")
+    p.add_argument("--history", action="store_true", help="the stage over time: one row per call, compactions marked")
+    p.add_argument("--limit", type=_count(1), default=100, help="with --history: the newest calls to show (default 100)")
     p.set_defaults(func=_cmd_show)
+    p = sub.add_parser("summary", help="a run over its stages: calls, latest tokens, peak, cost, per category")
+    p.add_argument("run_id", help="the run id given to cw.stage()")
+    p.add_argument("--backend", help=backend_help)
+    p.add_argument("--json", action="store_true", help="the RunReport JSON")
+    p.set_defaults(func=_cmd_summary)
     p = sub.add_parser("stages", help="the stages of a run")
     p.add_argument("run_id", help="the run id given to cw.stage()")
     p.add_argument("--backend", help=backend_help)

@@ -26,12 +26,15 @@ from .contract import (
     WARNING_MESSAGES,
     BreakdownItem,
     Category,
+    CategoryTotals,
+    Compaction,
     Cost,
     CountMethod,
     DetailItem,
     Snapshot,
     SnapshotWarning,
     StageContextWindow,
+    StageTotals,
     Staleness,
     ToolItem,
     WarningCode,
@@ -86,6 +89,8 @@ ATTR_TOOL_DEFINITION_TOKENS = TOOLS_PREFIX + "definition_tokens"
 ATTR_TOOL_RESULT_TOKENS = TOOLS_PREFIX + "result_tokens"
 ATTR_TOOL_INVOCATIONS = TOOLS_PREFIX + "invocations"
 ATTR_TOOL_FOLDED = TOOLS_PREFIX + "folded"
+ATTR_TOOL_REQUESTS = TOOLS_PREFIX + "requests"  # over the stage: its requests that defined the tool
+ATTR_TOOL_STAGE_DEFINITION_TOKENS = TOOLS_PREFIX + "stage_definition_tokens"
 TOOL_ARRAYS = (
     ATTR_TOOL_NAMES,
     ATTR_TOOL_CATEGORIES,
@@ -94,6 +99,8 @@ TOOL_ARRAYS = (
     ATTR_TOOL_RESULT_TOKENS,
     ATTR_TOOL_INVOCATIONS,
     ATTR_TOOL_FOLDED,
+    ATTR_TOOL_REQUESTS,
+    ATTR_TOOL_STAGE_DEFINITION_TOKENS,
 )
 ATTR_UNUSED_TOOL_TOKENS = "agent.context_window.unused_tool_tokens"
 # The cache and the money: per category like the tokens; absent where the snapshot has none.
@@ -102,6 +109,19 @@ CACHED_PREFIX = ATTR_CACHED_TOKENS + "."
 COST_PREFIX = "agent.context_window.cost."  # + category: USD
 ATTR_INPUT_COST = COST_PREFIX + "input"
 ATTR_COST_CURRENCY = COST_PREFIX + "currency"
+# The stage so far (stage_ledger.py): each call once, at its latest number.
+STAGE_TOTALS_PREFIX = "agent.context_window.stage."
+ATTR_STAGE_CALLS = STAGE_TOTALS_PREFIX + "calls"
+ATTR_STAGE_INPUT_TOKENS = STAGE_TOTALS_PREFIX + "input_tokens"
+ATTR_STAGE_INPUT_COST = STAGE_TOTALS_PREFIX + "input_cost"
+ATTR_STAGE_PEAK = STAGE_TOTALS_PREFIX + "peak_usage_percent"
+ATTR_STAGE_CACHED = STAGE_TOTALS_PREFIX + "cached_tokens"
+ATTR_STAGE_COMPACTIONS = STAGE_TOTALS_PREFIX + "compactions"
+STAGE_TOKENS_PREFIX = STAGE_TOTALS_PREFIX + "tokens."  # + category
+STAGE_COST_PREFIX = STAGE_TOTALS_PREFIX + "cost."  # + category
+STAGE_CACHED_PREFIX = STAGE_TOTALS_PREFIX + "cached_tokens."  # + category
+ATTR_COMPACTION_BEFORE = "agent.context_window.compaction.before_tokens"
+ATTR_COMPACTION_AFTER = "agent.context_window.compaction.after_tokens"
 # The call a snapshot belongs to (its call span's id): a stage's totals count each call once.
 ATTR_CALL_ID = "agent.context_window.call_id"
 
@@ -131,6 +151,9 @@ METRIC_UNUSED_TOOL_TOKENS = "agent.context_window.unused_tool_tokens"  # gauge {
 # Prometheus path (scrape endpoint, Collector, OTLP push) stores it as ``agent_context_window_cost_total``.
 METRIC_COST = "agent.context_window.cost"
 COST_UNIT = "{USD}"
+# gauge {token}, by ATTR_CATEGORY: of the latest request's tokens, those served from the prompt cache (set
+# where the response reports cached tokens); with agent.context_window.tokens, the cache share.
+METRIC_CACHED_TOKENS = "agent.context_window.cached_tokens"
 METRIC_TOKEN_USAGE = "gen_ai.client.token.usage"  # histogram {token}, by GEN_AI_TOKEN_TYPE
 
 # Bucket boundaries of gen_ai.client.token.usage, from the GenAI metrics conventions.
@@ -152,6 +175,7 @@ PROM_SNAPSHOTS = prometheus_name(METRIC_SNAPSHOTS, counter=True)
 PROM_COUNT_FAILURES = prometheus_name(METRIC_COUNT_FAILURES, counter=True)
 PROM_UNUSED_TOOL_TOKENS = prometheus_name(METRIC_UNUSED_TOOL_TOKENS)
 PROM_COST = prometheus_name(METRIC_COST, counter=True)
+PROM_CACHED_TOKENS = prometheus_name(METRIC_CACHED_TOKENS)
 PROM_TOKEN_USAGE = prometheus_name(METRIC_TOKEN_USAGE)
 PROM_CATEGORY = prometheus_name(ATTR_CATEGORY)
 PROM_COUNT_METHOD = prometheus_name(ATTR_COUNT_METHOD)
@@ -214,6 +238,27 @@ def snapshot_attributes(snapshot: Snapshot, include_details: bool = True) -> dic
             attrs[ATTR_TOOL_RESULT_TOKENS] = [t.result_tokens for t in tools]
             attrs[ATTR_TOOL_INVOCATIONS] = [t.invocations for t in tools]
             attrs[ATTR_TOOL_FOLDED] = [t.folded for t in tools]
+            attrs[ATTR_TOOL_REQUESTS] = [t.requests for t in tools]
+            attrs[ATTR_TOOL_STAGE_DEFINITION_TOKENS] = [t.stage_definition_tokens for t in tools]
+    totals = snapshot.stage_totals
+    if totals is not None and totals.calls is not None:
+        attrs[ATTR_STAGE_CALLS] = totals.calls
+        attrs[ATTR_STAGE_INPUT_TOKENS] = totals.input_tokens or 0
+        attrs[ATTR_STAGE_CACHED] = totals.cached_tokens
+        attrs[ATTR_STAGE_COMPACTIONS] = totals.compactions
+        if totals.input_cost is not None:
+            attrs[ATTR_STAGE_INPUT_COST] = float(totals.input_cost)
+        if totals.peak_usage_percent is not None:
+            attrs[ATTR_STAGE_PEAK] = float(totals.peak_usage_percent)
+        for category, ct in totals.by_category.items():
+            name = Category(category).value
+            attrs[STAGE_TOKENS_PREFIX + name] = ct.tokens
+            attrs[STAGE_CACHED_PREFIX + name] = ct.cached_tokens
+            if ct.cost is not None:
+                attrs[STAGE_COST_PREFIX + name] = float(ct.cost)
+    if snapshot.compaction is not None:
+        attrs[ATTR_COMPACTION_BEFORE] = snapshot.compaction.before_tokens
+        attrs[ATTR_COMPACTION_AFTER] = snapshot.compaction.after_tokens
     return attrs  # ids are valid Unicode (validate_id); the labels above went through exportable_text
 
 
@@ -250,7 +295,7 @@ def span_level(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in attrs.items() if not k.startswith(_EVENT_ONLY)}
 
 
-_EVENT_ONLY = (DETAILS_PREFIX, TOOLS_PREFIX)  # the bounded rows ride on the event only
+_EVENT_ONLY = (DETAILS_PREFIX, TOOLS_PREFIX, STAGE_TOTALS_PREFIX)  # rows and totals ride on the event only
 
 
 # ---------------------------------------------------------------- decode
@@ -364,7 +409,40 @@ def window_from_attributes(
         unused_tool_tokens=as_int(unused) if unused is not None else None,
         cached_tokens=as_int(cached_total) if cached_total is not None else None,
         cost=cost_from_attributes(a),
+        stage_totals=stage_totals_from_attributes(a),
+        compaction=compaction_from_attributes(a),
     )
+
+
+def stage_totals_from_attributes(attrs: Mapping[str, Any]) -> Optional[StageTotals]:
+    """A snapshot's stage totals; None when it carried none (an older producer, a snapshot outside a call)."""
+    calls = attrs.get(ATTR_STAGE_CALLS)
+    if calls is None:
+        return None
+    by_category = {}
+    for category in CATEGORIES:
+        name = category.value
+        by_category[category] = CategoryTotals(
+            tokens=as_int(attrs.get(STAGE_TOKENS_PREFIX + name)),
+            cost=as_float(attrs.get(STAGE_COST_PREFIX + name)),
+            cached_tokens=as_int(attrs.get(STAGE_CACHED_PREFIX + name)),
+        )
+    return StageTotals(
+        calls=as_int(calls),
+        input_tokens=as_int(attrs.get(ATTR_STAGE_INPUT_TOKENS)),
+        input_cost=as_float(attrs.get(ATTR_STAGE_INPUT_COST)),
+        peak_usage_percent=as_float(attrs.get(ATTR_STAGE_PEAK)),
+        by_category=by_category,
+        cached_tokens=as_int(attrs.get(ATTR_STAGE_CACHED)),
+        compactions=as_int(attrs.get(ATTR_STAGE_COMPACTIONS)),
+    )
+
+
+def compaction_from_attributes(attrs: Mapping[str, Any]) -> Optional[Compaction]:
+    before = attrs.get(ATTR_COMPACTION_BEFORE)
+    if before is None:
+        return None
+    return Compaction(before_tokens=as_int(before), after_tokens=as_int(attrs.get(ATTR_COMPACTION_AFTER)))
 
 
 def as_float(value: Any) -> Optional[float]:
@@ -401,7 +479,9 @@ def tools_from_attributes(attrs: Mapping[str, Any]) -> list[ToolItem]:
     columns = [c if isinstance(c, (list, tuple)) else [] for c in columns]
     out = []
     for i, name in enumerate(names):
-        cat, source, definition, result, invocations, folded = (c[i] if i < len(c) else None for c in columns)
+        cat, source, definition, result, invocations, folded, requests, stage_definition = (
+            c[i] if i < len(c) else None for c in columns
+        )
         try:
             out.append(
                 ToolItem(
@@ -412,6 +492,8 @@ def tools_from_attributes(attrs: Mapping[str, Any]) -> list[ToolItem]:
                     result_tokens=as_int(result),
                     invocations=as_int(invocations),
                     folded=as_int(folded),
+                    requests=as_int(requests) if requests is not None else 1,
+                    stage_definition_tokens=as_int(stage_definition if stage_definition is not None else definition),
                 )
             )
         except ValueError:

@@ -215,6 +215,9 @@ class ToolItem(_Frozen):
     result_tokens: int = 0
     invocations: int = 0
     folded: int = 0
+    # Over the stage so far: how many of its requests defined the tool, and their definition tokens in all.
+    requests: int = 1
+    stage_definition_tokens: int = 0
 
 
 class UnusedTool(_Frozen):
@@ -226,6 +229,71 @@ class UnusedTool(_Frozen):
     definition_tokens: int  # in the latest request
     stage_definition_tokens: int  # over the stage's requests (each call's own count)
     requests: int  # how many of the stage's requests defined it
+
+
+class CategoryTotals(_Frozen):
+    """One category over a stage's calls: its tokens, cost (None when no call was priced) and cached tokens."""
+
+    tokens: int = 0
+    cost: Optional[float] = None
+    cached_tokens: int = 0
+
+
+class StageTotals(_Frozen):
+    """A stage so far: its calls (each counted once, at its latest number), their input, cost and peak."""
+
+    calls: Optional[int] = None  # None: a metrics backend's answer (it carries the cost, not the calls)
+    input_tokens: Optional[int] = None
+    input_cost: Optional[float] = None  # USD; None when no call of the stage was priced
+    peak_usage_percent: Optional[float] = None
+    by_category: dict[Category, CategoryTotals] = Field(default_factory=dict)
+    cached_tokens: int = 0
+    compactions: int = 0
+
+
+class Compaction(_Frozen):
+    """This request carries less conversation than the stage's previous one: the agent summarised or truncated."""
+
+    before_tokens: int  # the previous request's conversation tokens
+    after_tokens: int  # this request's
+
+
+class HistoryPoint(_Frozen):
+    """One call of a stage as its history shows it: the call's latest snapshot, in numbers."""
+
+    event_seq: Optional[int] = None
+    generated_at: Optional[datetime] = None
+    count_method: Optional[CountMethod] = None
+    model: Optional[str] = None
+    context_window_tokens: Optional[int] = None
+    input_tokens: int = 0
+    usage_percent: Optional[float] = None
+    cached_tokens: Optional[int] = None
+    input_cost: Optional[float] = None
+    breakdown: list[BreakdownItem] = Field(default_factory=list)
+    compaction: Optional[Compaction] = None
+
+
+class StageRow(_Frozen):
+    """One stage in a run's summary: its latest request and its totals."""
+
+    stage_id: str
+    kind: Optional[str] = None
+    staleness: Staleness
+    available: bool = False
+    model: Optional[str] = None
+    input_tokens: Optional[int] = None  # the latest request's
+    usage_percent: Optional[float] = None
+    stage_totals: Optional[StageTotals] = None
+
+
+class RunReport(_Frozen):
+    """A run over its stages (``GET /api/v1/runs/{run_id}/summary``, ``cw-middleware summary RUN``)."""
+
+    run_id: str
+    stages: list[StageRow] = Field(default_factory=list)
+    totals: StageTotals  # summed over the stages' totals (peak: the highest)
+    model: Optional[str] = None  # the newest stage's model
 
 
 class Snapshot(_Frozen):
@@ -248,6 +316,8 @@ class Snapshot(_Frozen):
     unused_tool_tokens: int = 0  # definition tokens of tools neither the request nor its response calls
     cached_tokens: Optional[int] = None  # input tokens the provider served from its cache, where it says
     cost: Optional[Cost] = None  # None when LiteLLM has no price for the model (warning price_unknown)
+    stage_totals: Optional[StageTotals] = None  # the stage so far, this call included (None outside a call)
+    compaction: Optional[Compaction] = None
 
     def tokens(self, category: Category | str) -> int:
         """Tokens of one category (0 when absent)."""
@@ -281,6 +351,8 @@ class StageContextWindow(_Frozen):
     unused_tool_tokens: Optional[int] = None  # the latest request's unused definitions, in all
     cached_tokens: Optional[int] = None
     cost: Optional[Cost] = None  # the latest request's input cost, or None
+    stage_totals: Optional[StageTotals] = None
+    compaction: Optional[Compaction] = None  # the latest request's, when it carried less conversation
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, staleness: Staleness) -> StageContextWindow:
@@ -304,6 +376,8 @@ class StageContextWindow(_Frozen):
             unused_tool_tokens=snapshot.unused_tool_tokens,
             cached_tokens=snapshot.cached_tokens,
             cost=snapshot.cost,
+            stage_totals=snapshot.stage_totals,
+            compaction=snapshot.compaction,
         )
 
     @classmethod
@@ -320,15 +394,15 @@ class StageContextWindow(_Frozen):
 
 
 def unused_in(tools: list[ToolItem]) -> list[UnusedTool]:
-    """The unused definitions of one request's rows (a stage of one request: each defined once)."""
+    """The tools of these rows that the stage never called, with what their definitions cost it."""
     return [
         UnusedTool(
             name=t.name,
             category=t.category,
             source=t.source,
             definition_tokens=t.definition_tokens,
-            stage_definition_tokens=t.definition_tokens,
-            requests=1,
+            stage_definition_tokens=max(t.stage_definition_tokens, t.definition_tokens),
+            requests=max(t.requests, 1),
         )
         for t in tools
         if not t.invocations and t.definition_tokens and not t.folded

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .contract import Category, Cost
+from .contract import Category
 
-CURRENCY = "USD"
+CURRENCY = "USD"  # LiteLLM's prices are in US dollars; amounts are rounded to 1e-10 (float noise off)
 TIER_TOKENS = 200_000  # LiteLLM's ``*_above_200k_tokens`` keys
 
 
@@ -68,20 +68,20 @@ def request_cost(
     prices: Prices,
     cache_read: Optional[Mapping[Category, int]] = None,
     cache_write: Optional[Mapping[Category, int]] = None,
-) -> Cost:
-    """The input cost of one request per category: ``tokens`` of which ``cache_read`` / ``cache_write`` were cached."""
-    total = sum(tokens.values())
-    base, read_price, write_price = prices.for_input(total)
-    by_category: dict[Category, float] = {}
-    for category, n in tokens.items():
-        read = (cache_read or {}).get(category, 0)
-        written = (cache_write or {}).get(category, 0)
-        plain = max(0, n - read - written)
-        by_category[category] = _usd(plain * base + read * read_price + written * write_price)
-    # Built from trusted numbers on the call path: no validation pass (tests/test_cost.py validates one).
-    return Cost.model_construct(currency=CURRENCY, input_cost=_usd(sum(by_category.values())), by_category=by_category)
+) -> tuple[float, dict[Category, float]]:
+    """The input cost of one request, (in all, per category): ``tokens`` of which ``cache_read`` / ``cache_write``
+    were cached. The caller wraps it in a `Cost` (snapshot.py, on the call path, without a validation pass)."""
+    base, read_price, write_price = prices.for_input(sum(tokens.values()))
+    if not cache_read and not cache_write:
+        by_category = {category: round(n * base, 10) for category, n in tokens.items()}
+    else:
+        by_category = {}
+        for category, n in tokens.items():
+            read = (cache_read or _NONE).get(category, 0)
+            written = (cache_write or _NONE).get(category, 0)
+            plain = max(0, n - read - written)
+            by_category[category] = round(plain * base + read * read_price + written * write_price, 10)
+    return round(sum(by_category.values()), 10), by_category
 
 
-def _usd(value: float) -> float:
-    """Rounded to a millionth of a cent: float noise off, every real price kept."""
-    return round(value, 10)
+_NONE: Mapping[Category, int] = {}

@@ -14,6 +14,8 @@ from . import tags
 SYSTEM_PROMPT = "You are a careful coding agent. Work in small steps, run the tests, explain briefly."
 MEMORY = "# AGENTS.md\n- The project uses pytest; run `pytest -q`.\n- Prefer small pure functions.\n- Never commit secrets.\n" * 6
 SKILL_CATALOGUE = "Available skills:\n- pdf: read and fill PDF forms\n- xlsx: edit spreadsheets\n- review: structured code review"
+# A window small enough for the breakdown's bar to show the conversation grow (gpt-4o's 128k shows under 1%).
+DEMO_WINDOW = 4096
 SKILL_PDF = "# Skill: pdf\nUse pdftotext for text, pdfplumber for tables; never guess a value from an image.\n" * 12
 
 
@@ -60,7 +62,7 @@ def run(model: str, complete: Callable[..., Any], on_turn: Callable[[int, str], 
     ]
     tools = demo_tools()
     for turn in range(1, turns + 1):
-        complete(model=model, messages=messages, tools=tools, mock_response=f"Step {turn} done.")
+        complete(model=model, messages=messages, tools=tools, mock_response=f"Step {turn} done.", cw_context_window=DEMO_WINDOW)
         on_turn(turn, "")
         call_id = f"call_{turn}"
         name, args, result = {

@@ -43,7 +43,17 @@ from .request_copies import AsDict, DumpCache, common_prefix, freeze, head_key, 
 from .rules import CountingRules, rules_for
 from .rules._tiktoken import NotReady
 from .tags import TAG_KEY, mcp_server_label, read_tag, strip_tool
-from .tool_rows import NO_TOOLS, PLAIN_RESULT_KEYS, ToolDefinition, ToolUse, rekeyed, tool_name, tool_result_key
+from .tool_rows import (
+    NO_TOOL_SET,
+    NO_TOOLS,
+    ToolDefinition,
+    ToolSet,
+    ToolUse,
+    as_defined,
+    matched,
+    tool_name,
+    tool_result_key,
+)
 
 # The cache budget (docs/performance.md): about 12 MB for the text cache at its cap (two
 # generations of 32,768 keyed counts, no text), plus the frozen copies of MAX_CONVERSATIONS
@@ -102,7 +112,8 @@ class _Conversation:
     call_names: dict[str, str] = field(default_factory=dict)  # call id -> tool name
     invocations: Counter[str] = field(default_factory=Counter)  # tool name -> calls made
     results: Counter[str] = field(default_factory=Counter)  # tool name -> tokens of its results
-    untagged_results: Counter[tuple[str, SourceKey]] = field(default_factory=Counter)  # under the plain role key
+    untagged_results: Counter[tuple[str, SourceKey]] = field(default_factory=Counter)  # moved from the plain role key
+    result_tools: set[str] = field(default_factory=set)  # tools whose untagged results moved to their own source
 
 
 @dataclass
@@ -112,7 +123,7 @@ class _ToolsCount:
     entries: tuple[tuple[SourceKey, int], ...]
     warnings: frozenset[WarningCode]
     breakpoint: bool  # a definition carries a cache_control breakpoint: known once per tool set, not per turn
-    definitions: tuple[ToolDefinition, ...] = ()
+    tool_set: ToolSet = NO_TOOL_SET
 
 
 class Estimator:
@@ -163,10 +174,10 @@ class Estimator:
             tool_entries: tuple[tuple[SourceKey, int], ...] = ()
             head = tool_entries
             tools_breakpoint = False
-            definitions: tuple[ToolDefinition, ...] = ()
+            tool_set = NO_TOOL_SET
             if all_tools:
                 tc = self._count_tools(rules, all_tools, tool_choice)
-                tool_entries, tools_breakpoint, definitions = tc.entries, tc.breakpoint, tc.definitions
+                tool_entries, tools_breakpoint, tool_set = tc.entries, tc.breakpoint, tc.tool_set
                 for key, tokens in tc.entries:
                     by_source[key] = by_source.get(key, 0) + tokens
                 warnings |= tc.warnings
@@ -176,7 +187,7 @@ class Estimator:
                 placement = rules.tools_placement(_system_first(messages, as_dict), response_format)
                 by_source[key] = by_source.get(key, 0) + placement
                 head = (*tool_entries, (key, placement))
-            tool_use = _tool_use(conv, definitions, by_source) if definitions or conv.results else NO_TOOLS
+            tool_use = _tool_use(conv, tool_set, by_source) if tool_set.definitions or conv.result_tools else NO_TOOLS
         tail: list[tuple[SourceKey, int]] = []
         if response_format is not None:
             try:
@@ -244,7 +255,9 @@ class Estimator:
         for msg in messages[best_k:]:
             count = self._messages.count(rules, msg, read_message)
             if count.result_of is not None:
-                count = count._replace(tool=conv.call_names.get(count.result_of))
+                tool = conv.call_names.get(count.result_of)
+                if tool is not None:
+                    count = matched(count, tool)
             if count.tagged:
                 conv.tagged_idx.append(len(conv.counts))
             _note_position(conv, as_dict(msg), len(conv.counts))
@@ -306,7 +319,9 @@ class Estimator:
             warnings.add(WarningCode.UNREADABLE_MESSAGE)
         breakpoint = any(_has_breakpoint(self._dumps.as_dict(raw)) for raw in tools)
         frozen = freeze(tools, self._dumps.as_dict)
-        counted = _ToolsCount(frozen, tool_choice, tuple(entries.items()), frozenset(warnings), breakpoint, tuple(definitions))
+        counted = _ToolsCount(
+            frozen, tool_choice, tuple(entries.items()), frozenset(warnings), breakpoint, ToolSet(tuple(definitions))
+        )
         if len(self._tools) > 64:
             self._tools.clear()
         recent.insert(0, counted)
@@ -399,7 +414,7 @@ def _cache_prefix(
 
 def _add_entries(into: Counter[SourceKey], count: MessageCount, defined: frozenset[str]) -> None:
     """One message's entries, a defined tool's untagged results under their own source (as `_tool_use` moves them)."""
-    for key, tokens in rekeyed(count.entries, count.tool, defined):
+    for key, tokens in as_defined(count, defined):
         into[key] += tokens
 
 
@@ -423,23 +438,23 @@ def _untagged_tool_key(definition: Mapping[str, Any]) -> SourceKey:
     return (Category.TOOLS, "native")
 
 
-def _tool_use(conv: _Conversation, definitions: tuple[ToolDefinition, ...], by_source: dict[SourceKey, int]) -> ToolUse:
+def _tool_use(conv: _Conversation, tool_set: ToolSet, by_source: dict[SourceKey, int]) -> ToolUse:
     """The request's tools by name; results of a defined tool move from the plain ``tool`` source to its own.
 
     Only names of the request's own definitions are used: a name a model wrote in a call to a
     tool it was not given stays in memory (the result keeps the plain ``tool`` source).
     """
-    defined = {d.name for d in definitions}
-    for (name, key), tokens in conv.untagged_results.items():
-        if name in defined and tokens:
-            own = tool_result_key(key, name)
-            by_source[key] -= tokens
-            if not by_source[key]:
-                del by_source[key]
-            by_source[own] = by_source.get(own, 0) + tokens
-    results = {name: n for name, n in conv.results.items() if name in defined and n}
-    calls = {name: n for name, n in conv.invocations.items() if name in defined and n}
-    return ToolUse(definitions, results, calls)
+    undefined = conv.result_tools - tool_set.names
+    if undefined:  # results of a tool this request does not define: back under their role
+        for (name, key), tokens in conv.untagged_results.items():
+            if name in undefined and tokens:
+                own = tool_result_key(key, name)
+                by_source[own] -= tokens
+                if not by_source[own]:
+                    del by_source[own]
+                by_source[key] = by_source.get(key, 0) + tokens
+    # Undefined names stay in these copies, in memory only: the rows read defined names alone.
+    return ToolUse(tool_set, dict(conv.results), dict(conv.invocations))
 
 
 def _add(conv: _Conversation, count: MessageCount) -> None:
@@ -449,10 +464,10 @@ def _add(conv: _Conversation, count: MessageCount) -> None:
         conv.call_names[call_id] = name
         conv.invocations[name] += 1
     if count.tool is not None:
-        for key, tokens in count.entries:
-            conv.results[count.tool] += tokens
-            if key in PLAIN_RESULT_KEYS:
-                conv.untagged_results[(count.tool, key)] += tokens
+        conv.results[count.tool] += sum(tokens for _, tokens in count.entries)
+        for key, tokens in count.moved:
+            conv.untagged_results[(count.tool, key)] += tokens
+            conv.result_tools.add(count.tool)
     for code in count.warnings:
         conv.warnings[code] += 1
     for key, parts in count.unseen:

@@ -46,6 +46,7 @@ class MessageCount(NamedTuple):
     calls: tuple[tuple[str, str], ...] = ()  # (call id, tool name) of each tool call the message makes
     result_of: Optional[str] = None  # the call id a tool result answers
     tool: Optional[str] = None  # the producing tool, once the estimator matched ``result_of``
+    moved: tuple[tuple[SourceKey, int], ...] = ()  # untagged result tokens moved to the tool's own source, by old key
 
 
 _NO_WARNINGS: frozenset[WarningCode] = frozenset()

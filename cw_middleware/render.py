@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 from .contract import CATEGORIES, Snapshot, StageContextWindow
+from .formats import format_tokens
+from .render_usage import category_extra, usage_lines
 
 BAR_WIDTH = 50
 _GLYPH = {
@@ -35,18 +37,6 @@ _LABEL = {
     "conversation": "Conversation",
     "other": "Other",
 }
-
-
-def format_tokens(n: int) -> str:
-    """``1,234``, ``12.3k``, ``1.2M``: the one rule for token counts (the live page's format.js follows it)."""
-    if n >= 1_000_000:
-        return f"{n / 1_000_000:.1f}M"
-    return f"{n / 1000:.1f}k" if n >= 10_000 else f"{n:,}"
-
-
-def format_percent(part: int, whole: int) -> str:
-    """``12.3%`` of ``whole``, one decimal (format.js's ``percent``)."""
-    return f"{100 * part / whole:.1f}%"
 
 
 _fmt = format_tokens
@@ -116,7 +106,8 @@ def render(view: Union[Snapshot, StageContextWindow], title: str = "", top_sourc
     for category in CATEGORIES:
         n = tokens.get(category.value, 0)
         share = f"{100 * n / window:5.1f}%" if window else f"{100 * n / (total or 1):5.1f}% of input"
-        lines.append(f"  {_GLYPH[category.value]} {_LABEL[category.value]:<15} {_fmt(n):>9} tokens  {share}")
+        extra = category_extra(view, category.value)
+        lines.append(f"  {_GLYPH[category.value]} {_LABEL[category.value]:<15} {_fmt(n):>9} tokens  {share}{extra}")
     if window:
         free = max(window - total, 0)
         lines.append(f"  {_FREE} {'Free space':<15} {_fmt(free):>9} tokens  {100 * free / window:5.1f}%")
@@ -128,6 +119,7 @@ def render(view: Union[Snapshot, StageContextWindow], title: str = "", top_sourc
             lines.append(f"    {_GLYPH[d.category.value]} {d.source:<32} {_fmt(d.tokens):>9}  {share}")
         if len(view.details) > top_sources:
             lines.append(f"    … {len(view.details) - top_sources} more")
+    lines.extend(usage_lines(view))
     if view.warnings:
         lines.append("")
     for w in view.warnings:

@@ -4,7 +4,7 @@
 `get_runtime()`, which configures from the environment on first use (once, however many
 threads make their first call at the same moment). A Runtime builds and owns every worker and
 cache of the call path: the estimator's caches, the model facts, the snapshot parts and
-event-seq counter, the recent snapshots, the background-estimate worker and the provider
+event-seq counter, the stages' running totals, the recent snapshots, the background-estimate worker and the provider
 counter; tests build their own Runtime, pass providers explicitly and can inject the counter
 (``counter_factory``). What outlives a configure() (the current Runtime itself, LiteLLM's patch
 state, ...) is the process's, in process.py.
@@ -48,6 +48,7 @@ from .estimator import Estimator
 from .model_facts import ModelFacts
 from .process import PROCESS
 from .snapshot import CompactSnapshot, SnapshotParts, compact, expand
+from .stage_ledger import Ledgers
 from .telemetry import CallTelemetry, StageInfo, Telemetry
 from .worker import Worker
 
@@ -83,6 +84,7 @@ class Runtime:
         self.estimator = Estimator()
         self.model_facts = ModelFacts()
         self.parts = SnapshotParts()
+        self.ledgers = Ledgers()  # each recent stage's running totals (stage_ledger.py)
         # Estimates of calls made while their tokenizer loaded (see pending_estimate.py).
         self.background_estimates = Worker("cw-background-estimate", MAX_BACKGROUND_ESTIMATES)
         self._telemetry = Telemetry(self.config, tracer_provider, meter_provider, logger_provider)
@@ -232,6 +234,7 @@ class Runtime:
         self._lock = threading.Lock()
         self.log = RateLimitedLog()
         self.estimator = Estimator()  # its lock and caches may have been mid-update in another thread
+        self.ledgers.after_fork_in_child()
         self.background_estimates.reset_after_fork()  # the parent's queued estimates are the parent's calls
         self._counter = None  # its worker stayed in the parent, its HTTP connections are the parent's
         self._forked = self._for_child is not None and not self._closed

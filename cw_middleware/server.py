@@ -3,6 +3,8 @@
     GET /api/v1/runs                                             {"runs": [...]}, newest activity first
     GET /api/v1/runs/{run_id}/stages                             {"run_id", "stages": [...]}
     GET /api/v1/runs/{run_id}/stages/{stage_id}/context-window   StageContextWindow JSON
+    GET /api/v1/runs/{run_id}/stages/{stage_id}/history          {"run_id", "stage_id", "snapshots": [...]}, ?limit=
+    GET /api/v1/runs/{run_id}/summary                            RunReport JSON: the run over its stages
     GET /api/v1/runs/{run_id}/events                             Server-Sent Events (serve/events.py)
     GET /  and  /runs/{run_id}                                   the live page (serve/page.py)
     GET /openapi.json                                            this API, OpenAPI 3.1

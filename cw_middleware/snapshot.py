@@ -27,15 +27,18 @@ from .contract import (
     WARNING_MESSAGES,
     BreakdownItem,
     Category,
+    CategoryTotals,
+    Compaction,
     Cost,
     CountMethod,
     DetailItem,
     Snapshot,
     SnapshotWarning,
+    StageTotals,
     ToolItem,
     WarningCode,
 )
-from .cost import Prices, request_cost
+from .cost import CURRENCY, Prices, request_cost
 from .reconcile import reconcile_with_prefix
 from .tool_rows import NO_TOOLS, ToolUse, tool_rows
 
@@ -97,8 +100,12 @@ class SnapshotParts:
         result_tokens: int,
         invocations: int,
         folded: int = 0,
+        requests: int = 1,
+        stage_definition_tokens: Optional[int] = None,
     ) -> ToolItem:
-        key = (name, category, source, definition_tokens, result_tokens, invocations, folded)
+        if stage_definition_tokens is None:
+            stage_definition_tokens = definition_tokens
+        key = (name, category, source, definition_tokens, result_tokens, invocations, folded, requests, stage_definition_tokens)
         item = self._tools.get(key)
         if item is None:
             if len(self._tools) >= self.CACHE_SIZE:
@@ -206,9 +213,21 @@ def build_snapshot(
             tools=rows,
             unused_tool_tokens=unused,
             cached_tokens=sum(read.values()) if read is not None else None,
-            cost=request_cost(per_category, meta.prices, read, written) if meta.prices is not None else None,
+            cost=_cost(per_category, meta.prices, read, written) if meta.prices is not None else None,
+            stage_totals=None,
+            compaction=None,
         ),
     )
+
+
+def _cost(
+    per_category: Mapping[Category, int],
+    prices: Prices,
+    read: Optional[Mapping[Category, int]],
+    written: Optional[Mapping[Category, int]],
+) -> Cost:
+    total, by_category = request_cost(per_category, prices, read, written)
+    return _trusted(Cost, {"currency": CURRENCY, "input_cost": total, "by_category": by_category})
 
 
 @dataclass(frozen=True)
@@ -236,15 +255,30 @@ def _cache_split(
     return read, {c: max(0, through[c] - read[c]) for c in CATEGORIES}
 
 
-_TOOL_FIELDS = ("name", "category", "source", "definition_tokens", "result_tokens", "invocations", "folded")
+_TOOL_FIELDS = (
+    "name",
+    "category",
+    "source",
+    "definition_tokens",
+    "result_tokens",
+    "invocations",
+    "folded",
+    "requests",
+    "stage_definition_tokens",
+)
+
+
+def with_stage(snapshot: Snapshot, totals: StageTotals, tools: list[ToolItem], compaction: Optional[Compaction]) -> Snapshot:
+    """The snapshot with what its stage adds (stage_ledger.py): the totals, the stage's tool rows, a compaction."""
+    return _trusted(Snapshot, {**snapshot.__dict__, "stage_totals": totals, "tools": tools, "compaction": compaction})
 
 
 def _scaler(
     local: Mapping[tuple[Category, str], int], scaled: Mapping[tuple[Category, str], int]
-) -> Callable[[tuple[Category, str], int], int]:
-    """A local count under a key as the snapshot counts it: in the proportion its key was rescaled."""
+) -> Optional[Callable[[tuple[Category, str], int], int]]:
+    """A local count under a key as the snapshot counts it: in the proportion its key was rescaled (None: as is)."""
     if local is scaled:
-        return lambda key, tokens: tokens
+        return None
     local_total = sum(local.values())
     overall = sum(scaled.values()) / local_total if local_total else 1.0
 
@@ -331,9 +365,11 @@ def compact(snapshot: Snapshot) -> CompactSnapshot:
             t.result_tokens,
             t.invocations,
             t.folded,
+            t.requests,
+            t.stage_definition_tokens,
         )
     )
-    return head + per_category + codes + details + tools
+    return head + per_category + codes + details + tools + _compact_stage(snapshot)
 
 
 def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
@@ -344,7 +380,8 @@ def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
     codes = row[_HEAD + 3 * _N : _HEAD + 3 * _N + n_codes]
     start = _HEAD + 3 * _N + n_codes
     flat = row[start : start + 3 * n_details]
-    tools = row[start + 3 * n_details :]
+    tools = row[start + 3 * n_details : -_STAGE_LEN]
+    totals, compaction = _expand_stage(row[-_STAGE_LEN:])
     n = len(_TOOL_FIELDS)
     rows = [per_category[3 * i : 3 * i + 3] for i in range(_N)]
     cost = None
@@ -374,5 +411,46 @@ def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
             unused_tool_tokens=unused,
             cached_tokens=cached,
             cost=cost,
+            stage_totals=totals,
+            compaction=compaction,
         ),
     )
+
+
+_STAGE_LEN = 8 + 3 * _N  # the fixed block a compact row ends with: its stage totals and compaction
+
+
+def _compact_stage(snapshot: Snapshot) -> CompactSnapshot:
+    t, c = snapshot.stage_totals, snapshot.compaction
+    marker = (c.before_tokens, c.after_tokens) if c is not None else (None, None)
+    if t is None:
+        return (False, None, None, None, None, None, *marker) + (None,) * (3 * _N)
+    head = (True, t.calls, t.input_tokens, t.input_cost, t.peak_usage_percent, t.compactions, *marker)
+    empty = CategoryTotals()
+    per = tuple(
+        x for cat in CATEGORIES for ct in (t.by_category.get(cat, empty),) for x in (ct.tokens, ct.cost, ct.cached_tokens)
+    )
+    return head + per
+
+
+def _expand_stage(block: CompactSnapshot) -> tuple[Optional[StageTotals], Optional[Compaction]]:
+    has, calls, input_tokens, input_cost, peak, compactions, before, after = block[:8]
+    compaction = Compaction.model_construct(before_tokens=before, after_tokens=after) if before is not None else None
+    if not has:
+        return None, compaction
+    per = block[8:]
+    by_category = {
+        cat: CategoryTotals.model_construct(tokens=per[3 * i], cost=per[3 * i + 1], cached_tokens=per[3 * i + 2])
+        for i, cat in enumerate(CATEGORIES)
+    }
+    cached = sum(ct.cached_tokens for ct in by_category.values())
+    totals = StageTotals.model_construct(
+        calls=calls,
+        input_tokens=input_tokens,
+        input_cost=input_cost,
+        peak_usage_percent=peak,
+        by_category=by_category,
+        cached_tokens=cached,
+        compactions=compactions,
+    )
+    return totals, compaction

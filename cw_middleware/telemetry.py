@@ -40,6 +40,7 @@ from .codec import (
     GEN_AI_RESPONSE_MODEL,
     GEN_AI_TOKEN_TYPE,
     LATE_SNAPSHOT_SPAN,
+    METRIC_CACHED_TOKENS,
     METRIC_COST,
     METRIC_COUNT_FAILURES,
     METRIC_LIMIT,
@@ -103,6 +104,9 @@ class Telemetry:
         )
         self.cost_counter = meter.create_counter(
             METRIC_COST, unit=COST_UNIT, description="Input cost of the calls in USD, by context-window category"
+        )
+        self.cached_gauge = meter.create_gauge(
+            METRIC_CACHED_TOKENS, unit="{token}", description="Input tokens per category served from the prompt cache"
         )
         self.unused_tools_gauge = meter.create_gauge(
             METRIC_UNUSED_TOOL_TOKENS,
@@ -211,6 +215,10 @@ class Telemetry:
         tokens = {item.category: item.tokens for item in snapshot.breakdown}
         for category, attrs in per_category:
             self.tokens_gauge.set(tokens.get(category, 0), attrs)
+        if snapshot.cached_tokens is not None:  # the response reported its cache
+            cached = {item.category: item.cached_tokens or 0 for item in snapshot.breakdown}
+            for category, attrs in per_category:
+                self.cached_gauge.set(cached.get(category, 0), attrs)
         if snapshot.context_window_tokens:
             self.limit_gauge.set(snapshot.context_window_tokens, base)
             self.utilization_gauge.set(snapshot.input_tokens / snapshot.context_window_tokens, base)

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
+from operator import add
 from typing import Any, NamedTuple, Optional
 
 from .contract import Category, ToolItem
+from .message_count import MessageCount
 from .tags import derived_label
 
 SourceKey = tuple[Category, str]
@@ -34,17 +37,53 @@ class ToolDefinition(NamedTuple):
     tokens: int  # local count
 
 
+class ToolSet:
+    """One tool set's definitions, counted once (the estimator caches it with the tool set's count).
+
+    ``rows`` merges definitions that export the same label: (label, key, local tokens, names).
+    """
+
+    __slots__ = ("definitions", "keys", "labels", "names", "names_of", "rows", "single", "tokens")
+
+    def __init__(self, definitions: tuple[ToolDefinition, ...] = ()) -> None:
+        self.definitions = definitions
+        self.names = frozenset(d.name for d in definitions)
+        merged: dict[str, list[Any]] = {}
+        for name, key, tokens in definitions:
+            label = tool_label(name)
+            row = merged.get(label)
+            if row is None:
+                merged[label] = [label, key, tokens, (name,)]
+            else:
+                row[2] += tokens
+                row[3] = (*row[3], name)
+        self.rows: tuple[tuple[str, SourceKey, int, tuple[str, ...]], ...] = tuple(tuple(r) for r in merged.values())  # type: ignore[misc]
+        # Column by column, for `tool_rows` (on the call path: list comprehensions over these run at C speed).
+        self.labels = [r[0] for r in self.rows]
+        self.keys = [r[1] for r in self.rows]
+        self.tokens = [r[2] for r in self.rows]
+        self.names_of = [r[3] for r in self.rows]
+        self.single = [n[0] for n in self.names_of] if all(len(n) == 1 for n in self.names_of) else None
+
+
+NO_TOOL_SET = ToolSet()
+
+
 @dataclass(frozen=True)
 class ToolUse:
     """A request's tools by name: its definitions, the tokens of each defined tool's results, its calls."""
 
-    definitions: tuple[ToolDefinition, ...] = ()
+    tool_set: ToolSet = NO_TOOL_SET
     results: Mapping[str, int] = field(default_factory=dict)  # tool name -> local tokens of its results
     calls: Mapping[str, int] = field(default_factory=dict)  # tool name -> calls in the conversation
 
     @property
+    def definitions(self) -> tuple[ToolDefinition, ...]:
+        return self.tool_set.definitions
+
+    @property
     def names(self) -> frozenset[str]:
-        return frozenset(d.name for d in self.definitions)
+        return self.tool_set.names
 
 
 NO_TOOLS = ToolUse()
@@ -57,11 +96,13 @@ def tool_name(definition: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) else ""
 
 
+@lru_cache(maxsize=4096)
 def tool_label(name: str) -> str:
-    """The exported form of a defined tool's name: as written when it has a tool name's shape."""
+    """The exported form of a defined tool's name: as written when it has a tool name's shape (cached: names repeat)."""
     return derived_label(name, UNNAMED_TOOL)
 
 
+@lru_cache(maxsize=4096)
 def tool_result_key(key: SourceKey, name: str) -> SourceKey:
     """Where a defined tool's untagged results count: its own source, ``tool:<name>``, in their category."""
     return (key[0], RESULT_SOURCE_PREFIX + tool_label(name))
@@ -71,28 +112,30 @@ def tool_result_key(key: SourceKey, name: str) -> SourceKey:
 PLAIN_RESULT_KEYS = frozenset({(Category.CONVERSATION, "tool"), (Category.CONVERSATION, "function")})
 
 
-def rekeyed(
-    entries: tuple[tuple[SourceKey, int], ...], tool: Optional[str], defined: frozenset[str]
-) -> tuple[tuple[SourceKey, int], ...]:
-    """A message's entries as a request with the ``defined`` tools counts them: a defined tool's
-    untagged results under their own source (`tool_result_key`), everything else as it was."""
-    if tool is None or tool not in defined:
-        return entries
-    return tuple((tool_result_key(key, tool) if key in PLAIN_RESULT_KEYS else key, n) for key, n in entries)
+def matched(count: MessageCount, tool: str) -> MessageCount:
+    """A tool result matched to the tool that produced it: its untagged tokens move to ``tool:<name>``.
+
+    Done once, when the message is counted; a request that does not define the tool moves them back
+    (`as_defined`, and the estimator for its totals): only defined names are ever exported.
+    """
+    moved = tuple((key, n) for key, n in count.entries if key in PLAIN_RESULT_KEYS)
+    entries = tuple((tool_result_key(key, tool) if key in PLAIN_RESULT_KEYS else key, n) for key, n in count.entries)
+    return count._replace(tool=tool, entries=entries, moved=moved)
+
+
+def as_defined(count: MessageCount, defined: frozenset[str]) -> tuple[tuple[SourceKey, int], ...]:
+    """A message's entries as a request defining ``defined`` counts them: an undefined tool's results back under their role."""
+    if not count.moved or count.tool in defined:
+        return count.entries
+    assert count.tool is not None
+    back = {tool_result_key(key, count.tool): key for key, _ in count.moved}
+    return tuple((back.get(key, key), n) for key, n in count.entries)
 
 
 def called_tools(calls: Mapping[str, int], use: ToolUse) -> dict[str, int]:
     """The calls a response made, by name, to tools the request defined."""
     names = use.names
     return {name: n for name, n in calls.items() if name in names}
-
-
-class _Row:
-    __slots__ = ("category", "definition", "invocations", "label", "result", "source")
-
-    def __init__(self, label: str, key: SourceKey) -> None:
-        self.label, self.category, self.source = label, key[0], key[1]
-        self.definition = self.result = self.invocations = 0
 
 
 @dataclass(frozen=True)
@@ -104,7 +147,7 @@ class ToolRows:
 
 def tool_rows(
     use: ToolUse,
-    scale: Callable[[SourceKey, int], int],
+    scale: Optional[Callable[[SourceKey, int], int]],
     max_tools: int,
     response_calls: Optional[Mapping[str, int]] = None,
     make: Callable[..., ToolItem] = ToolItem,
@@ -112,49 +155,44 @@ def tool_rows(
     """The rows of ``use``, largest first (definition + result tokens; ties keep the definitions' order).
 
     ``scale(key, local)`` gives a local count under ``key`` as the snapshot's breakdown counts it
-    (rescaled to an authoritative total). ``response_calls`` adds a response's calls to the
-    conversation's. Beyond ``max_tools`` tools the rest fold into one row named `FOLDED_TOOLS`.
+    (rescaled to an authoritative total; None: as counted). ``response_calls`` adds a response's
+    calls to the conversation's. Beyond ``max_tools`` tools the rest fold into one row, `FOLDED_TOOLS`.
     """
-    rows: dict[str, _Row] = {}
-    for name, key, tokens in use.definitions:
-        label = tool_label(name)
-        row = rows.get(label)
-        if row is None:
-            row = rows[label] = _Row(label, key)
-        row.definition += scale(key, tokens)
-    for name, tokens in use.results.items():
-        row = rows.get(tool_label(name))
-        if row is not None:
-            row.result += scale((Category.CONVERSATION, RESULT_SOURCE_PREFIX + row.label), tokens)
-    for calls in (use.calls, response_calls or {}):
-        for name, n in calls.items():
-            row = rows.get(tool_label(name))
-            if row is not None:
-                row.invocations += n
-    ranked = sorted(rows.values(), key=lambda r: r.definition + r.result, reverse=True)  # stable: ties keep order
-    unused = sum(r.definition for r in ranked if not r.invocations)
-    out = [
-        make(
-            name=r.label,
-            category=r.category,
-            source=r.source,
-            definition_tokens=r.definition,
-            result_tokens=r.result,
-            invocations=r.invocations,
-        )
-        for r in ranked[:max_tools]
-    ]
+    ts = use.tool_set
+    results, calls, answered = use.results, use.calls, response_calls or _EMPTY
+    if ts.single is not None:
+        names = ts.single
+        produced = [results.get(n, 0) for n in names]
+        invoked = [calls.get(n, 0) + answered.get(n, 0) for n in names] if answered else [calls.get(n, 0) for n in names]
+    else:
+        produced = [sum(results.get(n, 0) for n in group) for group in ts.names_of]
+        invoked = [sum(calls.get(n, 0) + answered.get(n, 0) for n in group) for group in ts.names_of]
+    if scale is None:
+        defined = ts.tokens
+    else:
+        defined = [scale(key, tokens) for key, tokens in zip(ts.keys, ts.tokens)]
+        produced = [
+            scale((Category.CONVERSATION, RESULT_SOURCE_PREFIX + label), n) if n else 0 for label, n in zip(ts.labels, produced)
+        ]
+    sizes = list(map(add, defined, produced))
+    ranked = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)  # stable: ties keep the definitions' order
+    unused = sum(d for d, n in zip(defined, invoked) if not n)
+    labels, keys = ts.labels, ts.keys
+    out = [make(labels[i], keys[i][0], keys[i][1], defined[i], produced[i], invoked[i]) for i in ranked[:max_tools]]
     rest = ranked[max_tools:]
     if rest:
         out.append(
             make(
-                name=FOLDED_TOOLS,
-                category=None,
-                source=None,
-                definition_tokens=sum(r.definition for r in rest),
-                result_tokens=sum(r.result for r in rest),
-                invocations=sum(r.invocations for r in rest),
-                folded=len(rest),
+                FOLDED_TOOLS,
+                None,
+                None,
+                sum(defined[i] for i in rest),
+                sum(produced[i] for i in rest),
+                sum(invoked[i] for i in rest),
+                len(rest),
             )
         )
     return ToolRows(out, len(rest), unused)
+
+
+_EMPTY: Mapping[str, int] = {}

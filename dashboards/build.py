@@ -41,6 +41,7 @@ TOKEN_USAGE_BUCKET = keys.PROM_TOKEN_USAGE + "_bucket"
 CATEGORY, METHOD, TOKEN_TYPE = keys.PROM_CATEGORY, keys.PROM_COUNT_METHOD, keys.PROM_TOKEN_TYPE
 PROVIDER, MODEL, SERVICE = keys.PROM_PROVIDER, keys.PROM_MODEL, keys.PROM_SERVICE
 RUN, STAGE = keys.PROM_RUN, keys.PROM_STAGE
+COST, CACHED, UNUSED = keys.PROM_COST, keys.PROM_CACHED_TOKENS, keys.PROM_UNUSED_TOOL_TOKENS
 
 # Every panel's selector: the dashboard's variables. "All" is ".*", which also matches
 # series without run/stage labels (metric_run_labels off).
@@ -233,7 +234,74 @@ def panels() -> list[Any]:
         .span(24)
         .height(8)
     )
-    return [tokens, utilization, limits, top, hot, stages, rate, failures, usage]
+    cost = (
+        timeseries.Panel()
+        .title("Input cost by category (USD)")
+        .description(
+            "agent.context_window.cost: each call's input cost once, from LiteLLM's own prices, since each process "
+            "started (cache reads and writes at their prices; calls of a model without a price count nothing)."
+        )
+        .with_target(_query(f"sum by ({CATEGORY}) ({COST}{{{FILTER}}})", f"{{{{{CATEGORY}}}}}"))
+        .unit("currencyUSD")
+        .decimals(4)
+        .stacking(StackingConfig().mode(common.StackingMode.NORMAL))
+        .fill_opacity(40)
+        .span(12)
+        .height(8)
+    )
+    run_cost = (
+        bargauge.Panel()
+        .title("Input cost by run (USD)")
+        .description("Needs metric_run_labels. The alert rule RunInputCostAbove5USD watches the same sum.")
+        .with_target(_query(f"topk(10, sum by ({RUN}) ({COST}{{{FILTER}}}))", f"{{{{{RUN}}}}}", instant=True))
+        .unit("currencyUSD")
+        .decimals(4)
+        .orientation(common.VizOrientation.HORIZONTAL)
+        .display_mode(common.BarGaugeDisplayMode.BASIC)
+        .span(12)
+        .height(8)
+    )
+    unused = (
+        bargauge.Panel()
+        .title("Unused tool definitions (tokens per request)")
+        .description(
+            "agent.context_window.unused_tool_tokens: the definition tokens of the tools the latest request defines "
+            "and neither it nor its response calls, the first thing to cut (`cw-middleware show` names them)."
+        )
+        .with_target(
+            _query(
+                f"topk(10, max by ({SERVICE}, {MODEL}, {RUN}, {STAGE}) ({UNUSED}{{{FILTER}}}))",
+                f"{{{{{SERVICE}}}}} {{{{{RUN}}}}} {{{{{STAGE}}}}}",
+                instant=True,
+            )
+        )
+        .unit("short")
+        .orientation(common.VizOrientation.HORIZONTAL)
+        .display_mode(common.BarGaugeDisplayMode.BASIC)
+        .span(12)
+        .height(8)
+    )
+    cache = (
+        timeseries.Panel()
+        .title("Share of input served from the prompt cache")
+        .description(
+            "agent.context_window.cached_tokens over agent.context_window.tokens, by model: the latest requests whose "
+            "response reported its cache (OpenAI, Gemini, Anthropic)."
+        )
+        .with_target(
+            _query(
+                f"sum by ({MODEL}) ({CACHED}{{{FILTER}}}) / sum by ({MODEL}) ({TOKENS}{{{FILTER}}} and on "
+                f"({SERVICE}, {MODEL}, {RUN}, {STAGE}, {CATEGORY}) {CACHED}{{{FILTER}}})",
+                f"{{{{{MODEL}}}}}",
+            )
+        )
+        .unit("percentunit")
+        .min(0)
+        .max(1)
+        .span(12)
+        .height(8)
+    )
+    return [tokens, utilization, limits, top, hot, stages, rate, failures, usage, cost, run_cost, unused, cache]
 
 
 def _variable(name: str, label: str, query: str) -> dashboard.QueryVariable:

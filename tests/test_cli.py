@@ -142,7 +142,7 @@ def test_version_and_a_bare_command_print_what_they_should(capsys):
     assert cli.main([]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith("usage: cw-middleware") and "error:" not in err
-    for command in ("estimate", "demo", "runs", "show", "stages", "serve"):
+    for command in ("estimate", "demo", "runs", "show", "summary", "stages", "serve"):
         assert command in err
 
 
@@ -151,7 +151,7 @@ def test_every_flag_has_help_text():
 
     parser = cli.build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(commands.choices) >= {"estimate", "demo", "runs", "show", "stages", "serve"}
+    assert set(commands.choices) >= {"estimate", "demo", "runs", "show", "summary", "stages", "serve"}
     for name, sub in commands.choices.items():
         for action in sub._actions:
             if isinstance(action, argparse._HelpAction):
@@ -200,7 +200,7 @@ def test_the_backend_help_lists_the_registered_schemes(monkeypatch):
     parser = cli.build_parser()
     for sub in parser._subparsers._group_actions[0].choices.values():
         helps += [a.help for a in sub._actions if "--backend" in a.option_strings]
-    assert len(helps) == 4  # runs, show, stages, serve
+    assert len(helps) == 5  # runs, show, summary, stages, serve
     assert all("file:PATH" in h and "tempo" in h for h in helps)
 
 

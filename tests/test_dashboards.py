@@ -84,6 +84,10 @@ def test_the_dashboard_has_the_panels_the_readme_lists():
         "Snapshots per second by count method",
         "Provider count failures",
         "Input tokens per call (p50, p95)",
+        "Input cost by category (USD)",
+        "Input cost by run (USD)",
+        "Unused tool definitions (tokens per request)",
+        "Share of input served from the prompt cache",
     ]
     panels = {p["title"]: p for p in _dashboard()["panels"]}
     assert panels["Context window by category"]["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
@@ -133,6 +137,36 @@ def test_panels_show_the_engineered_stages(agent_metrics):
 
 
 @pytest.mark.system
+def test_the_new_panels_show_the_engineered_stages(agent_metrics):
+    """Cost, unused tools and the cache share (issue 21) against what the file reader says of the same run."""
+    import cw_middleware as cw
+
+    prom = agent_metrics.prometheus
+    targets = dict(_targets())
+    spans = cw.reader(f"file:{agent_metrics.agent_file}")
+    cost = {
+        r["metric"]["agent_context_window_category"]: float(r["value"][1])
+        for r in prom.query(
+            _substitute(
+                targets["Input cost by category (USD)"]["expr"].replace(
+                    "agent_context_window_cost_total{", 'agent_context_window_cost_total{agent_run_id="' + RUN + '",'
+                )
+            )
+        )
+    }
+    report = spans.summary(RUN)
+    for category, totals in report.totals.by_category.items():
+        assert cost.get(category.value, 0.0) == pytest.approx(totals.cost or 0.0), category
+    unused = {
+        r["metric"]["agent_stage_id"]: float(r["value"][1])
+        for r in prom.query(_substitute(targets["Unused tool definitions (tokens per request)"]["expr"]))
+    }
+    assert unused["canary@1"] == spans.context_window(RUN, "canary@1").unused_tool_tokens > 0
+    (share,) = prom.query(_substitute(targets["Share of input served from the prompt cache"]["expr"]))
+    assert float(share["value"][1]) == pytest.approx(1024 / 1234)  # cached@1, the one request whose response reported cache
+
+
+@pytest.mark.system
 def test_every_variable_query_has_values(agent_metrics):
     prom = agent_metrics.prometheus
     for variable in _dashboard()["templating"]["list"]:
@@ -149,7 +183,7 @@ def test_promtool_accepts_the_alert_rules():
     promtool = require_binary("promtool", "apt-get install -y --no-install-recommends prometheus")
     done = subprocess.run([promtool, "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 4 rules found" in done.stdout
+    assert "SUCCESS: 5 rules found" in done.stdout
 
 
 def _rules() -> dict[str, dict[str, Any]]:
@@ -171,6 +205,11 @@ def test_each_alert_fires_for_exactly_what_was_engineered(agent_metrics):
         "anthropic",
         "claude-sonnet-4-5",
     )
+    assert fired["RunInputCostAbove5USD"] == []  # the run's mocked calls cost cents, not dollars
+    # ... and with the threshold under the run's cost, it fires for that run alone (the exited process's is not exported)
+    (spent,) = prom.query(f"sum({rules['RunInputCostAbove5USD']['expr'].split(' > ')[0].strip()})")
+    lowered = rules["RunInputCostAbove5USD"]["expr"].replace("> 5", f"> {float(spent['value'][1]) / 2}")
+    assert [r["metric"]["agent_run_id"] for r in prom.query(lowered)] == [RUN]
     # The thresholds are the dashboard's.
     build = _build_module()
     assert f"> {build.WARN}" in rules["ContextWindowAbove80Percent"]["expr"]

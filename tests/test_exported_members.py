@@ -41,11 +41,14 @@ def test_contract_enum_values_are_pinned():
     assert set(cw.StageContextWindow.model_fields) == {
         "stage_id", "available", "unavailable_reason", "provider", "model", "context_window_tokens", "input_tokens",
         "usage_percent", "count_method", "staleness", "generated_at", "event_seq", "breakdown", "warnings", "details",
-        # issue 21: which tool, unused definitions
-        "tools", "unused_tools", "unused_tool_tokens",
-        # issue 21: what the input costs, what the provider served from its cache
-        "cost", "cached_tokens",
+        # issue 21: which tool, unused definitions, money, cache, the stage so far
+        "tools", "unused_tools", "unused_tool_tokens", "cost", "cached_tokens", "stage_totals", "compaction",
     }  # fmt: skip
+    assert set(cw.contract.Cost.model_fields) >= {"currency", "input_cost", "by_category"}
+    totals = {"calls", "input_tokens", "input_cost", "peak_usage_percent", "by_category"}
+    assert set(cw.contract.StageTotals.model_fields) >= totals
+    assert set(cw.contract.CategoryTotals.model_fields) >= {"tokens", "cost", "cached_tokens"}
+    assert "cached_tokens" in cw.contract.BreakdownItem.model_fields
     assert set(cw.contract.ToolItem.model_fields) >= {
         "name", "category", "source", "definition_tokens", "result_tokens", "invocations",
     }  # fmt: skip

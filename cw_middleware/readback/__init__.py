@@ -4,6 +4,8 @@
     answer = reader.context_window("run-42", "implement@1")   # StageContextWindow, or cw.NotFound
     stages = reader.stages("run-42")                           # [StageSummary], or cw.NotFound
     runs = reader.runs()                                       # [RunSummary], newest first
+    points = reader.history("run-42", "implement@1")           # [HistoryPoint], oldest first
+    report = reader.summary("run-42")                          # RunReport: the run over its stages
 
 Every backend implements `SnapshotReader`: absence is a return value (`Missing` or
 None), as OpenTelemetry exporters report outcomes in a result rather than an
@@ -25,10 +27,11 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, Optional, Protocol, Union, runtime_checkable
 
-from ..contract import MAX_ID_LENGTH, StageContextWindow, validate_id  # noqa: F401 - re-exported
+from ..contract import MAX_ID_LENGTH, HistoryPoint, RunReport, StageContextWindow, validate_id  # noqa: F401 - re-exported
 from ..errors import ConfigError, NotFound
-from .fold import Missing, RunSummary, StageSummary
+from .fold import DEFAULT_HISTORY, MAX_HISTORY, Missing, RunSummary, StageSummary
 from .options import BackendURL, ReaderOptions, parse_backend_url, redact, resolve_options
+from .summary import run_report
 
 
 @runtime_checkable
@@ -45,6 +48,10 @@ class SnapshotReader(Protocol):
 
     def runs(self) -> list[RunSummary]:
         """The runs the backend holds (as far as it can list them), newest activity first."""
+        ...
+
+    def history(self, run_id: str, stage_id: str, limit: int = DEFAULT_HISTORY) -> Union[list[HistoryPoint], Missing]:
+        """The stage's newest ``limit`` calls, oldest first (each call's latest snapshot), or what is missing."""
         ...
 
     def close(self) -> None: ...
@@ -81,6 +88,27 @@ class Reader:
     def runs(self) -> list[RunSummary]:
         """Every run the backend can list, newest activity first (empty when there is none)."""
         return self.backend.runs()
+
+    def history(self, run_id: str, stage_id: str, limit: int = DEFAULT_HISTORY) -> list[HistoryPoint]:
+        """The stage over time: its newest ``limit`` calls (1 to 10,000), oldest first; NotFound for a missing run or stage."""
+        validate_id("run_id", run_id)
+        validate_id("stage_id", stage_id)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_HISTORY:
+            raise ConfigError(f"limit must be a whole number from 1 to {MAX_HISTORY}, got {limit!r}")
+        answer = self.backend.history(run_id, stage_id, limit)
+        if answer is Missing.RUN:
+            raise NotFound(f"run {run_id!r} not found")
+        if answer is Missing.STAGE:
+            raise NotFound(f"stage {stage_id!r} not found in run {run_id!r}")
+        return answer
+
+    def summary(self, run_id: str) -> RunReport:
+        """The run over its stages: each stage's latest request and totals, and the run's; NotFound for a missing run."""
+        pairs = []
+        for stage in self.stages(run_id):
+            window = self.backend.latest(run_id, stage.stage_id)
+            pairs.append((stage, window if isinstance(window, StageContextWindow) else None))
+        return run_report(run_id, pairs)
 
     def close(self) -> None:
         self.backend.close()

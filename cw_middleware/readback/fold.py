@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from .. import codec
 from ..config import DEFAULT_STALE_AFTER, parse_seconds
-from ..contract import StageContextWindow, Staleness, UnavailableReason, WarningCode
+from ..contract import HistoryPoint, StageContextWindow, Staleness, UnavailableReason, WarningCode
 from .otlp_json import Span
 
 
@@ -232,6 +232,72 @@ class StageFold:
         return StageContextWindow.unavailable(
             self.stage_id, UnavailableReason.NOT_OBSERVED, codec.warnings_from_codes([WarningCode.NOT_OBSERVED.value])
         )
+
+
+# ---------------------------------------------------------------- one stage over time
+
+DEFAULT_HISTORY = 100  # points a history answers by default
+MAX_HISTORY = 10_000
+
+
+class HistoryFold:
+    """Accumulates the spans of one stage (any order) into its history: one point per call, oldest first.
+
+    A call publishes several snapshots (its local estimate, its response usage, maybe a provider
+    count, that last one sometimes on a late span): grouped by the call id the writer puts on
+    each (the call span's id; a producer without it: the span that carries the event), the
+    call's newest one stands for it. Only the newest ``limit`` calls are kept.
+    """
+
+    def __init__(self, run_id: str, stage_id: str, limit: int = DEFAULT_HISTORY) -> None:
+        self.run_id, self.stage_id, self.limit = run_id, stage_id, limit
+        self._calls: dict[str, SnapshotRecord] = {}
+        self.seen = False
+
+    def add(self, span: Span) -> None:
+        records = snapshot_records(span, self.run_id, self.stage_id)
+        if role_of(span, self.run_id, self.stage_id) != SpanRole.OTHER:
+            self.seen = True
+        for record in records:
+            call = record.attributes.get(codec.ATTR_CALL_ID) or f"{span.writer}/{span.span_id}"
+            best = self._calls.get(call)
+            if (best is None or record.order > best.order) and record.window is not None:
+                self._calls[call] = record
+        if len(self._calls) > 4 * self.limit + 64:  # memory follows the answer, not the stage
+            self._trim()
+
+    def _trim(self) -> None:
+        keep = sorted(self._calls.items(), key=lambda kv: kv[1].order)[-self.limit :]
+        self._calls = dict(keep)
+
+    def result(self) -> list[HistoryPoint]:
+        records = sorted(self._calls.values(), key=lambda r: r.order)[-self.limit :]
+        return [point(r.window) for r in records if r.window is not None]
+
+
+def point(window: StageContextWindow) -> HistoryPoint:
+    """A history point from one call's answer."""
+    return HistoryPoint(
+        event_seq=window.event_seq,
+        generated_at=window.generated_at,
+        count_method=window.count_method,
+        model=window.model,
+        context_window_tokens=window.context_window_tokens,
+        input_tokens=window.input_tokens or 0,
+        usage_percent=window.usage_percent,
+        cached_tokens=window.cached_tokens,
+        input_cost=window.cost.input_cost if window.cost is not None else None,
+        breakdown=window.breakdown,
+        compaction=window.compaction,
+    )
+
+
+def fold_history(spans: Iterable[Span], run_id: str, stage_id: str, limit: int = DEFAULT_HISTORY) -> Optional[list[HistoryPoint]]:
+    """A stage's history from its spans (any order); None when no span names the stage."""
+    fold = HistoryFold(run_id, stage_id, limit)
+    for span in spans:
+        fold.add(span)
+    return fold.result() if fold.seen else None
 
 
 # ---------------------------------------------------------------- one run, all runs

@@ -28,10 +28,10 @@ from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Optional, TypeVar, Union
 
-from ..contract import StageContextWindow
+from ..contract import HistoryPoint, StageContextWindow
 from ..errors import BackendResponseError, BackendUnavailable, ConfigError
 from .file_index import RESTARTS, FileChanged, FileIndex
-from .fold import ROUTING_KEYS, Horizon, Missing, RunSummary, StageFold, StageSummary, stage_pairs
+from .fold import DEFAULT_HISTORY, ROUTING_KEYS, HistoryFold, Horizon, Missing, RunSummary, StageFold, StageSummary, stage_pairs
 from .otlp_json import Span, decode_line
 
 if TYPE_CHECKING:
@@ -78,6 +78,29 @@ class OtlpFileReader:
             return Missing.STAGE if index.holds_run(run_id) else Missing.RUN
 
         no_file: Union[StageContextWindow, Missing] = Missing.RUN
+        return self._from_index(answer, no_file)
+
+    def history(self, run_id: str, stage_id: str, limit: int = DEFAULT_HISTORY) -> Union[list[HistoryPoint], Missing]:
+        """Every line that names the stage, newest first (a history needs each of its calls)."""
+
+        def answer(index: FileIndex) -> Union[list[HistoryPoint], Missing]:
+            fold = HistoryFold(run_id, stage_id, limit)
+            wanted = (run_id, stage_id)
+            for ref in index.lines_newest_first(run_id, stage_id):
+                try:
+                    spans = decode_line(
+                        index.read_line(ref), where=lambda span: wanted in stage_pairs(span), where_keys=ROUTING_KEYS
+                    )
+                except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+                    continue  # a damaged line: skip it, never fail the query
+                for span in spans:
+                    fold.add(span)
+            if fold.seen:
+                return fold.result()
+            self._check_shape()
+            return Missing.STAGE if index.holds_run(run_id) else Missing.RUN
+
+        no_file: Union[list[HistoryPoint], Missing] = Missing.RUN
         return self._from_index(answer, no_file)
 
     def stages(self, run_id: str) -> Optional[list[StageSummary]]:

@@ -49,14 +49,17 @@ from .. import codec
 from ..contract import (
     CATEGORIES,
     BreakdownItem,
+    CategoryTotals,
     CountMethod,
+    HistoryPoint,
     StageContextWindow,
+    StageTotals,
     Staleness,
     UnavailableReason,
     WarningCode,
 )
 from ..errors import BackendResponseError
-from .fold import Horizon, Missing, RunSummary, StageSummary
+from .fold import DEFAULT_HISTORY, Horizon, Missing, RunSummary, StageSummary, point
 from .http import BackendClient
 from .window import lookback, parse_duration
 
@@ -65,6 +68,7 @@ if TYPE_CHECKING:
 
 # Metric and label names as a Prometheus backend stores the contract's instruments and attributes.
 SNAPSHOTS, TOKENS, LIMIT = codec.PROM_SNAPSHOTS, codec.PROM_TOKENS, codec.PROM_LIMIT
+COST, UNUSED = codec.PROM_COST, codec.PROM_UNUSED_TOOL_TOKENS
 RUN, STAGE, CATEGORY, METHOD = codec.PROM_RUN, codec.PROM_STAGE, codec.PROM_CATEGORY, codec.PROM_COUNT_METHOD
 PROVIDER, MODEL = codec.PROM_PROVIDER, codec.PROM_MODEL
 OVERFLOW = "otel_metric_overflow"  # the SDK's otel.metric.overflow=true series, past the cardinality limit
@@ -142,12 +146,40 @@ class PrometheusReader:
             if len(rivals) > 1 and best.source in rivals:
                 codes.append(WarningCode.METRICS_AMBIGUOUS.value)
             staleness = Staleness.LIVE if live else Staleness.STORED
-            return _answer(stage_id, best, by_category, limit, last_rise, staleness, codes)
+            answer = _answer(stage_id, best, by_category, limit, last_rise, staleness, codes)
+            return answer.model_copy(update=self._money(ids, best, now))
         return StageContextWindow.unavailable(
             stage_id,
             UnavailableReason.NOT_OBSERVED,
             codec.warnings_from_codes([WarningCode.NOT_OBSERVED.value, WarningCode.FROM_METRICS.value]),
         )
+
+    def _money(self, ids: Mapping[str, str], best: _Series, now: float) -> dict[str, Any]:
+        """What the cost counter and the unused-tools gauge tell: the stage's cost per category (every producer's
+        series summed: a counter only grows), the latest request's unused definitions. Calls and tokens over the
+        stage are not metrics: null."""
+        window = _seconds(self.lookback)
+        costs = self._query(f"sum by ({CATEGORY}) (last_over_time({_selector(COST, **ids)}[{window}]))", now)
+        unused = self._query(f"last_over_time({_selector(UNUSED, **ids)}[{window}])", now)
+        update: dict[str, Any] = {}
+        mine = [s for s in unused if s.source == best.source] or unused
+        if mine:
+            update["unused_tool_tokens"] = int(max(mine, key=lambda s: s.time).value)
+        if costs:
+            by_category = {
+                c: CategoryTotals(cost=round(next((s.value for s in costs if s.labels.get(CATEGORY) == c.value), 0.0), 10))
+                for c in CATEGORIES
+            }
+            total = round(sum(s.value for s in costs), 10)
+            update["stage_totals"] = StageTotals(calls=None, input_tokens=None, input_cost=total, by_category=by_category)
+        return update
+
+    def history(self, run_id: str, stage_id: str, limit: int = DEFAULT_HISTORY) -> Union[list[HistoryPoint], Missing]:
+        """Metrics keep the latest values: the history is the latest request alone (trace backends keep every call)."""
+        answer = self.latest(run_id, stage_id)
+        if isinstance(answer, Missing):
+            return answer
+        return [point(answer)] if answer.available else []
 
     def stages(self, run_id: str) -> Optional[list[StageSummary]]:
         now = self._now()

@@ -23,9 +23,9 @@ from typing import Optional, Protocol, Union
 
 from .. import codec
 from .._log import RateLimitedLog
-from ..contract import StageContextWindow
+from ..contract import HistoryPoint, StageContextWindow
 from ..errors import ConfigError
-from .fold import Horizon, Missing, RunSummary, StageSummary, fold_run, fold_runs, fold_stage
+from .fold import DEFAULT_HISTORY, Horizon, Missing, RunSummary, StageSummary, fold_history, fold_run, fold_runs, fold_stage
 from .otlp_json import Span
 
 
@@ -87,6 +87,15 @@ class TraceReader:
 
     def stages(self, run_id: str) -> Optional[list[StageSummary]]:
         return fold_run(export_order(self.search.spans(Wanted(run_id))), run_id, self.horizon)
+
+    def history(self, run_id: str, stage_id: str, limit: int = DEFAULT_HISTORY) -> Union[list[HistoryPoint], Missing]:
+        spans = self.search.spans(Wanted(run_id, stage_id))
+        points = fold_history(spans, run_id, stage_id, limit)
+        if points is not None:
+            return points
+        if fold_run(spans, run_id) is not None or fold_run(self.search.spans(Wanted(run_id), probe=True), run_id) is not None:
+            return Missing.STAGE
+        return Missing.RUN
 
     def runs(self) -> list[RunSummary]:
         return fold_runs(export_order(self.search.spans(Wanted())), self.horizon)

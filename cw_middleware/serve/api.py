@@ -1,4 +1,4 @@
-"""The JSON read-back API: the runs, a run's stages, a stage's context window (the contract).
+"""The JSON read-back API: the runs, a run's stages and summary, a stage's context window (the contract) and history.
 
 Every backend call goes through the query gate (`gate.py`: a cap, a time box, and what
 a read raised as the HTTP answer it means, `http_errors.py`).
@@ -6,7 +6,8 @@ a read raised as the HTTP answer it means, `http_errors.py`).
 
 from __future__ import annotations
 
-from .route import API_PREFIX, Exchange, Route, path_id
+from ..readback.fold import DEFAULT_HISTORY, MAX_HISTORY
+from .route import API_PREFIX, Exchange, Route, path_id, query_int
 
 
 def _runs(ex: Exchange, _: list[str]) -> None:
@@ -26,6 +27,21 @@ def _context_window(ex: Exchange, params: list[str]) -> None:
     ex.send_json(200, ex.context.gate.run(lambda: reader.context_window(run_id, stage_id).model_dump(mode="json")))
 
 
+def _history(ex: Exchange, params: list[str]) -> None:
+    run_id, stage_id = path_id(params[0], "run_id"), path_id(params[1], "stage_id")
+    limit = query_int(ex, "limit", DEFAULT_HISTORY, MAX_HISTORY)
+    reader = ex.context.reader
+    points = ex.context.gate.run(lambda: reader.history(run_id, stage_id, limit))
+    body = {"run_id": run_id, "stage_id": stage_id, "limit": limit, "snapshots": [p.model_dump(mode="json") for p in points]}
+    ex.send_json(200, body)
+
+
+def _summary(ex: Exchange, params: list[str]) -> None:
+    run_id = path_id(params[0], "run_id")
+    reader = ex.context.reader
+    ex.send_json(200, ex.context.gate.run(lambda: reader.summary(run_id).model_dump(mode="json")))
+
+
 def _openapi(ex: Exchange, _: list[str]) -> None:
     ex.send_json(200, ex.context.openapi)
 
@@ -40,4 +56,6 @@ ROUTES = [
     Route(f"{API_PREFIX}/runs", _runs),
     Route(f"{API_PREFIX}/runs/{{run_id}}/stages", _stages),
     Route(f"{API_PREFIX}/runs/{{run_id}}/stages/{{stage_id}}/context-window", _context_window),
+    Route(f"{API_PREFIX}/runs/{{run_id}}/stages/{{stage_id}}/history", _history),
+    Route(f"{API_PREFIX}/runs/{{run_id}}/summary", _summary),
 ]

@@ -26,10 +26,14 @@ def _json_error(description: str) -> dict[str, Any]:
 
 
 def openapi_document() -> dict[str, Any]:
-    from ..contract import StageContextWindow
+    from ..contract import HistoryPoint, RunReport, StageContextWindow
 
     window_schema = StageContextWindow.model_json_schema(ref_template="#/components/schemas/{model}")
     defs = window_schema.pop("$defs", {})
+    point_schema = HistoryPoint.model_json_schema(ref_template="#/components/schemas/{model}")
+    report_schema = RunReport.model_json_schema(ref_template="#/components/schemas/{model}")
+    for schema in (point_schema, report_schema):
+        defs.update(schema.pop("$defs", {}))
     id_param = {"in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 256}}
     errors = {
         status: _json_error(description)
@@ -106,6 +110,59 @@ def openapi_document() -> dict[str, Any]:
                         "200": {
                             "description": "the stage's answer; available=false when the stage has no data",
                             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/StageContextWindow"}}},
+                        },
+                        **errors,
+                    },
+                }
+            },
+            f"{API_PREFIX}/runs/{{run_id}}/stages/{{stage_id}}/history": {
+                "get": {
+                    "operationId": "getStageHistory",
+                    "summary": "A stage over time: its newest calls, oldest first (each call's latest snapshot)",
+                    "parameters": [
+                        {"name": "run_id", **id_param},
+                        {"name": "stage_id", **id_param},
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 10_000, "default": 100},
+                        },
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "the stage's history; a metrics backend holds only the latest call",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "type": "object",
+                                        "required": ["run_id", "stage_id", "snapshots"],
+                                        "properties": {
+                                            "run_id": {"type": "string"},
+                                            "stage_id": {"type": "string"},
+                                            "limit": {"type": "integer"},
+                                            "snapshots": {
+                                                "type": "array",
+                                                "items": {"$ref": "#/components/schemas/HistoryPoint"},
+                                            },
+                                        },
+                                    }
+                                }
+                            },
+                        },
+                        **errors,
+                    },
+                }
+            },
+            f"{API_PREFIX}/runs/{{run_id}}/summary": {
+                "get": {
+                    "operationId": "getRunSummary",
+                    "summary": "A run over its stages: each stage's latest request and totals, and the run's totals",
+                    "parameters": [{"name": "run_id", **id_param}],
+                    "responses": {
+                        "200": {
+                            "description": "the run's summary",
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RunReport"}}},
                         },
                         **errors,
                     },
@@ -228,6 +285,8 @@ def openapi_document() -> dict[str, Any]:
             "schemas": {
                 **defs,
                 "StageContextWindow": window_schema,
+                "HistoryPoint": point_schema,
+                "RunReport": report_schema,
                 "StageSummary": stage_summary,
                 "RunSummary": run_summary,
                 "Error": _error_schema(),

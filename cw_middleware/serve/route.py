@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from io import BufferedIOBase
 from typing import TYPE_CHECKING, Any, Optional, Protocol
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from .gate import QueryGate
 from .http_errors import HttpError
@@ -41,6 +41,7 @@ class Exchange(Protocol):
     """One request as a route sees it (the core's handler)."""
 
     command: str
+    path: str  # the request target, query string included
     headers: Message
     wfile: BufferedIOBase
 
@@ -89,3 +90,14 @@ def path_id(raw: str, name: str) -> str:
     if not value:
         raise HttpError(400, "invalid_id", f"{name} must not be empty")
     return value
+
+
+def query_int(ex: Exchange, name: str, default: int, maximum: int) -> int:
+    """A whole-number query parameter (``?limit=50``) from 1 to ``maximum``; HttpError 400 ``invalid_parameter`` otherwise."""
+    values = parse_qs(urlsplit(ex.path).query).get(name)
+    if not values:
+        return default
+    raw = values[-1]
+    if not raw.isascii() or not raw.isdigit() or not 0 < int(raw) <= maximum:
+        raise HttpError(400, "invalid_parameter", f"{name} must be a whole number from 1 to {maximum}")
+    return int(raw)

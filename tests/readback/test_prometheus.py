@@ -33,6 +33,14 @@ COMPARED = (
 )
 
 
+def comparable(answer) -> dict:
+    """The COMPARED fields of an answer (a model or its JSON); breakdown items without cached_tokens (not a metric)."""
+    body = answer if isinstance(answer, dict) else answer.model_dump(mode="json")
+    out = {f: body[f] for f in COMPARED}
+    out["breakdown"] = [{k: v for k, v in item.items() if k != "cached_tokens"} for item in body["breakdown"]]
+    return out
+
+
 def _codes(answer) -> list[str]:
     return [w.code for w in answer.warnings]
 
@@ -51,11 +59,27 @@ def test_every_stage_reads_back_what_the_file_says_within_what_metrics_carry(ser
     spans = cw.reader(f"file:{agent_metrics.agent_file}")
     for stage_id in STAGES:
         got, expected = metrics.context_window(RUN, stage_id), spans.context_window(RUN, stage_id)
-        assert {f: getattr(got, f) for f in COMPARED} == {f: getattr(expected, f) for f in COMPARED}, stage_id
+        assert comparable(got) == comparable(expected), stage_id
         assert got.stage_id == stage_id and got.staleness is Staleness.LIVE  # its process still exports it
         assert got.details == [] and got.event_seq is None and _codes(got) == ["from_metrics"]
         # The scrape that first showed the snapshot: after it was made, within a few scrape intervals.
         assert expected.generated_at - timedelta(seconds=0.5) <= got.generated_at <= expected.generated_at + timedelta(seconds=5)
+
+
+@pytest.mark.system
+def test_cost_and_unused_tools_read_back_from_their_metrics(server, agent_metrics):
+    """agent.context_window.cost (a counter: the stage's calls, each once) and agent.context_window.unused_tool_tokens."""
+    metrics = cw.reader(server.reader_url)
+    spans = cw.reader(f"file:{agent_metrics.agent_file}")
+    for stage_id in STAGES:
+        got, expected = metrics.context_window(RUN, stage_id), spans.context_window(RUN, stage_id)
+        assert got.stage_totals is not None and got.stage_totals.calls is None  # calls are not a metric
+        assert got.stage_totals.input_cost == pytest.approx(expected.stage_totals.input_cost), stage_id
+        for category, totals in expected.stage_totals.by_category.items():
+            assert got.stage_totals.by_category[category].cost == pytest.approx(totals.cost), (stage_id, category)
+        assert got.unused_tool_tokens == (expected.unused_tool_tokens or 0), stage_id
+    canary = metrics.context_window(RUN, "canary@1")  # its request defines tools it never calls
+    assert canary.unused_tool_tokens > 0
 
 
 @pytest.mark.system
@@ -99,7 +123,7 @@ def test_a_stage_whose_process_exited_reads_stored(server, agent_metrics):
     got = cw.reader(server.reader_url).context_window(FINISHED_RUN, "only@1")
     expected = cw.reader(f"file:{agent_metrics.finished_file}").context_window(FINISHED_RUN, "only@1")
     assert got.staleness is Staleness.STORED and got.available
-    assert {f: getattr(got, f) for f in COMPARED} == {f: getattr(expected, f) for f in COMPARED}
+    assert comparable(got) == comparable(expected)
 
 
 @pytest.mark.system

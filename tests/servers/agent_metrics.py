@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from providers import ANTHROPIC, FakeProvider, running_provider
+from providers import ANTHROPIC, CHAT, FakeProvider, running_provider
 from test_content_free import _request as canary_request
 
 import cw_middleware as cw
@@ -50,6 +50,7 @@ STAGES = {
     ODD_STAGE: "quotes and a backslash in the stage id",
     "hot@1": "1234 tokens in a 1250-token window: utilization 0.987",
     "exceeded@1": "1234 tokens in a 1000-token window: utilization 1.234",
+    "cached@1": "a local OpenAI endpoint that served 1024 of the 1234 input tokens from its prompt cache",
     "count-failed@1": "a provider count that fails (HTTP 500)",
     "canary@1": "the content-free canary request",
 }
@@ -140,6 +141,10 @@ def _agent_run(provider: FakeProvider) -> None:
         cw.completion(model="openai/gpt-4o", messages=LONG, cw_context_window=1250, **openai)
     with cw.stage(RUN, "exceeded@1"):
         cw.completion(model="openai/gpt-4o", messages=LONG, cw_context_window=1000, **openai)
+    provider[CHAT].cached_tokens = 1024
+    with cw.stage(RUN, "cached@1"):
+        cw.completion(model="openai/gpt-4o", messages=LONG, **openai)
+    provider[CHAT].cached_tokens = 0
     provider[ANTHROPIC].status = 500
     with cw.stage(RUN, "count-failed@1"):
         cw.completion(
