@@ -50,6 +50,18 @@ Gemini API. Gemini 2.5 bills little of it (0.01 token a character for 2.5 Pro,
 0.02-0.2 for 2.5 Flash): counted as nothing. LiteLLM keeps signatures in ``provider_specific_fields``; when a
 message carries one there, it is counted for the Gemini API (see `tool_calls`).
 Replayed ``thought`` parts are billed as text.
+
+Searched in round three's second pass and not adopted (function declarations on the
+Gemini API, 2.5 and later): the declaration's JSON with compact separators matches
+flat declarations on Gemini 3 exactly (a parameterless one bills 4 tokens under the
+default-separator form there, but 1 over it on 2.5 Flash), while a property that is
+itself an object, or a ``$ref``'d tree, bills well over either form (~15-30 tokens a
+nested object). Scored on the Gemini requests with tools (halves by source file): the
+default-separator form (kept) 4.10 / 7.35% median, 16.7 / 16.8% p90; compact JSON
+6.85 / 7.61%, 20.2 / 24.9%; compact JSON at the text scale 6.07 / 6.46%, 19.0 / 24.0%;
+default-separator JSON at the text scale 4.67 / 6.51%, 19.0 / 21.2%; compact plus a
+per-declaration constant (1 or 2) worse still. The rendering differs by generation
+and by nesting in a way none of these forms captures.
 """
 
 from __future__ import annotations
