@@ -51,6 +51,7 @@ from .tool_rows import (
     ToolUse,
     as_defined,
     matched,
+    matched_parts,
     tool_name,
     tool_result_key,
 )
@@ -258,6 +259,8 @@ class Estimator:
                 tool = conv.call_names.get(count.result_of)
                 if tool is not None:
                     count = matched(count, tool)
+            elif count.parts:
+                count = matched_parts(count, conv.call_names)
             if count.tagged:
                 conv.tagged_idx.append(len(conv.counts))
             _note_position(conv, as_dict(msg), len(conv.counts))
@@ -463,11 +466,12 @@ def _add(conv: _Conversation, count: MessageCount) -> None:
     for call_id, name in count.calls:
         conv.call_names[call_id] = name
         conv.invocations[name] += 1
-    if count.tool is not None:
-        conv.results[count.tool] += sum(tokens for _, tokens in count.entries)
-        for key, tokens in count.moved:
-            conv.untagged_results[(count.tool, key)] += tokens
-            conv.result_tools.add(count.tool)
+    for part in count.parts or (count,):
+        if part.tool is not None:
+            conv.results[part.tool] += sum(tokens for _, tokens in part.entries)
+            for key, tokens in part.moved:
+                conv.untagged_results[(part.tool, key)] += tokens
+                conv.result_tools.add(part.tool)
     for code in count.warnings:
         conv.warnings[code] += 1
     for key, parts in count.unseen:

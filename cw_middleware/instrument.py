@@ -108,12 +108,15 @@ def instrumented() -> bool:
     False for LiteLLM once ``importlib.reload(litellm)`` (or anyone) put LiteLLM's own functions
     back: nothing observes there then, whatever `instrument()` installed before.
     """
+    return litellm_instrumented() or clients.clients_instrumented()
+
+
+def litellm_instrumented() -> bool:
+    """True while at least one LiteLLM entry point is observed through the module (not after a reload put LiteLLM's back)."""
     litellm = _offline.litellm()
     patches = _litellm.patches()
     with patches.lock:
-        if any(not _reloaded(litellm, name, entry) for name, entry in patches.installed.items()):
-            return True
-    return clients.clients_instrumented()
+        return any(not _reloaded(litellm, name, entry) for name, entry in patches.installed.items())
 
 
 def _reloaded(litellm: Any, name: str, entry: tuple[Callable[..., Any], Callable[..., Any]]) -> bool:

@@ -47,6 +47,9 @@ class MessageCount(NamedTuple):
     result_of: Optional[str] = None  # the call id a tool result answers
     tool: Optional[str] = None  # the producing tool, once the estimator matched ``result_of``
     moved: tuple[tuple[SourceKey, int], ...] = ()  # untagged result tokens moved to the tool's own source, by old key
+    parts: tuple[
+        MessageCount, ...
+    ] = ()  # one entry answering several calls (Anthropic): its messages' counts, matched one by one
 
 
 _NO_WARNINGS: frozenset[WarningCode] = frozenset()
@@ -284,7 +287,10 @@ def _together(counts: Sequence[MessageCount]) -> MessageCount:
         warnings |= count.warnings
     tagged = any(count.tagged for count in counts)
     calls = tuple(call for count in counts for call in count.calls)
-    # An entry answering several calls (Anthropic: one user turn of tool_result blocks) keeps no single producer.
     answers = {count.result_of for count in counts if count.result_of is not None}
-    result_of = answers.pop() if len(answers) == 1 else None
+    if len(answers) > 1:  # one entry answering several calls (Anthropic: a user turn of tool_result blocks)
+        return MessageCount(
+            tuple(entries.items()), frozenset(warnings), tagged, tuple(unseen.items()), calls, parts=tuple(counts)
+        )
+    result_of = answers.pop() if answers else None
     return MessageCount(tuple(entries.items()), frozenset(warnings), tagged, tuple(unseen.items()), calls, result_of)

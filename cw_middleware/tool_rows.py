@@ -14,7 +14,7 @@ memory: it could be anything the model was made to write.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import add
@@ -123,8 +123,27 @@ def matched(count: MessageCount, tool: str) -> MessageCount:
     return count._replace(tool=tool, entries=entries, moved=moved)
 
 
+def matched_parts(count: MessageCount, call_names: Mapping[str, str]) -> MessageCount:
+    """An entry answering several calls, each of its results `matched` to the tool that produced it."""
+    parts = tuple(
+        matched(part, call_names[part.result_of]) if part.result_of is not None and part.result_of in call_names else part
+        for part in count.parts
+    )
+    return count._replace(entries=_summed(p.entries for p in parts), moved=_summed(p.moved for p in parts), parts=parts)
+
+
+def _summed(groups: Iterable[tuple[tuple[SourceKey, int], ...]]) -> tuple[tuple[SourceKey, int], ...]:
+    out: dict[SourceKey, int] = {}
+    for group in groups:
+        for key, n in group:
+            out[key] = out.get(key, 0) + n
+    return tuple(out.items())
+
+
 def as_defined(count: MessageCount, defined: frozenset[str]) -> tuple[tuple[SourceKey, int], ...]:
     """A message's entries as a request defining ``defined`` counts them: an undefined tool's results back under their role."""
+    if count.parts and count.moved:
+        return _summed(as_defined(part, defined) for part in count.parts)
     if not count.moved or count.tool in defined:
         return count.entries
     assert count.tool is not None

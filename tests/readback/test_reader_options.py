@@ -75,6 +75,9 @@ def test_a_backend_is_one_registry_line(monkeypatch):
         def runs(self):
             return []
 
+        def history(self, run_id, stage_id, limit=50):
+            return Missing.RUN
+
         def close(self):
             pass
 
