@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fault_child import CALLS_DEADLINE, EXIT_DEADLINE, overdue
+from gates import HANG_GUARD, returns_while_held
 from http_servers import GrpcStatusServer, HangingServer, OtlpStatusServer, closed_port
 from providers import provider  # noqa: F401 - the fixture
 
@@ -36,6 +39,7 @@ pytestmark = pytest.mark.system  # the system tier (pyproject.toml): `pytest -m 
 
 CHILD = Path(__file__).with_name("fault_child.py")
 FLUSH_TIMEOUT = 2.0
+FLUSH_MARGIN = 0.5  # past its timeout, for a flush's thread to be scheduled again
 EXIT_BOUND = 2.0  # CW_EXIT_TIMEOUT's default: what cw may add to a process's exit
 SLACK = 1.0  # a loaded CI machine (load 10 on 2 cores while these ran)
 
@@ -142,16 +146,19 @@ def _spec(case: Case, tmp: Path, n: int) -> dict[str, Any]:
     }
 
 
-def run_cases(cases: list[Case], tmp: Path, timeout: float = 120.0) -> dict[str, Outcome]:
-    """All cases at once: forks of one zygote, and the fresh ones beside them; a hung case fails its tests, not the run."""
+def run_cases(cases: list[Case], tmp: Path) -> dict[str, Outcome]:
+    """All cases at once: forks of one zygote, and the fresh ones beside them; a hung case fails its tests, not the run.
+
+    Each case has its own deadlines (fault_child.overdue), from its own progress.
+    """
     (tmp / "barrier").mkdir()
-    paths = {}
+    paths, specs = {}, {}
     for case in cases:
         path = tmp / f"{case.name}.spec.json"
-        path.write_text(json.dumps(_spec(case, tmp, len(cases))))
+        specs[case.name] = _spec(case, tmp, len(cases))
+        path.write_text(json.dumps(specs[case.name]))
         paths[case.name] = str(path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CW_"))}
-    env["FAULT_CHILD_DEADLINE"] = str(timeout / 3)  # from the forks; importing LiteLLM comes before
     forked = [paths[c.name] for c in cases if not c.fresh]
     zygote = subprocess.Popen([sys.executable, str(CHILD), "--zygote", *forked], stdout=subprocess.PIPE, env=env, text=True)
     fresh = {
@@ -165,18 +172,23 @@ def run_cases(cases: list[Case], tmp: Path, timeout: float = 120.0) -> dict[str,
         if c.fresh
     }
     exited: dict[str, Any] = {}
-    deadline = time.monotonic() + timeout
-    while fresh and time.monotonic() < deadline:
+    started_at, next_check = time.time(), 0.0
+    while fresh:
         for name, proc in list(fresh.items()):
             if proc.poll() is not None:
                 exited[name] = time.time()
                 del fresh[name]
+        now = time.time()
+        if now >= next_check:  # past its own deadline: it will not exit by itself
+            next_check = now + 0.5
+            for name, proc in list(fresh.items()):
+                if overdue(specs[name], started_at, now):
+                    proc.kill()
+                    proc.wait()
+                    exited[name] = None
+                    del fresh[name]
         time.sleep(0.005)
-    for name, proc in fresh.items():  # never exited
-        proc.kill()
-        proc.wait()
-        exited[name] = None
-    out, _ = zygote.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    out, _ = zygote.communicate(timeout=CALLS_DEADLINE + EXIT_DEADLINE + 60)  # the zygote kills what is overdue
     assert zygote.returncode == 0
     exited.update(json.loads(out.strip().splitlines()[-1]))
     outcomes = {}
@@ -235,7 +247,7 @@ def test_flush_returns_within_its_timeout(matrix, name):
     flushes = matrix[name].result.get("flushes", [])
     assert len(flushes) == 2
     for flush in flushes:
-        assert flush["seconds"] <= FLUSH_TIMEOUT + 0.5, flushes
+        assert flush["seconds"] <= FLUSH_TIMEOUT + FLUSH_MARGIN, flushes
     if name == "healthy-file":
         assert all(f["ok"] for f in flushes)
 
@@ -299,8 +311,6 @@ def _dump(response: Any) -> dict[str, Any]:
 
 def _threads() -> list[str]:
     """Live threads but LiteLLM's logging pool (it grows with LiteLLM's own calls, bare ones too) and the test's servers."""
-    import threading
-
     servers = ("(process_request_thread)", "(serve_forever)")
     return sorted(t.name for t in threading.enumerate() if not t.name.startswith("litellm-") and not t.name.endswith(servers))
 
@@ -337,27 +347,30 @@ def test_provider_count_endpoint_faults(counting_runtime, provider, fault):  # n
     import cw_middleware as cw
     from cw_middleware.contract import CountMethod
 
+    released = threading.Event()
     if fault == "hanging":
-        provider[ANTHROPIC].delay = 30.0
+        released = provider.hold(ANTHROPIC)  # answers only after the test (the count's 1 s time box ends it first)
     elif fault == "500":
         provider[ANTHROPIC].status = 500
     base = f"http://127.0.0.1:{closed_port()}" if fault == "refused" else provider.url
     request = {"model": CLAUDE, "messages": CHAT_MESSAGES, "mock_response": "ok", "api_base": base, "api_key": "sk-ant-test"}
     cw.completion(**request, cw_provider_count="never")  # the model's tokenizer loaded: time the count alone
     baseline = _threads()
-    started = time.monotonic()
-    with cw.stage("run-count-faults", f"count-{fault}"):
-        ours = cw.completion(**request, cw_provider_count="always")
-    assert time.monotonic() - started < 1.0  # the count runs beside the call, never before it
+
+    def call() -> Any:
+        with cw.stage("run-count-faults", f"count-{fault}"):
+            return cw.completion(**request, cw_provider_count="always")
+
+    ours = returns_while_held(call, lambda: not released.is_set())  # the count runs beside the call, never before it
     assert _dump(ours) == _dump(litellm.completion(**request))
     t = time.monotonic()
-    counting_runtime.flush(2.0)
-    assert time.monotonic() - t <= 2.5
+    counting_runtime.flush(FLUSH_TIMEOUT)
+    assert time.monotonic() - t <= FLUSH_TIMEOUT + FLUSH_MARGIN
     snapshots = counting_runtime.snapshots()
     assert not any(s.count_method is CountMethod.PROVIDER_API_SCALED_BREAKDOWN for s in snapshots)
     counting_runtime.shutdown()
     # The counter's worker ends once its (1 s) time box is over: no thread stays behind.
-    assert _threads_back_to(baseline, within=3.0) == []
+    assert _threads_back_to(baseline, within=HANG_GUARD) == []
 
 
 def test_provider_shut_down_mid_run(runtime):
@@ -381,9 +394,9 @@ def test_provider_shut_down_mid_run(runtime):
             outcomes.append(type(exc))
     assert outcomes[0] is not None and outcomes[0] is outcomes[1]
     t = time.monotonic()
-    runtime.flush(2.0)
-    assert time.monotonic() - t <= 2.5
-    assert _threads_back_to(baseline, within=2.0) == []
+    runtime.flush(FLUSH_TIMEOUT)
+    assert time.monotonic() - t <= FLUSH_TIMEOUT + FLUSH_MARGIN
+    assert _threads_back_to(baseline, within=HANG_GUARD) == []
 
 
 def test_abandoned_streams(runtime):

@@ -73,6 +73,7 @@ def test_the_responses_api_block_runs_after_the_quick_start(tmp_path):
     assert kind == "ResponsesAPIResponse" and int(memory) > 0
 
 
+@pytest.mark.system  # fresh interpreters: the system tier
 def test_the_json_form_of_a_tag_is_read_by_estimate_from_a_file(tmp_path):
     request = block("tag-json").code
     assert json.loads(request)["messages"][0]["content"][1]["cw_tag"] == {"category": "memory", "source": "AGENTS.md"}
