@@ -157,7 +157,10 @@ class Call:
             # for it: asked, LiteLLM's stream wrapper assembles the response twice at the end (once for the usage
             # chunk, once more when the stream stops), counting the whole prompt each time (issue 22 gap 2).
             stream_usage = self.stream_usage and not self.mock
-            self.forward = self.api.forward(self.args, self.kwargs, parsed, self.estimate, provider, stream_usage)
+            # An estimate made at once says which messages carry tags: only those are copied, the others are
+            # not even looked at again (800 input items looked at cost ~0.3 ms, issue 22 gap 3).
+            estimate = self.estimate or self.estimated.made
+            self.forward = self.api.forward(self.args, self.kwargs, parsed, estimate, provider, stream_usage)
         except Exception as exc:  # noqa: BLE001 - not a request we can read: LiteLLM's to judge, untouched
             self.runtime.log.warning("rewrite", f"cw_middleware: could not read the request ({type(exc).__name__})")
             self.forward = Forward(self.args, self.kwargs)

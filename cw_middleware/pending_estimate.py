@@ -41,6 +41,11 @@ class PendingEstimate:
         pending._estimate, pending._done = estimate, True
         return pending
 
+    @property
+    def made(self) -> Optional[Estimate]:
+        """The estimate if it is already there (None while it is being made in the background)."""
+        return self._estimate if self._done else None
+
     def then(self, step: Step) -> None:
         """Run ``step(estimate)`` once the estimate is there: now, on this thread, if it already is."""
         with self._lock:
