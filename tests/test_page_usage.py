@@ -4,6 +4,8 @@ and a run opened before it exists. Fixtures and helpers are test_page's (chromiu
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from test_page import RUN, _shown, _wait, browser, served, written  # noqa: F401 - the fixtures
 
@@ -49,6 +51,10 @@ def test_the_stage_shows_its_tools_cost_history_and_every_source(served, browser
     assert "1 compaction(s)" in browser.find_element("css selector", "[data-field=compactions]").text
     # The window bar marks 80% and 95% of the window.
     assert sorted(m.get_attribute("data-mark") for m in browser.find_elements("css selector", ".bar .mark")) == ["80", "95"]
+    if os.environ.get("CW_SCREENSHOT_USAGE"):  # README's picture of these parts: CW_SCREENSHOT_USAGE=docs/live-page-usage.png
+        browser.set_window_size(1200, 1650)
+        browser.save_screenshot(os.environ["CW_SCREENSHOT_USAGE"])
+        browser.set_window_size(1200, 1300)
 
     # A request with more sources than the top 8: every one on demand; and one that does not fit its window.
     notes = [cw.segment(f"notes {i} " * (40 + i), "memory", f"notes-{i}.md") for i in range(12)]
