@@ -152,7 +152,17 @@ def test_file_export_and_every_answer_is_content_free(tmp_path, capsys, cw_logs)
     assert [(t.name, t.invocations) for t in answer.tools if t.name == TOOL_NAME] == [(TOOL_NAME, 1)]
     assert {d.source for d in answer.details} >= {f"tool:{TOOL_NAME}", "tool"}
     _assert_clean(answer.model_dump_json(), "the library answer")
-    for argv in (["show", RUN, STAGE], ["show", RUN, STAGE, "--json"], ["stages", RUN], ["stages", RUN, "--json"]):
+    _assert_clean(json.dumps([p.model_dump(mode="json") for p in reader.history(RUN, STAGE)]), "the library's history")
+    _assert_clean(reader.summary(RUN).model_dump_json(), "the library's run summary")
+    for argv in (
+        ["show", RUN, STAGE],
+        ["show", RUN, STAGE, "--json"],
+        ["show", RUN, STAGE, "--history"],
+        ["summary", RUN],
+        ["summary", RUN, "--json"],
+        ["stages", RUN],
+        ["stages", RUN, "--json"],
+    ):
         assert cli.main([*argv, "--backend", backend]) == 0
         out = capsys.readouterr()
         _assert_clean(out.out + out.err, f"cw-middleware {' '.join(argv)}")
@@ -160,7 +170,13 @@ def test_file_export_and_every_answer_is_content_free(tmp_path, capsys, cw_logs)
     server = make_server(reader, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        for route in (f"/api/v1/runs/{RUN}/stages/{STAGE}/context-window", f"/api/v1/runs/{RUN}/stages", "/openapi.json"):
+        for route in (
+            f"/api/v1/runs/{RUN}/stages/{STAGE}/context-window",
+            f"/api/v1/runs/{RUN}/stages/{STAGE}/history",
+            f"/api/v1/runs/{RUN}/summary",
+            f"/api/v1/runs/{RUN}/stages",
+            "/openapi.json",
+        ):
             with urllib.request.urlopen(server.url + route, timeout=10) as response:
                 _assert_clean(response.read(), route)
     finally:
@@ -215,7 +231,8 @@ def test_every_backend_and_every_readers_answer_is_content_free(
         for backend in (f"file:{path}", phoenix_server.backend, f"jaeger+{jaeger.url}", f"tempo+{tempo.url}"):
             reader = cw.reader(backend)
             answer = reader.context_window(RUN, STAGE)
-            assert answer.available and answer.details
+            assert answer.available and answer.details and answer.tools
             _assert_clean(answer.model_dump_json(), f"the answer of {backend}")
+            _assert_clean(json.dumps([p.model_dump(mode="json") for p in reader.history(RUN, STAGE)]), f"history of {backend}")
             _assert_clean(json.dumps([s.as_dict() for s in reader.stages(RUN)] + [r.as_dict() for r in reader.runs()]), backend)
     _assert_clean("\n".join(r.getMessage() for r in cw_logs.records), "the middleware's log")

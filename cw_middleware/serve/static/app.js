@@ -35,8 +35,12 @@
 
   var state = {
     runId: null, stages: {}, order: [], windows: {}, timelines: {}, selected: null,
-    lastEventId: null, abort: null, pollTimer: null, streamFailures: 0, updates: 0
+    lastEventId: null, abort: null, pollTimer: null, streamFailures: 0, updates: 0,
+    picked: false, histories: {}, historyKeys: {}, historyLoading: {}, showAllSources: false, retryTimer: null,
+    summaries: {}, runs: []
   };
+  var parts = window.cwUsage; // usage.js: tools, totals, cost and cache cells, the stage over time
+  var SUMMARIZED_RUNS = 20; // the runs list asks for the summary (model, peak, tokens, cost) of the newest ones
 
   function $(id) { return document.getElementById(id); }
 
@@ -134,19 +138,42 @@
   }
 
   function renderRuns(runs) {
+    state.runs = runs;
     var tbody = $("runs-table").querySelector("tbody");
     tbody.textContent = "";
     $("runs-empty").hidden = runs.length > 0;
-    runs.forEach(function (r) {
-      var tr = el("tr");
+    runs.forEach(function (r, i) {
+      var tr = el("tr", { "data-run": r.run_id });
       var td = el("td");
       td.appendChild(el("a", { href: "/runs/" + encodeURIComponent(r.run_id) }, r.run_id));
       tr.appendChild(td);
       tr.appendChild(el("td", { "class": "num" }, r.stages));
       tr.appendChild(el("td", { "class": "num" }, r.live_stages));
+      var known = state.summaries[r.run_id];
+      var report = known && known.report;
+      var latest = report ? report.stages.filter(function (s) { return s.input_tokens !== null; }).pop() : null;
+      var t = report ? report.totals : null;
+      tr.appendChild(el("td", { "data-field": "model" }, report ? report.model || "?" : ""));
+      tr.appendChild(el("td", { "class": "num", "data-field": "peak" },
+        t && t.peak_usage_percent !== null ? fmt.fixed1(t.peak_usage_percent) + "%" : ""));
+      tr.appendChild(el("td", { "class": "num", "data-field": "latest" }, latest ? fmt.tokens(latest.input_tokens) : ""));
+      tr.appendChild(el("td", { "class": "num", "data-field": "cost" }, t ? fmt.usd(t.input_cost) : ""));
       tr.appendChild(el("td", {}, r.last_seen_at ? new Date(r.last_seen_at).toLocaleString() : "?"));
       tbody.appendChild(tr);
+      if (i < SUMMARIZED_RUNS && (!known || known.seen !== r.last_seen_at) && !(known && known.loading)) summarize(r);
     });
+  }
+
+  // A run's summary, asked for again only when the run has new activity.
+  function summarize(r) {
+    var known = state.summaries[r.run_id] || (state.summaries[r.run_id] = {});
+    known.loading = true;
+    api("/api/v1/runs/" + encodeURIComponent(r.run_id) + "/summary").then(function (report) {
+      known.report = report;
+      known.seen = r.last_seen_at;
+      known.loading = false;
+      if (!state.runId) { renderRuns(state.runs); markUpdated(); }
+    }).catch(function () { known.loading = false; known.seen = r.last_seen_at; });
   }
 
   // ------------------------------------------------------------------ one run
@@ -157,18 +184,41 @@
     $("run-title").textContent = "Run " + runId;
     document.title = runId + " · cw-middleware";
     var wanted = /^#stage=(.+)$/.exec(window.location.hash);
-    if (wanted) state.selected = decodeURIComponent(wanted[1]);
+    if (wanted) { state.selected = decodeURIComponent(wanted[1]); state.picked = true; }
+    loadRun(runId);
+  }
+
+  // A run opened before it exists (the agent has not started yet) is looked for again until it appears.
+  function loadRun(runId) {
     api("/api/v1/runs/" + encodeURIComponent(runId) + "/stages").then(function (body) {
+      notice("");
       body.stages.forEach(function (s) { onStage(s, false); });
       renderStages();
       if (window.ReadableStream && window.TextDecoderStream) stream(); else startPolling();
-    }).catch(failed);
+    }).catch(function (err) {
+      if (err && err.status === 404 && state.runId === runId) {
+        notice("Run " + runId + " is not in the backend yet; this page shows it as soon as it appears.");
+        setConn("polling", "waiting for the run");
+        state.retryTimer = window.setTimeout(function () { if (state.runId === runId) loadRun(runId); }, POLL_MS);
+        return;
+      }
+      failed(err);
+    });
   }
 
   function onStage(summary, render) {
     var id = summary.stage_id;
     if (!(id in state.stages)) state.order.push(id);
     state.stages[id] = summary;
+    // Follow the newest live stage, unless the user picked one.
+    if (!state.picked && summary.staleness === "live" && summary.agent_stage !== false && id !== state.selected) {
+      var current = state.selected ? state.stages[state.selected] : null;
+      if (!current || current.staleness !== "live" || (summary.started_at || "") > (current.started_at || "")) {
+        state.selected = id;
+        if (render !== false && state.windows[id]) renderStage();
+        else if (render !== false) api(windowPath(id)).then(function (w) { onSnapshot(w); markUpdated(); }).catch(failed);
+      }
+    }
     if (render !== false) renderStages();
   }
 
@@ -200,6 +250,7 @@
 
   function select(id, focus) {
     state.selected = id;
+    state.picked = true;
     history.replaceState(null, "", "#stage=" + encodeURIComponent(id));
     renderStages(focus);
     if (state.windows[id]) renderStage();
@@ -285,6 +336,19 @@
       free.style.width = (100 * (windowSize - total) / scale) + "%";
       bar.appendChild(free);
     }
+    if (windowSize) {
+      // The alert rules' 80% and 95%, and where the window ends when the request does not fit in it.
+      [0.8, 0.95].forEach(function (f) {
+        var mark = el("i", { "class": "mark", "data-mark": String(Math.round(f * 100)), title: Math.round(f * 100) + "% of the window" });
+        mark.style.left = (100 * f * windowSize / scale) + "%";
+        bar.appendChild(mark);
+      });
+      if (total > windowSize) {
+        var end = el("i", { "class": "mark window-end", "data-mark": "end", title: "The window ends here" });
+        end.style.left = (100 * windowSize / scale) + "%";
+        bar.appendChild(end);
+      }
+    }
     box.appendChild(el("p", { "class": "meta" }, "The window, to scale:"));
     box.appendChild(bar);
     // The same tokens as shares of the input: readable when the request fills a sliver of a large window.
@@ -309,7 +373,8 @@
     var table = el("table", { "data-field": "breakdown" });
     table.appendChild(el("caption", { "class": "sr-only" }, "Tokens per category"));
     var head = el("tr");
-    ["Category", "Tokens", windowSize ? "Of the window" : "Of the input"].forEach(function (t, i) {
+    var extra = parts.categoryColumns(w);
+    ["Category", "Tokens", windowSize ? "Of the window" : "Of the input"].concat(extra).forEach(function (t, i) {
       head.appendChild(el("th", { scope: "col", "class": i ? "num" : "" }, t));
     });
     var thead = el("thead");
@@ -327,6 +392,7 @@
       tr.appendChild(name);
       tr.appendChild(el("td", { "class": "num", "data-tokens": n }, fmt.tokens(n)));
       tr.appendChild(el("td", { "class": "num" }, fmt.percent(n, windowSize || total || 1)));
+      parts.categoryCells(w, c, n).forEach(function (cell) { tr.appendChild(cell); });
       tbody.appendChild(tr);
     });
     if (windowSize) {
@@ -338,6 +404,7 @@
       tr.appendChild(name);
       tr.appendChild(el("td", { "class": "num", "data-tokens": freeN }, fmt.tokens(freeN)));
       tr.appendChild(el("td", { "class": "num" }, fmt.percent(freeN, windowSize)));
+      extra.forEach(function () { tr.appendChild(el("td", { "class": "num" }, "")); });
       tbody.appendChild(tr);
     }
     table.appendChild(tbody);
@@ -358,7 +425,7 @@
       dthead.appendChild(dh);
       dt.appendChild(dthead);
       var dbody = el("tbody");
-      w.details.slice(0, TOP_SOURCES).forEach(function (d) {
+      w.details.slice(0, state.showAllSources ? w.details.length : TOP_SOURCES).forEach(function (d) {
         var tr = el("tr");
         tr.appendChild(el("td", {}, d.source));
         tr.appendChild(el("td", {}, LABEL[d.category] || d.category));
@@ -367,10 +434,33 @@
       });
       dt.appendChild(dbody);
       box.appendChild(dt);
-      if (w.details.length > TOP_SOURCES) box.appendChild(el("p", { "class": "meta" }, "… " + (w.details.length - TOP_SOURCES) + " more"));
+      if (w.details.length > TOP_SOURCES) {
+        var more = el("button", { type: "button", "class": "more", "data-field": "more-sources", "aria-expanded": String(state.showAllSources) },
+          state.showAllSources ? "Show the top " + TOP_SOURCES : "Show all " + w.details.length + " sources");
+        more.addEventListener("click", function () { state.showAllSources = !state.showAllSources; renderStage(); });
+        box.appendChild(more);
+      }
     }
+    parts.totals(box, w);
+    parts.tools(box, w);
     renderWarnings(box, w);
-    renderTimeline(box, id);
+    if (state.histories[id]) parts.timeline(box, state.histories[id], windowSize);
+    else renderTimeline(box, id);
+    loadHistory(id, w);
+  }
+
+  // The stage's whole history (GET .../history), asked for again when the stage has a newer snapshot.
+  function loadHistory(id, w) {
+    var key = w.generated_at + "#" + w.event_seq;
+    if (state.historyKeys[id] === key || state.historyLoading[id]) return;
+    state.historyLoading[id] = true;
+    var path = "/api/v1/runs/" + encodeURIComponent(state.runId) + "/stages/" + encodeURIComponent(id) + "/history?limit=200";
+    api(path).then(function (body) {
+      state.historyLoading[id] = false;
+      state.historyKeys[id] = key;
+      state.histories[id] = body.snapshots;
+      if (id === state.selected) { renderStage(); markUpdated(); }
+    }).catch(function () { state.historyLoading[id] = false; state.historyKeys[id] = key; });
   }
 
   function renderWarnings(box, w) {
@@ -504,6 +594,8 @@
 
   function stopLive() {
     stopPolling();
+    if (state.retryTimer) window.clearTimeout(state.retryTimer);
+    state.retryTimer = null;
     if (state.abort) state.abort.abort();
     state.abort = null;
   }

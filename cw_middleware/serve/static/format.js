@@ -26,5 +26,12 @@
     return fixed1((100 * part) / whole) + "%";
   }
 
-  global.cwFormat = { tokens: tokens, percent: percent, fixed1: fixed1 };
+  // US dollars as format_usd writes them: cents from a dollar up, four decimals below, six below a hundredth of a cent.
+  function usd(value) {
+    if (value === null || value === undefined) return "-";
+    if (value >= 1) return "$" + value.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+    return "$" + value.toFixed(value >= 0.0001 || value === 0 ? 4 : 6);
+  }
+
+  global.cwFormat = { tokens: tokens, percent: percent, fixed1: fixed1, usd: usd };
 })(window);
