@@ -33,10 +33,9 @@ from .apis.chat import refused_stream_usage, remember_refusal
 from .config import ProviderCountPolicy, StreamUsagePolicy, parse_policy, parse_stream_usage
 from .contract import Category, CountMethod, WarningCode
 from .errors import ConfigError, TagError
-from .estimator import Estimate
+from .estimator import Estimate, Later
 from .model_facts import OPTION_CONTEXT_WINDOW
 from .pending_estimate import PendingEstimate, estimate_in_background
-from .rules import _tiktoken
 from .runtime import Runtime, get_runtime
 from .snapshot import RequestMeta, ResponseSide, build_snapshot
 from .stages import current_stage, default_stage
@@ -142,9 +141,11 @@ class Call:
         try:
             self.parsed = parsed = self._parse()
             try:
-                with _tiktoken.without_waiting():  # the first calls of a process never wait for a tokenizer to load
-                    estimate = self.runtime.estimator.estimate(parsed.model, parsed.messages, api=parsed.api, **parsed.options)
-            except _tiktoken.NotReady:
+                # Never waits: for a tokenizer to load, a background estimate, or a count past the caller's budget.
+                estimate = self.runtime.estimator.estimate(
+                    parsed.model, parsed.messages, api=parsed.api, now=True, **parsed.options
+                )
+            except Later:
                 return estimate_in_background(self.runtime, parsed)  # a bad tag raises here too
             return PendingEstimate.ready(estimate)
         except TagError:

@@ -19,17 +19,20 @@ rules name, and the ``model_dump()`` of up to `MAX_DUMPS` response message
 objects (a previous reply appended to the history), kept by identity.
 
 Everything here is synchronous and pure apart from the caches; the wrapper calls
-it on the request path, so it must stay cheap. Until a tokenizer is loaded (see
-``rules/_tiktoken.py``), a call's estimate runs on its Runtime's background-estimate
-worker instead (pending_estimate.py). After ``os.fork()`` the runtime gives the child an
+it on the request path (``now=True``), so it must stay cheap and never wait: while a
+tokenizer loads (see ``rules/_tiktoken.py``), while an estimate that may be long holds the
+lock, or past the caller's budgets, it raises `Later` and the call's estimate runs on its
+Runtime's background-estimate worker instead (pending_estimate.py), which waits for a
+tokenizer without holding the lock. After ``os.fork()`` the runtime gives the child an
 Estimator of its own: the parent's locks and caches stay behind.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Optional
@@ -40,8 +43,8 @@ from .cache_share import RequestOrder
 from .contract import Category, WarningCode
 from .message_count import MessageCount, MessageCounter, ReadMessage, SourceKey, TextCache
 from .request_copies import AsDict, DumpCache, common_prefix, freeze, head_key, plain_text
-from .rules import CountingRules, rules_for
-from .rules._tiktoken import NotReady
+from .rules import CountingRules, _tiktoken, rules_for
+from .rules._tiktoken import NotReady, OverBudget, within_budget, without_waiting
 from .tags import TAG_KEY, mcp_server_label, read_tag, strip_tool
 from .tool_rows import (
     NO_TOOL_SET,
@@ -63,6 +66,13 @@ MAX_TEXT_CACHE = 32_768  # per generation; two generations are kept
 MAX_CONVERSATIONS = 32
 MAX_TOOL_SETS = 4  # per rules name
 MAX_DUMPS = 4096
+
+# What a call's estimate may cost its caller's thread (issue 20 item 7): past either budget the rest
+# is counted on the background worker and the ``local_estimate`` snapshot comes a little later.
+CALLER_TEXT_BUDGET = 64 * 1024  # characters of new text tokenized (~10-15 ms of tiktoken)
+CALLER_MESSAGE_BUDGET = 256  # messages the prefix cache has not seen (~5-15 ms of bookkeeping)
+_CALLER_POLL = 0.002  # seconds between a caller's looks at whether the lock's holder is a long one
+_MAX_LOADS = 8  # tokenizers one estimate may wait for (a request names one model: one or two)
 
 _RESPONSE_FORMAT: SourceKey = (Category.OTHER, "response_format")
 _FRAMING: SourceKey = (Category.OTHER, "framing")
@@ -127,13 +137,26 @@ class _ToolsCount:
     tool_set: ToolSet = NO_TOOL_SET
 
 
+class Later(Exception):
+    """A call's estimate cannot be made now, on its caller's thread: it is made on the background worker."""
+
+
 class Estimator:
-    """Counts requests with bounded, content-addressed caches. Thread-safe."""
+    """Counts requests with bounded, content-addressed caches. Thread-safe.
+
+    One lock guards the caches. A caller's estimate (``now=True``) holds it only briefly (its
+    budgets bound it) and never waits behind a holder that may hold it long: the background
+    worker's estimate (which may count megabytes) or ``cw.estimate``'s. A tokenizer still loading
+    is waited for without the lock.
+    """
 
     def __init__(
         self, max_text_cache: int = MAX_TEXT_CACHE, max_conversations: int = MAX_CONVERSATIONS, max_dumps: int = MAX_DUMPS
     ) -> None:
         self._lock = threading.Lock()
+        self._holders_lock = threading.Lock()
+        self._long_holders = 0  # estimates that may hold the lock long (not on a caller's thread), waiting or holding
+        self._message_budget: Optional[int] = None  # new messages the estimate holding the lock may still count
         self._dumps = DumpCache(max_dumps)
         self._texts = TextCache(max_text_cache)
         self._max_conversations = max_conversations
@@ -157,38 +180,111 @@ class Estimator:
         read_message: Optional[ReadMessage] = None,
         thinking: Any = None,
         reasoning_effort: Any = None,
+        *,
+        now: bool = False,
     ) -> Estimate:
         """``api`` names the framing the provider applies: "chat" (Chat Completions) or "responses".
 
         ``read_message`` turns an entry of ``messages`` into the chat message to count (None:
         nothing countable); the Responses adapter passes its input-item reader. It runs only
         on entries the prefix cache has not seen, so a turn still costs what is new in it.
+
+        ``now``: the call path's estimate, on the caller's thread, which never waits -- for a
+        tokenizer to load, for an estimate that may hold the lock long (another thread's
+        without ``now``: the background worker's, ``cw.estimate``'s), or for more new text and
+        messages than a caller counts (`CALLER_TEXT_BUDGET`, `CALLER_MESSAGE_BUDGET`) -- and
+        raises `Later` instead; what it counted before stays cached. Without ``now`` the
+        estimate waits, for a tokenizer outside the lock.
         """
+        count = functools.partial(
+            self._count,
+            model,
+            messages,
+            tools,
+            tool_choice,
+            response_format,
+            functions,
+            custom_llm_provider,
+            api,
+            read_message,
+            thinking,
+            reasoning_effort,
+        )
+        return self._now(count) if now else self._waiting(count)
+
+    def _now(self, count: Callable[[], Estimate]) -> Estimate:
+        """``count()`` under the lock, on a caller's thread: `Later` rather than any wait."""
+        if self._long_holders:
+            raise Later()
+        while not self._lock.acquire(timeout=_CALLER_POLL):  # behind another caller: a few ms at most
+            if self._long_holders:
+                raise Later()  # ... but not behind the worker
+        try:
+            self._message_budget = CALLER_MESSAGE_BUDGET
+            with without_waiting(), within_budget(CALLER_TEXT_BUDGET):
+                return count()
+        except NotReady:  # a tokenizer still loading, or the budget spent
+            raise Later() from None
+        finally:
+            self._message_budget = None
+            self._lock.release()
+
+    def _waiting(self, count: Callable[[], Estimate]) -> Estimate:
+        """``count()`` under the lock, waiting for it; a tokenizer still loading is waited for outside it."""
+        for _ in range(_MAX_LOADS):
+            with self._holders_lock:
+                self._long_holders += 1  # callers meanwhile estimate later instead of waiting behind this
+            try:
+                with self._lock, without_waiting():
+                    return count()
+            except NotReady as exc:
+                loading = exc.name
+            finally:
+                with self._holders_lock:
+                    self._long_holders -= 1
+            _tiktoken.encoding(loading)  # load it, or wait for its loader: without the lock
+        with self._lock:
+            return count()
+
+    def _count(
+        self,
+        model: str,
+        messages: Sequence[Any] | None,
+        tools: Sequence[Any] | None,
+        tool_choice: Any,
+        response_format: Any,
+        functions: Sequence[Any] | None,
+        custom_llm_provider: Optional[str],
+        api: str,
+        read_message: Optional[ReadMessage],
+        thinking: Any,
+        reasoning_effort: Any,
+    ) -> Estimate:
+        """The estimate itself; the lock is held."""
         rules = rules_for(model, custom_llm_provider, api)
         messages = messages if type(messages) is list else list(messages or ())
         as_dict = self._dumps.as_dict
-        with self._lock:
-            conv = self._count_messages(rules, messages, read_message)
-            by_source: dict[SourceKey, int] = dict(conv.totals)
-            warnings = {code for code, n in conv.warnings.items() if n}
-            all_tools = list(tools or ()) + [_legacy_function(f) for f in functions or ()]
-            tool_entries: tuple[tuple[SourceKey, int], ...] = ()
-            head = tool_entries
-            tools_breakpoint = False
-            tool_set = NO_TOOL_SET
-            if all_tools:
-                tc = self._count_tools(rules, all_tools, tool_choice)
-                tool_entries, tools_breakpoint, tool_set = tc.entries, tc.breakpoint, tc.tool_set
-                for key, tokens in tc.entries:
-                    by_source[key] = by_source.get(key, 0) + tokens
-                warnings |= tc.warnings
-                # Where the provider puts the tool block depends on the first message (OpenAI merges
-                # it into a leading system message, else opens one); O(1), so not cached with the tools.
-                key = (Category.TOOLS, "tool_framing")
-                placement = rules.tools_placement(_system_first(messages, as_dict), response_format)
-                by_source[key] = by_source.get(key, 0) + placement
-                head = (*tool_entries, (key, placement))
-            tool_use = _tool_use(conv, tool_set, by_source) if tool_set.definitions or conv.result_tools else NO_TOOLS
+        conv = self._count_messages(rules, messages, read_message)
+        by_source: dict[SourceKey, int] = dict(conv.totals)
+        warnings = {code for code, n in conv.warnings.items() if n}
+        all_tools = list(tools or ()) + [_legacy_function(f) for f in functions or ()]
+        tool_entries: tuple[tuple[SourceKey, int], ...] = ()
+        head = tool_entries
+        tools_breakpoint = False
+        tool_set = NO_TOOL_SET
+        if all_tools:
+            tc = self._count_tools(rules, all_tools, tool_choice)
+            tool_entries, tools_breakpoint, tool_set = tc.entries, tc.breakpoint, tc.tool_set
+            for key, tokens in tc.entries:
+                by_source[key] = by_source.get(key, 0) + tokens
+            warnings |= tc.warnings
+            # Where the provider puts the tool block depends on the first message (OpenAI merges
+            # it into a leading system message, else opens one); O(1), so not cached with the tools.
+            key = (Category.TOOLS, "tool_framing")
+            placement = rules.tools_placement(_system_first(messages, as_dict), response_format)
+            by_source[key] = by_source.get(key, 0) + placement
+            head = (*tool_entries, (key, placement))
+        tool_use = _tool_use(conv, tool_set, by_source) if tool_set.definitions or conv.result_tools else NO_TOOLS
         tail: list[tuple[SourceKey, int]] = []
         if response_format is not None:
             try:
@@ -253,7 +349,12 @@ class Estimator:
                 conv.system_idx = [i for i in best.system_idx if i < best_k]
                 conv.breakpoint_idx = [i for i in best.breakpoint_idx if i < best_k]
             self._remember(head, conv)
+        budget = self._message_budget
         for msg in messages[best_k:]:
+            if budget is not None:
+                budget -= 1
+                if budget < 0:
+                    raise OverBudget()  # what was counted so far stays: a later estimate goes on from it
             count = self._messages.count(rules, msg, read_message)
             if count.result_of is not None:
                 tool = conv.call_names.get(count.result_of)

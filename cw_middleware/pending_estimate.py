@@ -1,6 +1,7 @@
 """A call's local estimate as a value: there at once, or made in the background while a tokenizer loads.
 
-The first calls of a process must not wait for a tokenizer to load (rules/_tiktoken.py): such a
+The first calls of a process must not wait for a tokenizer to load (rules/_tiktoken.py), nor any
+call for another call's estimate or for a count past its budget (estimator.py, `Later`): such a
 call's estimate runs on its Runtime's background-estimate worker, over value copies of what it
 reads (the caller may change its lists once the call returns). Whatever needs the estimate --
 the ``local_estimate`` snapshot, the provider count, then the call's end -- is chained onto the

@@ -251,3 +251,64 @@ def test_the_background_estimate_worker_keeps_nothing_of_its_last_call(tmp_path)
         export=f"file:{tmp_path / 'telemetry.jsonl'}",
     )
     assert out == {"estimated": 6, "held": 0}
+
+
+_GATED_LOAD = """
+import threading
+gate, waiting = threading.Event(), threading.Event()  # the fake load's release; a background estimate waits for it
+real_build = _tiktoken._build
+def gated_build(name, polite):
+    if name == "o200k_base":
+        gate.wait(60)  # a load that takes as long as the test wants: until released
+    return real_build(name, polite)
+_tiktoken._build = gated_build
+
+real_encoding = _tiktoken.encoding
+def watched_encoding(name):
+    # Says when a thread that may wait (the background estimate) is about to wait for the gated load.
+    if name == "o200k_base" and not _tiktoken.ready(name) and not getattr(_tiktoken._state().local, "no_wait", False):
+        waiting.set()
+    return real_encoding(name)
+_tiktoken.encoding = watched_encoding
+
+def first_call(model, content):
+    cw.completion(model=model, messages=[{"role": "user", "content": content}], mock_response="ok")
+
+def returns_while_gated(model, content):
+    # A hang guard, not a time bound: a call waiting on the load would never return before the gate opens.
+    t = threading.Thread(target=first_call, args=(model, content), daemon=True)
+    t.start()
+    t.join(30)
+    return not t.is_alive() and not gate.is_set()
+"""
+
+
+def test_no_caller_waits_for_a_tokenizer_load_or_a_background_estimate():
+    """Issue 20 item 6: call 2 used to wait on the estimator's lock, held by call 1's background estimate."""
+    out = _run(
+        _GATED_LOAD
+        + textwrap.dedent(
+            """
+        first_call("gpt-4o", "first")  # o200k_base not loaded: estimated in the background, which waits for it
+        assert waiting.wait(30)  # call 1's background estimate now waits for the (gated) load
+        returned = {
+            "gpt-4o": returns_while_gated("gpt-4o", "second"),
+            "gpt-4": returns_while_gated("gpt-4", "third"),  # cl100k_base, loading on its own meanwhile
+            "claude-sonnet-4-5": returns_while_gated("claude-sonnet-4-5", "fourth"),
+        }
+        gate.set()
+        flushed = cw.flush(30.0)
+        snaps = cw.snapshots()
+        same = [
+            s.input_tokens == cw.estimate(model=s.model, messages=[{"role": "user", "content": c}]).input_tokens
+            for s, c in zip(snaps[::2], ["first", "second", "third", "fourth"])
+        ]
+        print(json.dumps({"returned": returned, "flushed": flushed, "models": [s.model for s in snaps[::2]], "same": same}))
+        """
+        ),
+        timeout=180,
+    )
+    assert out["returned"] == {"gpt-4o": True, "gpt-4": True, "claude-sonnet-4-5": True}
+    assert out["flushed"] is True
+    assert out["models"] == ["gpt-4o", "gpt-4o", "gpt-4", "claude-sonnet-4-5"]  # in call order, each estimated later
+    assert out["same"] == [True] * 4

@@ -55,6 +55,13 @@ class NotReady(Exception):
         self.name = name
 
 
+class OverBudget(NotReady):
+    """More new text than the caller's thread may count (`within_budget`): the rest is counted later."""
+
+    def __init__(self) -> None:
+        super().__init__("")
+
+
 class _CallsInFlight:
     """LLM calls between their start and LiteLLM's return; the loader holds back while any runs."""
 
@@ -93,7 +100,7 @@ class _Tokenizers:
         self.lock = threading.Lock()
         self.pid = os.getpid()
         self.calls_in_flight = _CallsInFlight()
-        self.local = threading.local()  # .no_wait: this thread counts inside without_waiting()
+        self.local = threading.local()  # .no_wait: this thread counts inside without_waiting(); .budget: within_budget()
 
     def after_fork_in_child(self) -> None:
         """A child forked mid-load has no loader thread, and maybe a held lock: start afresh (loaded ones stay)."""
@@ -128,6 +135,23 @@ def without_waiting() -> Iterator[None]:
         yield
     finally:
         local.no_wait = previous
+
+
+@contextmanager
+def within_budget(chars: int) -> Iterator[None]:
+    """Counting on this thread raises `OverBudget` once it would encode more than ``chars`` characters.
+
+    Checked before each text is encoded (a text longer than what is left is never started), so
+    the thread spends on tokenizing about what that many characters cost, whatever the request.
+    A short text already memoised (at most `SHORT_TEXT` characters) costs nothing of it.
+    """
+    local = _state().local
+    previous = getattr(local, "budget", None)
+    local.budget = [chars]
+    try:
+        yield
+    finally:
+        local.budget = previous
 
 
 def _current() -> _Tokenizers:
@@ -288,12 +312,13 @@ def counter(encoding_name: str) -> Callable[[str], int]:
     str -> int, cleared when full: no per-entry objects for the collector to walk); long
     texts are cached by the estimator (keyed by hash, holding no text).
     """
-    counters = _state().counters
-    made = counters.get(encoding_name)
+    state = _state()
+    made = state.counters.get(encoding_name)
     if made is not None:
         return made
     encode: Optional[Callable[[str], list[int]]] = None
     short: dict[str, int] = {}
+    local = state.local
 
     def count(text: str) -> int:
         nonlocal encode
@@ -303,6 +328,11 @@ def counter(encoding_name: str) -> Callable[[str], int]:
                 return tokens
         if encode is None:
             encode = encoder(encoding_name)  # NotReady inside without_waiting() until it is loaded
+        budget = getattr(local, "budget", None)
+        if budget is not None:
+            budget[0] -= len(text)
+            if budget[0] < 0:
+                raise OverBudget()
         tokens = len(encode(text))
         if len(text) <= SHORT_TEXT:
             if len(short) >= MAX_SHORT:
@@ -310,4 +340,4 @@ def counter(encoding_name: str) -> Callable[[str], int]:
             short[text] = tokens
         return tokens
 
-    return counters.setdefault(encoding_name, count)
+    return state.counters.setdefault(encoding_name, count)
