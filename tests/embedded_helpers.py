@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -12,11 +13,16 @@ from cw_middleware.runtime import Runtime, set_runtime
 
 
 @contextlib.contextmanager
-def embedded_runtime(flush_at_exit: float = 5.0, **settings: Any) -> Iterator[Runtime]:
-    """A Runtime exporting through embedded.install(), flushed (at most ``flush_at_exit`` s) and shut down at the end."""
+def embedded_runtime(flush_at_exit: float = 5.0, index_writes: bool = True, **settings: Any) -> Iterator[Runtime]:
+    """A Runtime exporting through embedded.install(), flushed (at most ``flush_at_exit`` s) and shut down at the end.
+
+    ``index_writes=False``: the file is written as another program would write it, without extending
+    its index (the readers' own path then indexes it).
+    """
     exporters = {k: settings.pop(k) for k in ("span_exporter", "metric_exporter") if k in settings}
     cfg = resolve(environ={}, **settings)
-    pipeline = install(cfg, **exporters)
+    with _index_dir("memory" if not index_writes else None):
+        pipeline = install(cfg, **exporters)
     runtime = Runtime(
         cfg,
         pipeline.tracer_provider,
@@ -33,6 +39,23 @@ def embedded_runtime(flush_at_exit: float = 5.0, **settings: Any) -> Iterator[Ru
         runtime.flush(flush_at_exit)
         runtime.shutdown()
         set_runtime(previous)
+
+
+@contextlib.contextmanager
+def _index_dir(value: Optional[str]) -> Iterator[None]:
+    """CW_INDEX_DIR set to ``value`` while a pipeline is built (it reads where the file's index lives then)."""
+    if value is None:
+        yield
+        return
+    previous = os.environ.get("CW_INDEX_DIR")
+    os.environ["CW_INDEX_DIR"] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("CW_INDEX_DIR", None)
+        else:
+            os.environ["CW_INDEX_DIR"] = previous
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from ..config import Config
+from ..config import Config, resolve_read
 from ..worker import Worker
 from .file_exporters import OtlpJsonFileMetricExporter, file_log_exporter
 from .health import Health, Hold, exporter_logs
@@ -51,7 +51,10 @@ class Pipeline:
         self.config = config
         self._given = (span_exporter, metric_exporter)
         self._resource = Resource.create({"service.name": config.service_name})
-        self._sink = JsonLinesFile(config.export_path) if config.export_path is not None else None
+        # The file's index (the readers' cache) is extended as lines are written: a query on it reads no line it
+        # does not need (readback/index_append.py).
+        index_dir = resolve_read().index_dir if config.export_path is not None else None
+        self._sink = JsonLinesFile(config.export_path, index_dir) if config.export_path is not None else None
         self.health: Optional[Health] = self._sink.health if self._sink is not None else None
         otlp_spans: Optional[SpanExporter] = None
         otlp_metrics: Optional[MetricExporter] = None
@@ -188,6 +191,8 @@ class Pipeline:
             self.metrics_endpoint.close()
         if self.logger_provider is not None:
             self.logger_provider.shutdown()
+        if self._sink is not None:
+            self._sink.close()
         return True
 
     def _release_logs(self) -> None:

@@ -81,3 +81,26 @@ def compact(span: ReadableSpan, origins: Origins) -> Record:
         span.dropped_links,
         (status.status_code.value, status.description),
     )
+
+
+def index_view(record: Record) -> Any:
+    """The span as the file index reads its line (`readback.otlp_json.index_spans`): name, times and the
+    attributes `readback.fold.INDEX_KEYS` names, on the span and its events; ids left empty."""
+    from ..readback.fold import INDEX_KEYS
+    from ..readback.otlp_json import Event, Span
+
+    _, name, _, _, _, start, end, attributes, events, *_ = record
+
+    def wanted(items: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+        return {k: v for k, v in items if k in INDEX_KEYS}
+
+    return Span(
+        "",
+        "",
+        "",
+        name,
+        start or 0,
+        end or 0,
+        wanted(attributes[0]),
+        [Event(n, t or 0, wanted(a[0])) for n, t, a in events],
+    )

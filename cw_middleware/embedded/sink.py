@@ -12,8 +12,13 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Optional
 
 from .health import Health
+
+if TYPE_CHECKING:
+    from ..readback.otlp_json import Span
 
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
@@ -34,15 +39,25 @@ class JsonLinesFile:
     line is whole instead of glued onto it.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, index_dir: Optional[str] = None) -> None:
         self.path = path
         self.health = Health(path, f"cannot write telemetry to {path}")
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._ends_whole = False  # the file is known to end with a line end: after a write of ours that succeeded
+        self._index: Any = None
+        if index_dir is not None and index_dir != "memory":
+            from ..readback.index_append import IndexedAppends  # the readers' index, extended as lines are written
 
-    def append(self, line: bytes) -> bool:
-        """Write ``line`` (one or more whole lines) at the end of the file; False when it could not be written."""
+            self._index = IndexedAppends(path, index_dir)
+
+    def append(self, line: bytes, spans: Optional[Sequence[Sequence[Span]]] = None) -> bool:
+        """Write ``line`` (one or more whole lines) at the end of the file; False when it could not be written.
+
+        ``spans``: for each line, what it holds as the file index reads it (`readback.index_append`);
+        None for lines that name no stage (metrics, log events). With an index directory the
+        file's index is extended with the lines as they are written.
+        """
         if os.getpid() != self._pid:
             return True  # the parent's pipeline, copied by fork: its batches are the parent's to write
         try:
@@ -52,9 +67,12 @@ class JsonLinesFile:
                     if _NONBLOCK:
                         os.set_blocking(fd, True)
                     if not self._ends_whole and _ends_in_fragment(self.path, fd):
-                        line = b"\n" + line
+                        _write(fd, b"\n")  # the fragment ends here, a damaged line of its own
                     self._ends_whole = False  # until this write has gone through whole
-                    _write(fd, line)
+                    if self._index is not None:
+                        self._index.append(fd, line, spans, _write)
+                    else:
+                        _write(fd, line)
                     self._ends_whole = True
                 finally:
                     os.close(fd)
@@ -64,8 +82,15 @@ class JsonLinesFile:
         self.health.succeeded()
         return True
 
+    def close(self) -> None:
+        """Let go of the file's index (its last lines are written: the pipeline shuts down after its exporters)."""
+        with self._lock:
+            if self._index is not None and os.getpid() == self._pid:
+                self._index.close()
+
     def _open(self) -> int:
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NONBLOCK
+        # Read and write when the index is extended: it checks the bytes it covers (a CRC of the file's tail).
+        flags = (os.O_RDWR if self._index is not None else os.O_WRONLY) | os.O_APPEND | os.O_CREAT | _NONBLOCK
         try:
             return os.open(self.path, flags, 0o644)
         except FileNotFoundError:  # its folder is missing (made now, not checked on every write: a syscall saved)
@@ -74,6 +99,11 @@ class JsonLinesFile:
                 raise
             os.makedirs(folder, exist_ok=True)
             return os.open(self.path, flags, 0o644)
+        except PermissionError:
+            if self._index is None:
+                raise
+            self._index = None  # a file this process may write but not read: appended to without its index
+            return self._open()
 
 
 def _write(fd: int, data: bytes) -> None:

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from ..worker import Worker
 from .health import inside_export, warn
-from .records import Origins, Record, compact
+from .records import Origins, Record, compact, index_view
 from .sink import JsonLinesFile
 from .span_json import SpanLines
 
@@ -35,7 +35,8 @@ class CompactSpanProcessor(SpanProcessor):
     one export job, which waits up to the delay (woken early by a full batch), then writes
     everything queued; while it is pending no other is submitted, and once nothing is
     queued the worker's thread idles out. Each record is written straight to its OTLP JSON
-    line (`SpanLines`), the bytes the SDK's encoder writes for that span, which the readers read.
+    line (`SpanLines`), the bytes the SDK's encoder writes for that span, which the readers read;
+    the sink extends the file's index with what each line names (`index_view`).
     ``force_flush`` exports on the calling thread (the pipeline bounds it). A forked
     child's copy queues nothing: the child builds a pipeline of its own (`Pipeline.for_child`).
     """
@@ -112,17 +113,20 @@ class CompactSpanProcessor(SpanProcessor):
         ok = True
         with self._export_lock, inside_export():  # the encoder's own log lines are held back
             while self._queue:
-                lines = []
+                lines, views = [], []
                 for _ in range(min(self._batch_size, len(self._queue))):
                     # A span a line: what the line is made of lives for one span's encoding, too
                     # briefly to be promoted (benchmarks/gc_pauses.py, issue 11 #4).
+                    record = self._queue.popleft()
                     try:
-                        lines.append(self._lines.line(self._queue.popleft()))
+                        lines.append(self._lines.line(record))
                     except Exception as exc:  # noqa: BLE001 - never into the worker, never into the app
                         warn("encode", f"cw_middleware: could not encode spans ({type(exc).__name__})")
                         ok = False
+                        continue
+                    views.append((index_view(record),))  # what the file index reads of the line
                 if lines:
-                    ok = self._sink.append(b"".join(lines)) and ok
+                    ok = self._sink.append(b"".join(lines), views) and ok
         return ok
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:

@@ -2,7 +2,9 @@
 
 The file reader answers from it instead of scanning the file: ``stages`` and
 ``runs`` come from the index alone, and ``latest`` reads only the newest lines
-that name the stage. The index is built on the first query and then kept up to
+that name the stage. cw's own exporter extends the index as it appends
+(`index_append`); for what it does not cover (a Collector's file, another
+program's lines) the index is built on the first query and then kept up to
 date incrementally: each query folds in only the lines appended since the last
 one (a ``stat`` call when nothing changed).
 
@@ -210,7 +212,7 @@ class FileIndex:
         with self._database.writing() as db:
             meta = self._meta()
             if not self._matches(meta, f):
-                self._reset(db, f)
+                reset_index(db, self.path, os.fstat(f.fileno()))
                 meta = self._meta()
             upto = self._upto = int(meta["upto"])
             if upto >= size:
@@ -218,7 +220,7 @@ class FileIndex:
             start = upto
             head = os.pread(f.fileno(), WINDOW, 0)
             upto, fold, pairs, line_refs = self._scan(f, upto, min(size, upto + CHUNK_BYTES), size)
-            self._store(db, fold, pairs, line_refs)
+            store_lines(db, fold, pairs, line_refs)
             # Truncated and written again while we read (copytruncate, then the writer's next lines)?
             # Then the head changed, or the file is now shorter than what we read.
             st = os.fstat(f.fileno())
@@ -232,8 +234,8 @@ class FileIndex:
                     ("upto", upto),
                     ("size", st.st_size),
                     ("mtime_ns", st.st_mtime_ns),
-                    ("head_crc", self._crc_at(f, 0, min(upto, WINDOW))),
-                    *self._tail(f, upto),
+                    ("head_crc", crc_at(f.fileno(), 0, min(upto, WINDOW))),
+                    ("tail_crc", tail_crc(f.fileno(), upto)),
                 ],
             )
             self._upto = upto
@@ -253,43 +255,8 @@ class FileIndex:
             return False
         if st.st_size == meta.get("size") and st.st_mtime_ns != meta.get("mtime_ns"):
             return False  # written to without growing: rewritten in place, not appended to
-        head = min(upto, WINDOW)
-        tail_start = max(0, upto - WINDOW)
-        return self._crc_at(f, 0, head) == meta.get("head_crc") and self._crc_at(f, tail_start, upto - tail_start) == meta.get(
-            "tail_crc"
-        )
-
-    def _tail(self, f: IO[bytes], upto: int) -> list[tuple[str, int]]:
-        start = max(0, upto - WINDOW)
-        return [("tail_crc", self._crc_at(f, start, upto - start))]
-
-    @staticmethod
-    def _crc_at(f: IO[bytes], offset: int, length: int) -> int:
-        data = os.pread(f.fileno(), length, offset) if length else b""
-        if len(data) != length:
-            raise FileChanged
-        return zlib.crc32(data)
-
-    def _reset(self, db: sqlite3.Connection, f: IO[bytes]) -> None:
-        st = os.fstat(f.fileno())
-        db.execute("DELETE FROM stage_lines")
-        db.execute("DELETE FROM stages")
-        db.execute("DELETE FROM lines")
-        db.execute("DELETE FROM meta")
-        db.executemany(
-            "INSERT INTO meta (k, v) VALUES (?, ?)",
-            [
-                ("format", FORMAT),
-                ("version", VERSION),
-                ("path", os.path.abspath(self.path)),
-                ("dev", st.st_dev),
-                ("ino", st.st_ino),
-                ("upto", 0),
-                ("head_crc", zlib.crc32(b"")),
-                ("tail_crc", zlib.crc32(b"")),
-                ("generation", os.urandom(8).hex()),
-            ],
-        )
+        fd = f.fileno()
+        return crc_at(fd, 0, min(upto, WINDOW)) == meta.get("head_crc") and tail_crc(fd, upto) == meta.get("tail_crc")
 
     def _scan(
         self, f: IO[bytes], upto: int, stop: int, size: int
@@ -317,39 +284,6 @@ class FileIndex:
                 refs.append((offset, len(body), zlib.crc32(body)))
             end = offset + length
         return end, fold, pairs, refs
-
-    def _store(
-        self,
-        db: sqlite3.Connection,
-        fold: RunsFold,
-        pairs: dict[int, set[tuple[str, str]]],
-        refs: list[tuple[int, int, int]],
-    ) -> None:
-        ids: dict[tuple[str, str], int] = {}
-
-        def stage_row(run_id: str, stage_id: str) -> int:
-            key = (run_id, stage_id)
-            if key not in ids:
-                db.execute("INSERT OR IGNORE INTO stages (run, stage) VALUES (?, ?)", key)
-                ids[key] = db.execute("SELECT id FROM stages WHERE run = ? AND stage = ?", key).fetchone()[0]
-            return ids[key]
-
-        for run_id, stage_id, later in fold.states():
-            row_id = stage_row(run_id, stage_id)
-            st = _state(*db.execute("SELECT kind, state, first_ns, last_ns FROM stages WHERE id = ?", (row_id,)).fetchone())
-            st.merge(later)
-            db.execute(
-                "UPDATE stages SET listed = 1, kind = ?, state = ?, first_ns = ?, last_ns = ? WHERE id = ?",
-                (st.kind, st.state.value if st.state else None, _to_db(st.first_ns), _to_db(st.last_ns), row_id),
-            )
-        next_n = (db.execute("SELECT MAX(n) FROM lines").fetchone()[0] or 0) + 1
-        for offset, length, crc in refs:
-            db.execute("INSERT INTO lines (n, off, len, crc) VALUES (?, ?, ?, ?)", (next_n, offset, length, crc))
-            db.executemany(
-                "INSERT OR IGNORE INTO stage_lines (stage, line) VALUES (?, ?)",
-                [(stage_row(r, s), next_n) for r, s in pairs[offset]],
-            )
-            next_n += 1
 
     # ------------------------------------------------------------ queries (call refresh() first)
 
@@ -432,6 +366,77 @@ class FileIndex:
                     db.execute("DELETE FROM meta WHERE k = 'upto'")  # fails `_matches`: rebuilt on the next refresh
             except IndexUnusable as problem:
                 self._database.recover(problem)  # a database made anew (or in memory) holds nothing to forget
+
+
+def crc_at(fd: int, offset: int, length: int) -> int:
+    """The CRC-32 of ``length`` bytes of the file at ``offset`` (FileChanged when fewer are there)."""
+    data = os.pread(fd, length, offset) if length else b""
+    if len(data) != length:
+        raise FileChanged
+    return zlib.crc32(data)
+
+
+def tail_crc(fd: int, upto: int) -> int:
+    """The CRC-32 of the `WINDOW` bytes before ``upto`` (fewer near the start)."""
+    start = max(0, upto - WINDOW)
+    return crc_at(fd, start, upto - start)
+
+
+def reset_index(db: sqlite3.Connection, path: str, st: os.stat_result) -> None:
+    """Empty the index and describe the file anew (a new generation: line numbers start again)."""
+    db.execute("DELETE FROM stage_lines")
+    db.execute("DELETE FROM stages")
+    db.execute("DELETE FROM lines")
+    db.execute("DELETE FROM meta")
+    db.executemany(
+        "INSERT INTO meta (k, v) VALUES (?, ?)",
+        [
+            ("format", FORMAT),
+            ("version", VERSION),
+            ("path", os.path.abspath(path)),
+            ("dev", st.st_dev),
+            ("ino", st.st_ino),
+            ("upto", 0),
+            ("head_crc", zlib.crc32(b"")),
+            ("tail_crc", zlib.crc32(b"")),
+            ("generation", os.urandom(8).hex()),
+        ],
+    )
+
+
+def store_lines(
+    db: sqlite3.Connection,
+    fold: RunsFold,
+    pairs: dict[int, set[tuple[str, str]]],
+    refs: list[tuple[int, int, int]],
+) -> None:
+    """Add lines to the index: ``refs`` (offset, length, CRC-32) in file order, the stages each names
+    (``pairs`` by offset) and what their spans say of each stage (``fold``)."""
+    ids: dict[tuple[str, str], int] = {}
+
+    def stage_row(run_id: str, stage_id: str) -> int:
+        key = (run_id, stage_id)
+        if key not in ids:
+            db.execute("INSERT OR IGNORE INTO stages (run, stage) VALUES (?, ?)", key)
+            ids[key] = db.execute("SELECT id FROM stages WHERE run = ? AND stage = ?", key).fetchone()[0]
+        return ids[key]
+
+    for run_id, stage_id, later in fold.states():
+        row_id = stage_row(run_id, stage_id)
+        st = _state(*db.execute("SELECT kind, state, first_ns, last_ns FROM stages WHERE id = ?", (row_id,)).fetchone())
+        st.merge(later)
+        db.execute(
+            "UPDATE stages SET listed = 1, kind = ?, state = ?, first_ns = ?, last_ns = ? WHERE id = ?",
+            (st.kind, st.state.value if st.state else None, _to_db(st.first_ns), _to_db(st.last_ns), row_id),
+        )
+    next_n = (db.execute("SELECT MAX(n) FROM lines").fetchone()[0] or 0) + 1
+    for offset, length, crc in refs:
+        db.execute("INSERT INTO lines (n, off, len, crc) VALUES (?, ?, ?, ?)", (next_n, offset, length, crc))
+        db.executemany(
+            "INSERT OR IGNORE INTO stage_lines (stage, line) VALUES (?, ?)",
+            [(stage_row(r, s), next_n) for r, s in pairs[offset]],
+        )
+        next_n += 1
 
 
 _INT64 = (1 << 63) - 1

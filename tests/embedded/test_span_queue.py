@@ -35,7 +35,7 @@ class GatedSink:
         self.writers: set[str] = set()
         self.answer = True
 
-    def append(self, line: bytes) -> bool:
+    def append(self, line: bytes, spans: Any = None) -> bool:
         self.entered.set()
         assert self.gate.wait(30)
         with self.written:

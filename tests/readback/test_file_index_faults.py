@@ -36,7 +36,7 @@ RUN = "run-a"
 
 
 def _export(path: Path, stages: list[str]) -> None:
-    with embedded_runtime(export=f"file:{path}", export_interval_ms=10) as rt:
+    with embedded_runtime(export=f"file:{path}", export_interval_ms=10, index_writes=False) as rt:  # the readers index it
         for stage_id in stages:
             with cw.stage(RUN, stage_id):
                 cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="ok")

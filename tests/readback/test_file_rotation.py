@@ -160,7 +160,7 @@ def test_serve_stays_up_when_the_file_is_truncated_during_a_scan(large_file, tmp
 
 
 def _export(path: Path, stages: list[tuple[str, str]]) -> None:
-    with embedded_runtime(export=f"file:{path}", export_interval_ms=10) as rt:
+    with embedded_runtime(export=f"file:{path}", export_interval_ms=10, index_writes=False) as rt:  # the readers index it
         for run_id, stage_id in stages:
             with cw.stage(run_id, stage_id):
                 cw.completion(model="gpt-4o", messages=MESSAGES, mock_response="ok")
@@ -174,17 +174,17 @@ def test_a_truncation_during_the_index_build_starts_it_again_on_the_new_content(
     path.write_bytes(old.read_bytes())
     monkeypatch.setattr(file_index, "CHUNK_BYTES", 1)  # one line a transaction: many chances to change
     calls = {"n": 0}
-    store = file_index.FileIndex._store
+    store = file_index.store_lines
 
-    def store_then_rotate(self, *args):
-        store(self, *args)
+    def store_then_rotate(*args):
+        store(*args)
         calls["n"] += 1
         if calls["n"] == 2:  # the scan is under way: copytruncate, and the writer goes on
             os.truncate(path, 0)
             with open(path, "ab") as f:
                 f.write(new.read_bytes())
 
-    monkeypatch.setattr(file_index.FileIndex, "_store", store_then_rotate)
+    monkeypatch.setattr(file_index, "store_lines", store_then_rotate)
     reader = cw.reader(f"file:{path}")
     assert [r.run_id for r in reader.runs()] == ["run-after"]
     assert reader.context_window("run-after", "s@1").available
@@ -197,16 +197,16 @@ def test_a_file_that_keeps_changing_is_a_backend_error_naming_the_file(tmp_path,
     _export(path, [(f"run-{i}", "s@1") for i in range(4)])
     content = path.read_bytes()
     monkeypatch.setattr(file_index, "CHUNK_BYTES", 1)
-    store = file_index.FileIndex._store
+    store = file_index.store_lines
 
     rewrites = iter(range(1000))
 
-    def store_then_rewrite(self, *args):
-        store(self, *args)
+    def store_then_rewrite(*args):
+        store(*args)
         os.truncate(path, 0)  # a different file every time we look
         path.write_bytes(b'{"resourceMetrics":[],"n":%d}\n' % next(rewrites) + content.replace(b'"run-', b'"ren-'))
 
-    monkeypatch.setattr(file_index.FileIndex, "_store", store_then_rewrite)
+    monkeypatch.setattr(file_index, "store_lines", store_then_rewrite)
     with pytest.raises(cw.BackendUnavailable) as caught:
         cw.reader(f"file:{path}").runs()
     message = str(caught.value)
