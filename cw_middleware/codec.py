@@ -105,8 +105,9 @@ UNUSED_ARRAYS = tuple(
 )
 ATTR_UNUSED_TOOL_TOKENS = "agent.context_window.unused_tool_tokens"
 # The cache and the money: per category like the tokens; absent where the snapshot has none.
+# No key is both a value and the prefix of others: Phoenix (and any store that nests dotted keys) keeps both.
 ATTR_CACHED_TOKENS = "agent.context_window.cached_tokens"
-CACHED_PREFIX = ATTR_CACHED_TOKENS + "."
+CACHED_PREFIX = "agent.context_window.cached."  # + category
 COST_PREFIX = "agent.context_window.cost."  # + category: USD
 ATTR_INPUT_COST = COST_PREFIX + "input"
 ATTR_COST_CURRENCY = COST_PREFIX + "currency"
@@ -120,7 +121,7 @@ ATTR_STAGE_CACHED = STAGE_TOTALS_PREFIX + "cached_tokens"
 ATTR_STAGE_COMPACTIONS = STAGE_TOTALS_PREFIX + "compactions"
 STAGE_TOKENS_PREFIX = STAGE_TOTALS_PREFIX + "tokens."  # + category
 STAGE_COST_PREFIX = STAGE_TOTALS_PREFIX + "cost."  # + category
-STAGE_CACHED_PREFIX = STAGE_TOTALS_PREFIX + "cached_tokens."  # + category
+STAGE_CACHED_PREFIX = STAGE_TOTALS_PREFIX + "cached."  # + category
 ATTR_COMPACTION_BEFORE = "agent.context_window.compaction.before_tokens"
 ATTR_COMPACTION_AFTER = "agent.context_window.compaction.after_tokens"
 # The call a snapshot belongs to (its call span's id): a stage's totals count each call once.
