@@ -37,6 +37,7 @@ from .contract import (
     StageTotals,
     Staleness,
     ToolItem,
+    UnusedTool,
     WarningCode,
     unused_in,
 )
@@ -89,8 +90,6 @@ ATTR_TOOL_DEFINITION_TOKENS = TOOLS_PREFIX + "definition_tokens"
 ATTR_TOOL_RESULT_TOKENS = TOOLS_PREFIX + "result_tokens"
 ATTR_TOOL_INVOCATIONS = TOOLS_PREFIX + "invocations"
 ATTR_TOOL_FOLDED = TOOLS_PREFIX + "folded"
-ATTR_TOOL_REQUESTS = TOOLS_PREFIX + "requests"  # over the stage: its requests that defined the tool
-ATTR_TOOL_STAGE_DEFINITION_TOKENS = TOOLS_PREFIX + "stage_definition_tokens"
 TOOL_ARRAYS = (
     ATTR_TOOL_NAMES,
     ATTR_TOOL_CATEGORIES,
@@ -99,13 +98,17 @@ TOOL_ARRAYS = (
     ATTR_TOOL_RESULT_TOKENS,
     ATTR_TOOL_INVOCATIONS,
     ATTR_TOOL_FOLDED,
-    ATTR_TOOL_REQUESTS,
-    ATTR_TOOL_STAGE_DEFINITION_TOKENS,
+)
+# The unused definitions over the stage, parallel arrays as the rows (event only).
+UNUSED_PREFIX = "agent.context_window.unused_tools."
+UNUSED_ARRAYS = tuple(
+    UNUSED_PREFIX + f for f in ("name", "category", "source", "definition_tokens", "stage_definition_tokens", "requests")
 )
 ATTR_UNUSED_TOOL_TOKENS = "agent.context_window.unused_tool_tokens"
 # The cache and the money: per category like the tokens; absent where the snapshot has none.
+# No key is both a value and the prefix of others: Phoenix (and any store that nests dotted keys) keeps both.
 ATTR_CACHED_TOKENS = "agent.context_window.cached_tokens"
-CACHED_PREFIX = ATTR_CACHED_TOKENS + "."
+CACHED_PREFIX = "agent.context_window.cached."  # + category
 COST_PREFIX = "agent.context_window.cost."  # + category: USD
 ATTR_INPUT_COST = COST_PREFIX + "input"
 ATTR_COST_CURRENCY = COST_PREFIX + "currency"
@@ -119,7 +122,7 @@ ATTR_STAGE_CACHED = STAGE_TOTALS_PREFIX + "cached_tokens"
 ATTR_STAGE_COMPACTIONS = STAGE_TOTALS_PREFIX + "compactions"
 STAGE_TOKENS_PREFIX = STAGE_TOTALS_PREFIX + "tokens."  # + category
 STAGE_COST_PREFIX = STAGE_TOTALS_PREFIX + "cost."  # + category
-STAGE_CACHED_PREFIX = STAGE_TOTALS_PREFIX + "cached_tokens."  # + category
+STAGE_CACHED_PREFIX = STAGE_TOTALS_PREFIX + "cached."  # + category
 ATTR_COMPACTION_BEFORE = "agent.context_window.compaction.before_tokens"
 ATTR_COMPACTION_AFTER = "agent.context_window.compaction.after_tokens"
 # The call a snapshot belongs to (its call span's id): a stage's totals count each call once.
@@ -238,8 +241,20 @@ def snapshot_attributes(snapshot: Snapshot, include_details: bool = True) -> dic
             attrs[ATTR_TOOL_RESULT_TOKENS] = [t.result_tokens for t in tools]
             attrs[ATTR_TOOL_INVOCATIONS] = [t.invocations for t in tools]
             attrs[ATTR_TOOL_FOLDED] = [t.folded for t in tools]
-            attrs[ATTR_TOOL_REQUESTS] = [t.requests for t in tools]
-            attrs[ATTR_TOOL_STAGE_DEFINITION_TOKENS] = [t.stage_definition_tokens for t in tools]
+            unused = snapshot.unused_tools
+            if unused:
+                for key, values in zip(
+                    UNUSED_ARRAYS,
+                    (
+                        [u.name for u in unused],
+                        [u.category.value if u.category else "" for u in unused],
+                        [u.source or "" for u in unused],
+                        [u.definition_tokens for u in unused],
+                        [u.stage_definition_tokens for u in unused],
+                        [u.requests for u in unused],
+                    ),
+                ):
+                    attrs[key] = values
     totals = snapshot.stage_totals
     if totals is not None and totals.calls is not None:
         attrs[ATTR_STAGE_CALLS] = totals.calls
@@ -295,7 +310,7 @@ def span_level(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in attrs.items() if not k.startswith(_EVENT_ONLY)}
 
 
-_EVENT_ONLY = (DETAILS_PREFIX, TOOLS_PREFIX, STAGE_TOTALS_PREFIX)  # rows and totals ride on the event only
+_EVENT_ONLY = (DETAILS_PREFIX, TOOLS_PREFIX, UNUSED_PREFIX, STAGE_TOTALS_PREFIX)  # rows and totals ride on the event only
 
 
 # ---------------------------------------------------------------- decode
@@ -405,13 +420,36 @@ def window_from_attributes(
         warnings=warnings_from_codes(a.get(ATTR_WARNINGS)),
         details=details,
         tools=tools,
-        unused_tools=unused_in(tools),
+        unused_tools=unused_from_attributes(a) if UNUSED_ARRAYS[0] in a else unused_in(tools),
         unused_tool_tokens=as_int(unused) if unused is not None else None,
         cached_tokens=as_int(cached_total) if cached_total is not None else None,
         cost=cost_from_attributes(a),
         stage_totals=stage_totals_from_attributes(a),
         compaction=compaction_from_attributes(a),
     )
+
+
+def unused_from_attributes(attrs: Mapping[str, Any]) -> list[UnusedTool]:
+    """The unused definitions over the stage one snapshot event carried; a row that does not decode is skipped."""
+    columns: list[Any] = [attrs.get(k) for k in UNUSED_ARRAYS]
+    columns = [c if isinstance(c, (list, tuple)) else [] for c in columns]
+    out = []
+    for i, name in enumerate(columns[0]):
+        cat, source, each, over, requests = (c[i] if i < len(c) else None for c in columns[1:])
+        try:
+            out.append(
+                UnusedTool(
+                    name=str(name),
+                    category=Category(cat) if cat else None,
+                    source=str(source) if source else None,
+                    definition_tokens=as_int(each),
+                    stage_definition_tokens=as_int(over),
+                    requests=as_int(requests),
+                )
+            )
+        except ValueError:
+            continue
+    return out
 
 
 def stage_totals_from_attributes(attrs: Mapping[str, Any]) -> Optional[StageTotals]:
@@ -479,9 +517,7 @@ def tools_from_attributes(attrs: Mapping[str, Any]) -> list[ToolItem]:
     columns = [c if isinstance(c, (list, tuple)) else [] for c in columns]
     out = []
     for i, name in enumerate(names):
-        cat, source, definition, result, invocations, folded, requests, stage_definition = (
-            c[i] if i < len(c) else None for c in columns
-        )
+        cat, source, definition, result, invocations, folded = (c[i] if i < len(c) else None for c in columns)
         try:
             out.append(
                 ToolItem(
@@ -492,8 +528,6 @@ def tools_from_attributes(attrs: Mapping[str, Any]) -> list[ToolItem]:
                     result_tokens=as_int(result),
                     invocations=as_int(invocations),
                     folded=as_int(folded),
-                    requests=as_int(requests) if requests is not None else 1,
-                    stage_definition_tokens=as_int(stage_definition if stage_definition is not None else definition),
                 )
             )
         except ValueError:

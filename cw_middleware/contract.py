@@ -215,9 +215,6 @@ class ToolItem(_Frozen):
     result_tokens: int = 0
     invocations: int = 0
     folded: int = 0
-    # Over the stage so far: how many of its requests defined the tool, and their definition tokens in all.
-    requests: int = 1
-    stage_definition_tokens: int = 0
 
 
 class UnusedTool(_Frozen):
@@ -314,6 +311,7 @@ class Snapshot(_Frozen):
     details: list[DetailItem] = Field(default_factory=list)
     tools: list[ToolItem] = Field(default_factory=list)  # bounded: the largest max_tools, then one folded row
     unused_tool_tokens: int = 0  # definition tokens of tools neither the request nor its response calls
+    unused_tools: list[UnusedTool] = Field(default_factory=list)  # bounded as tools; over the stage when in one
     cached_tokens: Optional[int] = None  # input tokens the provider served from its cache, where it says
     cost: Optional[Cost] = None  # None when LiteLLM has no price for the model (warning price_unknown)
     stage_totals: Optional[StageTotals] = None  # the stage so far, this call included (None outside a call)
@@ -372,7 +370,7 @@ class StageContextWindow(_Frozen):
             warnings=snapshot.warnings,
             details=snapshot.details,
             tools=snapshot.tools,
-            unused_tools=unused_in(snapshot.tools),
+            unused_tools=snapshot.unused_tools,
             unused_tool_tokens=snapshot.unused_tool_tokens,
             cached_tokens=snapshot.cached_tokens,
             cost=snapshot.cost,
@@ -394,15 +392,15 @@ class StageContextWindow(_Frozen):
 
 
 def unused_in(tools: list[ToolItem]) -> list[UnusedTool]:
-    """The tools of these rows that the stage never called, with what their definitions cost it."""
+    """The unused definitions of one request's rows, as a stage of that one request has them."""
     return [
         UnusedTool(
             name=t.name,
             category=t.category,
             source=t.source,
             definition_tokens=t.definition_tokens,
-            stage_definition_tokens=max(t.stage_definition_tokens, t.definition_tokens),
-            requests=max(t.requests, 1),
+            stage_definition_tokens=t.definition_tokens,
+            requests=1,
         )
         for t in tools
         if not t.invocations and t.definition_tokens and not t.folded

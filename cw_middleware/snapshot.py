@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import chain
 from operator import itemgetter
 from typing import Any, Optional, TypeVar
 
@@ -36,6 +37,7 @@ from .contract import (
     SnapshotWarning,
     StageTotals,
     ToolItem,
+    UnusedTool,
     WarningCode,
 )
 from .cost import CURRENCY, Prices, request_cost
@@ -79,7 +81,7 @@ class SnapshotParts:
             if len(self._breakdown) >= self.CACHE_SIZE:
                 self._breakdown.clear()
             fields = {"category": category, "tokens": tokens, "usage_percent": _percent(tokens, window), "cached_tokens": cached}
-            item = self._breakdown[key] = _trusted(BreakdownItem, fields)
+            item = self._breakdown[key] = trusted(BreakdownItem, fields)
         return item
 
     def detail_item(self, category: Category, source: str, tokens: int) -> DetailItem:
@@ -88,7 +90,7 @@ class SnapshotParts:
         if item is None:
             if len(self._details) >= self.CACHE_SIZE:
                 self._details.clear()
-            item = self._details[key] = _trusted(DetailItem, {"category": category, "source": source, "tokens": tokens})
+            item = self._details[key] = trusted(DetailItem, {"category": category, "source": source, "tokens": tokens})
         return item
 
     def tool_item(
@@ -100,18 +102,14 @@ class SnapshotParts:
         result_tokens: int,
         invocations: int,
         folded: int = 0,
-        requests: int = 1,
-        stage_definition_tokens: Optional[int] = None,
     ) -> ToolItem:
-        if stage_definition_tokens is None:
-            stage_definition_tokens = definition_tokens
-        key = (name, category, source, definition_tokens, result_tokens, invocations, folded, requests, stage_definition_tokens)
+        key = (name, category, source, definition_tokens, result_tokens, invocations, folded)
         item = self._tools.get(key)
         if item is None:
             if len(self._tools) >= self.CACHE_SIZE:
                 self._tools.clear()
             fields = dict(zip(_TOOL_FIELDS, key))
-            item = self._tools[key] = _trusted(ToolItem, fields)
+            item = self._tools[key] = trusted(ToolItem, fields)
         return item
 
     def warning(self, code: WarningCode) -> SnapshotWarning:
@@ -194,7 +192,7 @@ def build_snapshot(
         rows, unused = found.rows, found.unused_tokens
         if found.folded:
             codes.add(WarningCode.TOOLS_FOLDED)
-    return _trusted(
+    return trusted(
         Snapshot,
         dict(
             run_id=meta.run_id,
@@ -212,6 +210,11 @@ def build_snapshot(
             details=[parts.detail_item(c, s, t) for (c, s), t in ranked[:max_details] if t],
             tools=rows,
             unused_tool_tokens=unused,
+            unused_tools=[
+                unused_tool(t.name, t.category, t.source, t.definition_tokens, t.definition_tokens, 1)
+                for t in rows
+                if not t.invocations and t.definition_tokens and not t.folded
+            ],
             cached_tokens=sum(read.values()) if read is not None else None,
             cost=_cost(per_category, meta.prices, read, written) if meta.prices is not None else None,
             stage_totals=None,
@@ -227,7 +230,7 @@ def _cost(
     written: Optional[Mapping[Category, int]],
 ) -> Cost:
     total, by_category = request_cost(per_category, prices, read, written)
-    return _trusted(Cost, {"currency": CURRENCY, "input_cost": total, "by_category": by_category})
+    return trusted(Cost, {"currency": CURRENCY, "input_cost": total, "by_category": by_category})
 
 
 @dataclass(frozen=True)
@@ -255,22 +258,26 @@ def _cache_split(
     return read, {c: max(0, through[c] - read[c]) for c in CATEGORIES}
 
 
-_TOOL_FIELDS = (
-    "name",
-    "category",
-    "source",
-    "definition_tokens",
-    "result_tokens",
-    "invocations",
-    "folded",
-    "requests",
-    "stage_definition_tokens",
-)
+_TOOL_FIELDS = ("name", "category", "source", "definition_tokens", "result_tokens", "invocations", "folded")
+_UNUSED_FIELDS = ("name", "category", "source", "definition_tokens", "stage_definition_tokens", "requests")
 
 
-def with_stage(snapshot: Snapshot, totals: StageTotals, tools: list[ToolItem], compaction: Optional[Compaction]) -> Snapshot:
-    """The snapshot with what its stage adds (stage_ledger.py): the totals, the stage's tool rows, a compaction."""
-    return _trusted(Snapshot, {**snapshot.__dict__, "stage_totals": totals, "tools": tools, "compaction": compaction})
+def with_stage(
+    snapshot: Snapshot,
+    totals: StageTotals,
+    tools: list[ToolItem],
+    unused: list[UnusedTool],
+    compaction: Optional[Compaction],
+) -> Snapshot:
+    """The snapshot with what its stage adds (stage_ledger.py): totals, tool rows and unused tools, a compaction."""
+    fields = {**snapshot.__dict__, "stage_totals": totals, "tools": tools, "unused_tools": unused, "compaction": compaction}
+    return trusted(Snapshot, fields)
+
+
+def unused_tool(
+    name: str, category: Optional[Category], source: Optional[str], each: int, over: int, requests: int
+) -> UnusedTool:
+    return trusted(UnusedTool, dict(zip(_UNUSED_FIELDS, (name, category, source, each, over, requests))))
 
 
 def _scaler(
@@ -293,7 +300,7 @@ def _scaler(
 M = TypeVar("M", bound=BaseModel)
 
 
-def _trusted(model: type[M], fields: dict[str, Any]) -> M:
+def trusted(model: type[M], fields: dict[str, Any]) -> M:
     """``model.model_construct(**fields)`` without its per-field bookkeeping: 4x faster, on the call path.
 
     Safe because every field is given, built here from trusted values; the
@@ -354,41 +361,60 @@ def compact(snapshot: Snapshot) -> CompactSnapshot:
     )
     codes = tuple(w.code for w in snapshot.warnings)
     details = tuple(x for d in snapshot.details for x in (d.category.value, d.source, d.tokens))
+    # Flat, as the rest (one level of tuples: the collector untracks them at its first pass), flattened at C speed.
     tools = tuple(
-        x
-        for t in snapshot.tools
-        for x in (
-            t.name,
-            t.category.value if t.category else None,
-            t.source,
-            t.definition_tokens,
-            t.result_tokens,
-            t.invocations,
-            t.folded,
-            t.requests,
-            t.stage_definition_tokens,
+        chain.from_iterable(
+            (
+                t.name,
+                t.category.value if t.category else None,
+                t.source,
+                t.definition_tokens,
+                t.result_tokens,
+                t.invocations,
+                t.folded,
+            )  # noqa: E501
+            for t in snapshot.tools
         )
     )
-    return head + per_category + codes + details + tools + _compact_stage(snapshot)
+    unused = tuple(
+        chain.from_iterable(
+            (
+                u.name,
+                u.category.value if u.category else None,
+                u.source,
+                u.definition_tokens,
+                u.stage_definition_tokens,
+                u.requests,
+            )  # noqa: E501
+            for u in snapshot.unused_tools
+        )
+    )
+    return head + (len(snapshot.tools),) + per_category + codes + details + tools + unused + _compact_stage(snapshot)
 
 
 def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
     """The Snapshot a `compact` row was made from, its parts shared through ``parts``."""
     run_id, stage_id, provider, model, window, input_tokens, usage, method, generated_at, event_seq = row[:10]
     n_codes, n_details, unused, cached, currency, input_cost = row[10:_HEAD]
-    per_category = row[_HEAD : _HEAD + 3 * _N]
-    codes = row[_HEAD + 3 * _N : _HEAD + 3 * _N + n_codes]
-    start = _HEAD + 3 * _N + n_codes
+    n_tools = row[_HEAD]
+    per_category = row[_HEAD + 1 : _HEAD + 1 + 3 * _N]
+    start = _HEAD + 1 + 3 * _N
+    codes = row[start : start + n_codes]
+    start += n_codes
     flat = row[start : start + 3 * n_details]
-    tools = row[start + 3 * n_details : -_STAGE_LEN]
+    start += 3 * n_details
+    n, m = len(_TOOL_FIELDS), len(_UNUSED_FIELDS)
+    tool_part = row[start : start + n * n_tools]
+    unused_part = row[start + n * n_tools : -_STAGE_LEN]
+    tools = [tool_part[i : i + n] for i in range(0, len(tool_part), n)]
+    left = [unused_part[i : i + m] for i in range(0, len(unused_part), m)]
     totals, compaction = _expand_stage(row[-_STAGE_LEN:])
-    n = len(_TOOL_FIELDS)
     rows = [per_category[3 * i : 3 * i + 3] for i in range(_N)]
     cost = None
     if currency is not None:
         by_category = {c: r[2] for c, r in zip(CATEGORIES, rows)}
         cost = Cost.model_construct(currency=currency, input_cost=input_cost, by_category=by_category)
-    return _trusted(
+    return trusted(
         Snapshot,
         dict(
             run_id=run_id,
@@ -404,11 +430,9 @@ def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
             breakdown=[parts.breakdown_item(c, r[0], window, r[1]) for c, r in zip(CATEGORIES, rows)],
             warnings=[parts.warning(WarningCode(code)) for code in codes],
             details=[parts.detail_item(Category(flat[i]), flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)],
-            tools=[
-                parts.tool_item(t[0], Category(t[1]) if t[1] else None, *t[2:])
-                for t in (tools[i : i + n] for i in range(0, len(tools), n))
-            ],
+            tools=[parts.tool_item(t[0], Category(t[1]) if t[1] else None, *t[2:]) for t in tools],
             unused_tool_tokens=unused,
+            unused_tools=[unused_tool(u[0], Category(u[1]) if u[1] else None, *u[2:]) for u in left],
             cached_tokens=cached,
             cost=cost,
             stage_totals=totals,

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .contract import CATEGORIES, Category, CategoryTotals, Compaction, Snapshot, StageTotals, ToolItem
-from .snapshot import SnapshotParts, with_stage
+from .contract import CATEGORIES, Category, CategoryTotals, Compaction, Snapshot, StageTotals, ToolItem, UnusedTool
+from .snapshot import SnapshotParts, trusted, unused_tool, with_stage
 
 MAX_STAGES = 1024  # stages whose totals are kept (the least recently called one falls out)
 MAX_OPEN_CALLS = 64  # calls per stage whose contribution may still change (a late count)
@@ -147,47 +147,49 @@ class Ledger:
     def totals(self) -> StageTotals:
         priced = self.priced_calls > 0
         by_category = {
-            c: CategoryTotals.model_construct(
-                tokens=self.tokens[i], cost=_usd(self.costs[i]) if priced else None, cached_tokens=self.cached[i]
+            c: trusted(
+                CategoryTotals,
+                {"tokens": self.tokens[i], "cost": round(self.costs[i], 10) if priced else None, "cached_tokens": self.cached[i]},
             )
             for i, c in enumerate(CATEGORIES)
         }
-        return StageTotals.model_construct(
-            calls=self.calls,
-            input_tokens=self.input_tokens,
-            input_cost=_usd(self.input_cost) if priced else None,
-            peak_usage_percent=self.peak_usage_percent,
-            by_category=by_category,
-            cached_tokens=sum(self.cached),
-            compactions=self.compactions,
-        )
+        fields = {
+            "calls": self.calls,
+            "input_tokens": self.input_tokens,
+            "input_cost": round(self.input_cost, 10) if priced else None,
+            "peak_usage_percent": self.peak_usage_percent,
+            "by_category": by_category,
+            "cached_tokens": sum(self.cached),
+            "compactions": self.compactions,
+        }
+        return trusted(StageTotals, fields)  # every field given, from the ledger's own numbers
 
     def stage_rows(self, rows: list[ToolItem], make: Callable[..., ToolItem]) -> list[ToolItem]:
-        """The snapshot's rows with the stage's invocations and definition costs."""
+        """The snapshot's rows with the stage's invocations: the same rows, unless a compaction banked earlier calls."""
+        if not self.banked:
+            return rows
         out = []
         for t in rows:
-            if t.folded:
-                out.append(t)
-                continue
-            invocations = self.banked.get(t.name, 0) + self.newest_calls.get(t.name, t.invocations)
-            out.append(
-                make(
-                    t.name,
-                    t.category,
-                    t.source,
-                    t.definition_tokens,
-                    t.result_tokens,
-                    invocations,
-                    0,
-                    self.definition_requests.get(t.name, 1),
-                    self.definition_tokens.get(t.name, t.definition_tokens),
-                )
-            )
+            banked = self.banked.get(t.name, 0) if not t.folded else 0
+            if banked:
+                t = make(t.name, t.category, t.source, t.definition_tokens, t.result_tokens, t.invocations + banked, t.folded)
+            out.append(t)
         return out
 
-
-def _usd(value: float) -> float:
-    return round(value, 10)
+    def unused(self, rows: list[ToolItem]) -> list[UnusedTool]:
+        """The tools of these rows the stage never called, with their definitions' tokens over the stage's requests."""
+        return [
+            unused_tool(
+                t.name,
+                t.category,
+                t.source,
+                t.definition_tokens,
+                self.definition_tokens.get(t.name, t.definition_tokens),
+                self.definition_requests.get(t.name, 1),
+            )
+            for t in rows
+            if not t.invocations and t.definition_tokens and not t.folded
+        ]
 
 
 class Ledgers:
@@ -219,8 +221,9 @@ class Ledgers:
             ledger.add(call_seq, snapshot, local_conversation, newest)
             totals = ledger.totals()
             rows = ledger.stage_rows(snapshot.tools, parts.tool_item) if snapshot.tools else snapshot.tools
+            unused = ledger.unused(rows) if rows else snapshot.unused_tools
             marker = ledger.marker if newest and ledger.newest_call == call_seq else None
-        return with_stage(snapshot, totals, rows, marker)
+        return with_stage(snapshot, totals, rows, unused, marker)
 
     def after_fork_in_child(self) -> None:
         self._lock = threading.Lock()

@@ -109,7 +109,14 @@ def test_tools_cost_and_cache_round_trip_with_their_names():
     assert attrs["agent.context_window.cost.input"] == snap.cost.input_cost
     assert attrs["agent.context_window.cost.system_prompt"] == snap.cost.by_category[Category.SYSTEM_PROMPT]
     assert attrs["agent.context_window.cached_tokens"] == 256
-    assert attrs["agent.context_window.cached_tokens.system_prompt"] == snap.tokens("system_prompt")  # the prefix
+    assert attrs["agent.context_window.cached.system_prompt"] == snap.tokens("system_prompt")  # the prefix
+    # no key is both a value and the prefix of others (stores that nest dotted keys keep both), stage totals included
+    from cw_middleware.snapshot import SnapshotParts
+    from cw_middleware.stage_ledger import Ledgers
+
+    staged = snapshot_attributes(Ledgers().add(("run-1", "plan@1"), 1, snap, 100, True, SnapshotParts()))
+    assert "agent.context_window.stage.calls" in staged and "agent.context_window.unused_tools.name" in staged
+    assert not [k for k in staged if any(other.startswith(k + ".") for other in staged)]
     assert not any(k.startswith("agent.context_window.tools.") for k in span_level(attrs))
     back = window_from_attributes(attrs, "plan@1", Staleness.STORED)
     assert (back.tools, back.cost, back.cached_tokens, back.breakdown) == (snap.tools, snap.cost, 256, snap.breakdown)

@@ -120,6 +120,7 @@ ARRAY_KEYS = (
     codec.ATTR_DETAIL_SOURCES,
     codec.ATTR_DETAIL_TOKENS,
     *codec.TOOL_ARRAYS,
+    *codec.UNUSED_ARRAYS,
 )
 
 
