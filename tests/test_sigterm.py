@@ -104,13 +104,13 @@ if pid == 0:
         # The exit hook is writing the child's spans when SIGTERM comes (a Pool worker given its
         # sentinel, then terminate()): the write must finish, then the process ends by SIGTERM.
         append = sink.JsonLinesFile.append
-        def append_after_sigterm(self, line):
+        def append_after_sigterm(self, line, *args, **kwargs):
             if not getattr(self, "signalled", False):
                 self.signalled = True
                 os.kill(os.getpid(), signal.SIGTERM)
                 import time
                 time.sleep(0.3)  # the handler runs meanwhile, on the main thread
-            return append(self, line)
+            return append(self, line, *args, **kwargs)
         sink.JsonLinesFile.append = append_after_sigterm
     with cw.stage("terminated", mode):
         cw.completion(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], mock_response="ok")
