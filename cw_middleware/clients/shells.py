@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from types import FrameType
+from typing import Any, Optional
 
 from opentelemetry import context as otel_context
 
 from .._litellm import SAVED_ATTR, forwarding, forwarding_scope, mark_observed
 from ..apis import Api, Route
 from ..call import OPTION_STREAM_USAGE, Call
+from ..suppress import suppressed
 from ..wrapper import arun_call, run_call
 
 RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"  # both clients' with_raw_response / with_streaming_response
@@ -40,10 +43,31 @@ RouteOf = Callable[[Any], Route]
 
 
 def skipped() -> bool:
-    """True where a client call is not observed: inside an observed call, or under OpenTelemetry's suppress key."""
-    if forwarding():
+    """True where a client call is not observed: inside an observed call, under OpenTelemetry's
+    suppress key, or made by LiteLLM itself (a LiteLLM call is observed at LiteLLM's entry point or
+    not at all: one its shells let through, suppressed or bound before `instrument()`, stays so)."""
+    if forwarding() or suppressed():
         return True
-    return _SUPPRESS is not None and bool(otel_context.get_value(_SUPPRESS))
+    return _SUPPRESS is not None and bool(otel_context.get_value(_SUPPRESS)) or _called_by_litellm()
+
+
+_CLIENT_MODULES = ("openai", "anthropic", "cw_middleware", "functools", "contextlib")
+
+
+def _called_by_litellm() -> bool:
+    """Whether the first caller outside the clients' own (and our) code is LiteLLM's."""
+    frame: Optional[FrameType] = sys._getframe(2)
+    for _ in range(16):  # the clients' wrappers (with_raw_response, retries) are a few frames deep at most
+        if frame is None:
+            return False
+        module = frame.f_globals.get("__name__", "")
+        top = module.partition(".")[0]
+        if top == "litellm":
+            return True
+        if top not in _CLIENT_MODULES:
+            return False
+        frame = frame.f_back
+    return False
 
 
 def method_shell(original: Callable[..., Any], api: Api, route_of: RouteOf) -> Callable[..., Any]:
