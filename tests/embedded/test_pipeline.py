@@ -135,6 +135,9 @@ def test_nothing_collects_a_metric_reader_before_the_provider_has_registered_it(
         try:
             assert entered.wait(30)
             started = {t.name for t in set(threading.enumerate()) - before} - {"assembling"}
+            # OpenTelemetry SDK 1.45.0's resource detection shuts its executor down without waiting, so
+            # its idle worker may still be ending here; it runs detectors and can collect nothing.
+            started = {name for name in started if not name.startswith("ThreadPoolExecutor-")}
             assert started == set()  # the old order had the SDK's ticker (and the endpoint's server) running here
             assert _refused(port)
         finally:
