@@ -100,3 +100,25 @@ def test_each_lock_was_compiled_from_its_in_file() -> None:
             assert re.search(rf"^{re.escape(package)}=={re.escape(version)}\b", lock, re.M | re.I), (
                 f"{name}.lock: {package}=={version}"
             )
+
+
+def test_every_lock_names_httpx_http2_extra_at_its_httpx_pin() -> None:
+    """litellm and arize-phoenix ask for ``httpx[http2]``; a lock from ``uv pip compile`` names plain ``httpx`` only.
+
+    The pip a Python 3.11 venv brings (23.2) then resolves the extra on its own, to the newest httpx
+    on the index, and refuses the install in hash mode ("all requirements must have their versions
+    pinned"): README's commands failed so the day httpx 0.29.0 came out. h2 in a lock is the extra's
+    footprint; the lock must name the extra at the version it pins httpx at.
+    """
+    locks = sorted(ROOT.glob("requirements*.lock")) + [ROOT / "examples" / "proxy" / "requirements.lock"]
+    checked = 0
+    for lock in locks:
+        text = lock.read_text()
+        if not re.search(r"^h2==", text, re.M):
+            continue
+        httpx = re.search(r"^httpx==(\S+) \\$", text, re.M)
+        extra = re.search(r"^httpx\[http2\]==(\S+) \\$", text, re.M)
+        assert httpx is not None, lock.name
+        assert extra is not None and extra.group(1) == httpx.group(1), f"{lock.name}: add httpx[http2]=={httpx.group(1)}"
+        checked += 1
+    assert checked >= 2  # requirements.lock and requirements-dev.lock at least: README's two commands
