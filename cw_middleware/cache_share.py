@@ -9,13 +9,18 @@ is new in a turn sits at the end, so the walk is as short as the uncached part) 
 uncached tokens are covered; everything before that point is cached. Local counts give the
 positions; the result is scaled to the reported number exactly, never more in a category than
 the category holds.
+
+An explicit breakpoint (Anthropic's ``cache_control``) says where the cached prefix ends:
+`cache_prefix` gives the local parts up to the last one, whose count a response's cache
+read + write is (see `reconcile.reconcile_with_prefix`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .contract import CATEGORIES, Category
 from .tool_rows import as_defined
@@ -101,3 +106,50 @@ def _filled(share: dict[Category, int], final: Mapping[Category, int], rest: int
         share[category] += moved
         rest -= moved
     return share
+
+
+def has_breakpoint(item: Mapping[str, Any]) -> bool:
+    """A message or tool definition that carries a ``cache_control`` breakpoint, on itself or on a content part."""
+    if item.get("cache_control"):
+        return True
+    content = item.get("content")
+    if isinstance(content, (list, tuple)):
+        return any(isinstance(part, Mapping) and part.get("cache_control") for part in content)
+    return False
+
+
+def cache_prefix(
+    counts: Sequence[MessageCount],
+    system_idx: Sequence[int],
+    breakpoint_idx: Sequence[int],
+    tool_entries: Sequence[tuple[SourceKey, int]],
+    tools_breakpoint: bool,
+    defined: frozenset[str],
+) -> dict[SourceKey, int]:
+    """The local parts of the prompt up to its last ``cache_control`` breakpoint (empty without one).
+
+    Anthropic caches in the order tools, system, messages (LiteLLM sends every system message
+    ahead of the turns): a breakpoint on a turn covers the tools, every system message and the
+    turns up to it; one on a system message the tools and the system messages up to it; one on
+    a tool the tools. A breakpoint inside a message counts that whole message as prefix.
+    ``counts`` are the conversation's messages, ``system_idx`` and ``breakpoint_idx`` the
+    positions of its system messages and of those that carry a breakpoint.
+    """
+    last = breakpoint_idx[-1] if breakpoint_idx else None
+    if last is None and not tools_breakpoint:
+        return {}
+    prefix: Counter[SourceKey] = Counter()
+    for key, tokens in tool_entries:
+        prefix[key] += tokens
+    if last is not None:
+        systems = set(system_idx)
+        on_system = last in systems
+        if on_system:  # the tools and the system messages up to it
+            covered = [i for i in system_idx if i <= last]
+        else:  # the tools, every system message and the turns up to it
+            covered = [*systems, *(i for i in range(last + 1) if i not in systems)]
+        for index in covered:
+            # A defined tool's untagged results under their own source, as the estimate keys them.
+            for key, tokens in as_defined(counts[index], defined):
+                prefix[key] += tokens
+    return {k: v for k, v in prefix.items() if v}

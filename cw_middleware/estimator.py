@@ -2,7 +2,8 @@
 
 The estimator walks a chat request (OpenAI-style messages and tools, tags still
 on) and asks the model's `CountingRules` for each piece: each message through
-message_count.py, the tools, the response format and the request's framing here.
+message_count.py, the tools through tool_count.py, the response format (as LiteLLM sends
+it: response_format.py) and the request's framing here.
 Caches keep the cost of a turn proportional to what is new in it:
 
 * a text cache keyed on ``(rules, hash(text), len(text))`` (`message_count.TextCache`)
@@ -10,11 +11,11 @@ Caches keep the cost of a turn proportional to what is new in it:
 * a prefix cache of recent conversations: the longest already-counted prefix of
   the message list is found with one C-level list comparison against a frozen
   copy (request_copies.py), and only the messages after it are counted;
-* the last few tool sets per rules name, compared by value.
+* the last few tool sets per rules name, compared by value (tool_count.py).
 
 Every cache is bounded and owned by its `Estimator` (one per Runtime). Three of
 them hold content, in memory only and never exported: the frozen copies of the
-last `MAX_CONVERSATIONS` conversations, the last `MAX_TOOL_SETS` tool sets per
+last `MAX_CONVERSATIONS` conversations, the last `tool_count.MAX_TOOL_SETS` tool sets per
 rules name, and the ``model_dump()`` of up to `MAX_DUMPS` response message
 objects (a previous reply appended to the history), kept by identity.
 
@@ -34,37 +35,23 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Optional
 
-from pydantic import BaseModel
-
-from .cache_share import RequestOrder
+from .cache_share import RequestOrder, cache_prefix, has_breakpoint
 from .contract import Category, WarningCode
 from .message_count import MessageCount, MessageCounter, ReadMessage, SourceKey, TextCache
 from .request_copies import AsDict, DumpCache, common_prefix, freeze, head_key, plain_text
+from .response_format import response_format_as_sent
 from .rules import CountingRules, _tiktoken, rules_for
 from .rules._tiktoken import NotReady, OverBudget, within_budget, without_waiting
-from .tags import TAG_KEY, mcp_server_label, read_tag, strip_tool
-from .tool_rows import (
-    NO_TOOL_SET,
-    NO_TOOLS,
-    ToolDefinition,
-    ToolSet,
-    ToolUse,
-    as_defined,
-    matched,
-    matched_parts,
-    tool_name,
-    tool_result_key,
-)
+from .tool_count import ToolSetCounter, legacy_function
+from .tool_rows import NO_TOOL_SET, NO_TOOLS, ToolSet, ToolUse, matched, matched_parts, tool_result_key
 
 # The cache budget (docs/performance.md): about 12 MB for the text cache at its cap (two
 # generations of 32,768 keyed counts, no text), plus the frozen copies of MAX_CONVERSATIONS
-# conversations (their strings are the caller's), MAX_TOOL_SETS tool sets and MAX_DUMPS dumps.
+# conversations (their strings are the caller's), `tool_count.MAX_TOOL_SETS` tool sets and MAX_DUMPS dumps.
 MAX_TEXT_CACHE = 32_768  # per generation; two generations are kept
 MAX_CONVERSATIONS = 32
-MAX_TOOL_SETS = 4  # per rules name
 MAX_DUMPS = 4096
 
 # What a call's estimate may cost its caller's thread (issue 20 item 7): past either budget the rest
@@ -127,16 +114,6 @@ class _Conversation:
     result_tools: set[str] = field(default_factory=set)  # tools whose untagged results moved to their own source
 
 
-@dataclass
-class _ToolsCount:
-    frozen: Any
-    tool_choice: Any
-    entries: tuple[tuple[SourceKey, int], ...]
-    warnings: frozenset[WarningCode]
-    breakpoint: bool  # a definition carries a cache_control breakpoint: known once per tool set, not per turn
-    tool_set: ToolSet = NO_TOOL_SET
-
-
 class Later(Exception):
     """A call's estimate cannot be made now, on its caller's thread: it is made on the background worker."""
 
@@ -162,7 +139,7 @@ class Estimator:
         self._max_conversations = max_conversations
         self._conversations: dict[tuple[str, int], list[_Conversation]] = {}
         self._n_conversations = 0
-        self._tools: dict[str, list[_ToolsCount]] = {}
+        self._tools = ToolSetCounter(self._dumps.as_dict)
         self._messages = MessageCounter(self._texts.count, self._dumps.as_dict)
 
     # ------------------------------------------------------------ public
@@ -267,13 +244,13 @@ class Estimator:
         conv = self._count_messages(rules, messages, read_message)
         by_source: dict[SourceKey, int] = dict(conv.totals)
         warnings = {code for code, n in conv.warnings.items() if n}
-        all_tools = list(tools or ()) + [_legacy_function(f) for f in functions or ()]
+        all_tools = list(tools or ()) + [legacy_function(f) for f in functions or ()]
         tool_entries: tuple[tuple[SourceKey, int], ...] = ()
         head = tool_entries
         tools_breakpoint = False
         tool_set = NO_TOOL_SET
         if all_tools:
-            tc = self._count_tools(rules, all_tools, tool_choice)
+            tc = self._tools.count(rules, all_tools, tool_choice)
             tool_entries, tools_breakpoint, tool_set = tc.entries, tc.breakpoint, tc.tool_set
             for key, tokens in tc.entries:
                 by_source[key] = by_source.get(key, 0) + tokens
@@ -306,7 +283,9 @@ class Estimator:
             warnings.add(WarningCode.APPROXIMATE_TOKENIZER)
         unestimated = {k: n for k, n in conv.unseen.items() if n > 0}
         prefix = (
-            _cache_prefix(conv, tool_entries, tools_breakpoint, tool_use.names) if conv.breakpoint_idx or tools_breakpoint else {}
+            cache_prefix(conv.counts, conv.system_idx, conv.breakpoint_idx, tool_entries, tools_breakpoint, tool_use.names)
+            if conv.breakpoint_idx or tools_breakpoint
+            else {}
         )
         return Estimate(
             {k: v for k, v in by_source.items() if v},
@@ -382,164 +361,17 @@ class Estimator:
                 del self._conversations[bucket_key]
             self._n_conversations -= 1
 
-    # ------------------------------------------------------------ tools
-
-    def _count_tools(self, rules: CountingRules, tools: list[Any], tool_choice: Any) -> _ToolsCount:
-        # Compared by value (in C), like messages: a definition edited in place is recounted.
-        # A few tool sets per rules name: a main agent and its sub-agents alternate.
-        recent = self._tools.setdefault(rules.name, [])
-        for cached in recent:
-            if cached.tool_choice == tool_choice and cached.frozen == tools:
-                return cached
-        entries: Counter[SourceKey] = Counter()
-        warnings: set[WarningCode] = set()
-        plain = []
-        definitions: list[ToolDefinition] = []
-        for raw in tools:
-            definition = self._dumps.as_dict(raw)
-            tag = read_tag(definition)  # a bad tag raises: the caller's mistake
-            definition = strip_tool(definition)
-            if tag is not None:
-                key: SourceKey = (tag.category, tag.source or "native")
-            else:
-                key = _untagged_tool_key(definition)
-                if key[0] is not Category.TOOLS:
-                    warnings.add(WarningCode.TOOL_SOURCE_INFERRED)
-            try:
-                tokens = rules.tool_definition(definition)
-            except NotReady:
-                raise
-            except Exception:  # noqa: BLE001 - a definition we cannot read costs its own count only
-                warnings.add(WarningCode.UNREADABLE_MESSAGE)
-                continue
-            entries[key] += tokens
-            definitions.append(ToolDefinition(tool_name(definition), key, tokens))
-            plain.append(definition)
-        try:
-            entries[(Category.TOOLS, "tool_framing")] += rules.tools_overhead(plain, tool_choice)
-        except NotReady:
-            raise
-        except Exception:  # noqa: BLE001
-            warnings.add(WarningCode.UNREADABLE_MESSAGE)
-        breakpoint = any(_has_breakpoint(self._dumps.as_dict(raw)) for raw in tools)
-        frozen = freeze(tools, self._dumps.as_dict)
-        counted = _ToolsCount(
-            frozen, tool_choice, tuple(entries.items()), frozenset(warnings), breakpoint, ToolSet(tuple(definitions))
-        )
-        if len(self._tools) > 64:
-            self._tools.clear()
-        recent.insert(0, counted)
-        del recent[MAX_TOOL_SETS:]
-        return counted
-
-
-def response_format_as_sent(response_format: Any, provider: str) -> Any:
-    """``response_format`` as LiteLLM puts it on the wire: a pydantic model class becomes its JSON-schema dict.
-
-    LiteLLM accepts a ``BaseModel`` subclass and converts it per provider before sending;
-    the rules count dicts, so a class would otherwise count nothing at all.
-    """
-    if isinstance(response_format, type) and issubclass(response_format, BaseModel):
-        return _pydantic_response_format(response_format, provider)
-    return response_format
-
-
-@lru_cache(maxsize=128)
-def _pydantic_response_format(model_class: type[BaseModel], provider: str) -> Any:
-    """LiteLLM's own conversion (``type_to_response_format_param``), as each provider config calls it.
-
-    OpenAI and most providers: OpenAI's strict schema (``$ref``s inlined, ``additionalProperties:
-    false``); Anthropic: pydantic's schema with ``/$defs/`` refs; Gemini: pydantic's schema as is.
-    Imported lazily: only a request with a model class pays for it, and the call path has
-    LiteLLM loaded anyway (the read side never estimates).
-    """
-    if provider == "gemini":
-        schema: Any = model_class.model_json_schema()
-        return {"type": "json_schema", "json_schema": {"schema": schema, "name": model_class.__name__, "strict": True}}
-    try:
-        from ._offline import litellm
-
-        type_to_response_format_param = litellm().utils.type_to_response_format_param
-
-        ref_template = "/$defs/{model}" if provider == "anthropic" else None
-        return type_to_response_format_param(model_class, ref_template=ref_template)
-    except Exception:  # noqa: BLE001 - LiteLLM moved it, or refused the class: pydantic's schema is the next best
-        schema = model_class.model_json_schema()
-        return {"type": "json_schema", "json_schema": {"schema": schema, "name": model_class.__name__, "strict": True}}
-
 
 def _note_position(conv: _Conversation, msg: Mapping[str, Any], index: int) -> None:
     """Remember where a message sits in the provider's prompt order and whether it marks a cache breakpoint."""
     if plain_text(msg.get("role")) in ("system", "developer"):
         conv.system_idx.append(index)
-    if _has_breakpoint(msg):
+    if has_breakpoint(msg):
         conv.breakpoint_idx.append(index)
-
-
-def _has_breakpoint(item: Mapping[str, Any]) -> bool:
-    if item.get("cache_control"):
-        return True
-    content = item.get("content")
-    if isinstance(content, (list, tuple)):
-        return any(isinstance(part, Mapping) and part.get("cache_control") for part in content)
-    return False
-
-
-def _cache_prefix(
-    conv: _Conversation, tool_entries: Sequence[tuple[SourceKey, int]], tools_breakpoint: bool, defined: frozenset[str]
-) -> dict[SourceKey, int]:
-    """The local parts of the prompt up to its last ``cache_control`` breakpoint (empty without one).
-
-    Anthropic caches in the order tools, system, messages (LiteLLM sends every system message
-    ahead of the turns): a breakpoint on a turn covers the tools, every system message and the
-    turns up to it; one on a system message the tools and the system messages up to it; one on
-    a tool the tools. A breakpoint inside a message counts that whole message as prefix.
-    """
-    last = conv.breakpoint_idx[-1] if conv.breakpoint_idx else None
-    if last is None and not tools_breakpoint:
-        return {}
-    prefix: Counter[SourceKey] = Counter()
-    for key, tokens in tool_entries:
-        prefix[key] += tokens
-    if last is not None:
-        systems = set(conv.system_idx)
-        on_system = last in systems
-        for index in conv.system_idx if on_system else ():
-            if index <= last:
-                _add_entries(prefix, conv.counts[index], defined)
-        if not on_system:
-            for index in systems:
-                _add_entries(prefix, conv.counts[index], defined)
-            for index in range(last + 1):
-                if index not in systems:
-                    _add_entries(prefix, conv.counts[index], defined)
-    return {k: v for k, v in prefix.items() if v}
-
-
-def _add_entries(into: Counter[SourceKey], count: MessageCount, defined: frozenset[str]) -> None:
-    """One message's entries, a defined tool's untagged results under their own source (as `_tool_use` moves them)."""
-    for key, tokens in as_defined(count, defined):
-        into[key] += tokens
 
 
 def _system_first(messages: Sequence[Any], as_dict: AsDict) -> bool:
     return bool(messages) and plain_text(as_dict(messages[0]).get("role")) in ("system", "developer")
-
-
-def _legacy_function(function: Any) -> Any:
-    """A legacy ``functions=`` entry as a tool; its tag (from `cw.tool`) moves to the tool."""
-    if isinstance(function, Mapping) and TAG_KEY in function:
-        return {"type": "function", "function": strip_tool(function), TAG_KEY: function[TAG_KEY]}
-    return {"type": "function", "function": function}
-
-
-def _untagged_tool_key(definition: Mapping[str, Any]) -> SourceKey:
-    """Untagged tools are native; an ``mcp__server__tool`` name is MCP by convention, with a warning."""
-    fn = definition.get("function", definition)
-    name = fn.get("name", "") if isinstance(fn, Mapping) else ""
-    if isinstance(name, str) and name.startswith("mcp__"):
-        return (Category.MCP_TOOLS, mcp_server_label(name[5:].split("__", 1)[0]))
-    return (Category.TOOLS, "native")
 
 
 def _tool_use(conv: _Conversation, tool_set: ToolSet, by_source: dict[SourceKey, int]) -> ToolUse:

@@ -17,6 +17,7 @@ from opentelemetry import metrics, trace
 
 import cw_middleware as cw
 from cw_middleware import estimator as estimator_module
+from cw_middleware import tool_count
 from cw_middleware.config import resolve
 from cw_middleware.runtime import Runtime, set_runtime
 
@@ -66,6 +67,6 @@ def test_rss_is_flat_after_warm_up_and_caches_stay_capped(quiet_runtime):
     est = runtime.estimator
     assert len(est._texts.young) <= estimator_module.MAX_TEXT_CACHE and len(est._texts.old) <= estimator_module.MAX_TEXT_CACHE
     assert est._n_conversations <= estimator_module.MAX_CONVERSATIONS
-    assert all(len(sets) <= estimator_module.MAX_TOOL_SETS for sets in est._tools.values())
+    assert all(len(sets) <= tool_count.MAX_TOOL_SETS for sets in est._tools._recent.values())
     assert len(runtime.parts._details) <= runtime.parts.CACHE_SIZE
     assert grown < SLACK_MB, f"RSS grew {grown:.1f} MB between {WARM_UP} and {CALLS} requests"
