@@ -187,9 +187,9 @@ class Call:
             # for it: asked, LiteLLM's stream wrapper assembles the response twice at the end (once for the usage
             # chunk, once more when the stream stops), counting the whole prompt each time (issue 22 gap 2).
             stream_usage = self.stream_usage and not self.mock
-            # An estimate made at once names the tagged messages: the others are passed on without a look.
-            estimate = self.estimate if self.estimate is not None else self.estimated.now()
-            self.forward = self.api.forward(self.args, self.kwargs, parsed, estimate, provider, stream_usage, self.endpoint)
+            # The estimate, or the tag check of one made later, names the tagged messages: the others pass without a look.
+            tagged = self.estimated.tagged
+            self.forward = self.api.forward(self.args, self.kwargs, parsed, tagged, provider, stream_usage, self.endpoint)
         except Exception as exc:  # noqa: BLE001 - not a request we can read: LiteLLM's to judge, untouched
             self.runtime.log.warning("rewrite", f"cw_middleware: could not read the request ({type(exc).__name__})")
             self.forward = Forward(self.args, self.kwargs)

@@ -8,17 +8,21 @@ the ``local_estimate`` snapshot, the provider count, then the call's end -- is c
 `PendingEstimate` with `then`, and runs once it is there, in the order it was chained: at once
 on the caller's thread when the estimate is already made (the common case), else on the worker
 right after it. So a call has one end-of-call path whether its estimate came at once or later.
+The worker's estimate waits while calls are in flight (at most a second): a count of megabytes
+beside the caller's LiteLLM call would slow that call by as much as it takes.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Optional
 
 from .apis import Parsed
 from .estimator import Estimate
+from .rules import _tiktoken
 from .runtime import Runtime
 from .tags import check_tags
 
@@ -28,17 +32,22 @@ Step = Callable[[Optional[Estimate]], None]  # gets the estimate; None: the call
 
 
 class PendingEstimate:
-    """The local estimate of one call, and the steps waiting for it."""
+    """The local estimate of one call, and the steps waiting for it.
 
-    def __init__(self) -> None:
+    ``tagged`` are the indexes of the request's messages that carry a tag, known at once either
+    way (None: not known, every message is checked when the tags are stripped).
+    """
+
+    def __init__(self, tagged: Optional[Sequence[int]] = None) -> None:
         self._lock = threading.Lock()
         self._done = False
         self._estimate: Optional[Estimate] = None
         self._steps: list[Step] = []
+        self.tagged = tagged
 
     @classmethod
     def ready(cls, estimate: Optional[Estimate]) -> PendingEstimate:
-        pending = cls()
+        pending = cls(estimate.tagged_messages if estimate is not None else None)
         pending._estimate, pending._done = estimate, True
         return pending
 
@@ -80,15 +89,22 @@ def estimate_in_background(runtime: Runtime, parsed: Parsed) -> PendingEstimate:
     Raises `TagError` for a malformed tag now, on the caller's call, as an estimate made at once would.
     """
     options = dict(parsed.options)
-    check_tags(parsed.messages, [*(options.get("tools") or ()), *(options.get("functions") or ())])
+    tagged = check_tags(parsed.messages, [*(options.get("tools") or ()), *(options.get("functions") or ())])
     estimator = runtime.estimator
     for key in ("tools", "functions"):
         if options.get(key):
             options[key] = estimator.frozen(options[key])
     messages = estimator.frozen(parsed.messages or [])
-    pending = PendingEstimate()
+    pending = PendingEstimate(tagged)
+    submitted = time.monotonic()
 
     def estimate() -> None:
+        # The call this estimate is for is still in LiteLLM, reading the same big request on the caller's
+        # thread: an estimate beside it would take half its GIL turns. Defer to the calls in flight (at most
+        # MAX_HOLD_BACK seconds from the submit, as the tokenizer loader does, so estimates queued behind this one
+        # have waited their turn already and the queue drains at the worker's pace); a call waiting on the
+        # network holds no GIL.
+        _tiktoken.calls_in_flight().wait_idle(_tiktoken.MAX_HOLD_BACK - (time.monotonic() - submitted))
         try:
             made: Optional[Estimate] = estimator.estimate(parsed.model, messages, api=parsed.api, **options)
         except Exception as exc:  # noqa: BLE001

@@ -242,25 +242,33 @@ def strip_tools(tools: Any) -> Any:
     return tools
 
 
-def check_tags(messages: Any, tools: Sequence[Any] = ()) -> None:
-    """Validate every tag of a request now (raises TagError), without counting it.
+def check_tags(messages: Any, tools: Sequence[Any] = ()) -> list[int]:
+    """Validate every tag of a request now (raises TagError), without counting it; the indexes of tagged messages.
 
-    The call path uses it when the estimate itself runs later (a tokenizer still loading):
-    a bad tag is the caller's mistake, and raises on the caller's call, as it would have.
+    The call path uses it when the estimate itself runs later (a tokenizer still loading, or
+    more new text than the caller counts): a bad tag is the caller's mistake, and raises on the
+    caller's call, as it would have; the indexes say which messages to strip, in the same pass.
     """
-    for msg in messages if isinstance(messages, (list, tuple)) else ():
+    tagged: list[int] = []
+    for index, msg in enumerate(messages if isinstance(messages, (list, tuple)) else ()):
         if not isinstance(msg, Mapping):
             continue
         if TAG_KEY in msg:
             read_tag(msg)
+            tagged.append(index)
         content = msg.get("content")
+        if type(content) is str:
+            continue
         if isinstance(content, (list, tuple)):
-            for part in content:
-                if isinstance(part, Mapping) and TAG_KEY in part:
-                    read_tag(part)
+            parts = [part for part in content if isinstance(part, Mapping) and TAG_KEY in part]
+            for part in parts:
+                read_tag(part)
+            if parts and (not tagged or tagged[-1] != index):
+                tagged.append(index)
     for definition in tools:
         if isinstance(definition, Mapping) and TAG_KEY in definition:
             read_tag(definition)
+    return tagged
 
 
 def has_tag(msg: Any) -> bool:

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import Any, Optional, Protocol
 
 from ..contract import WarningCode
-
-if TYPE_CHECKING:
-    from ..estimator import Estimate
 
 
 @dataclass(frozen=True)
@@ -114,7 +111,7 @@ class Api(Protocol):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         parsed: Parsed,
-        estimate: Optional[Estimate],
+        tagged: Optional[Sequence[int]],  # entries of parsed.messages that carry a tag; None: check every one
         provider: Optional[str],
         stream_usage: bool = True,  # may a stream be asked for its usage (the stream_usage policy)
         endpoint: Optional[Mapping[str, Any]] = None,  # where it goes, as LiteLLM spells it; None: the kwargs say

@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Optional
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 from ..config import provider_variable
 from ..process import PROCESS
 from ..reconcile import usage_cache_prefix_tokens, usage_input_tokens
 from ..tags import strip_messages, strip_tools
 from .base import NOTHING, Forward, Parsed, Reading, Usage
-
-if TYPE_CHECKING:
-    from ..estimator import Estimate
 
 # completion() arguments the estimator reads besides the messages.
 ESTIMATE_KEYS = (
@@ -65,13 +62,13 @@ class ChatCompletions:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         parsed: Parsed,
-        estimate: Optional[Estimate],
+        tagged: Optional[Sequence[int]],
         provider: Optional[str],
         stream_usage: bool = True,
         endpoint: Optional[Mapping[str, Any]] = None,
     ) -> Forward:
         out = Forward(args, kwargs)
-        _strip(out, parsed, estimate)
+        _strip(out, parsed, tagged)
         where = kwargs if endpoint is None else endpoint
         if stream_usage and kwargs.get("stream") and kwargs.get("stream_options") is None and asks_stream_usage(provider, where):
             kwargs["stream_options"] = {"include_usage": True}
@@ -211,12 +208,12 @@ def _carries_nothing_else(choices: Any) -> bool:
     return True
 
 
-def _strip(out: Forward, parsed: Parsed, estimate: Optional[Estimate]) -> None:
-    """Tags never reach the provider: with an estimate only its tagged messages are copied, else all are checked."""
+def _strip(out: Forward, parsed: Parsed, tagged: Optional[Sequence[int]]) -> None:
+    """Tags never reach the provider: only the messages known to be tagged are copied (``tagged=None``: all are checked)."""
     messages, kwargs = parsed.messages, out.kwargs
     tools = kwargs.get("tools")
     try:
-        clean_messages = strip_messages(messages, estimate.tagged_messages if estimate is not None else None)
+        clean_messages = strip_messages(messages, tagged)
     except Exception:  # noqa: BLE001 - an odd request shape: fall back to checking every message
         try:
             clean_messages = strip_messages(messages, None)

@@ -39,15 +39,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from ..contract import WarningCode
 from ..reconcile import usage_cache_prefix_tokens, usage_input_tokens
 from ..tags import TAG_KEY, strip_messages, strip_part, strip_tools
 from .base import NOTHING, Forward, Parsed, Reading, Usage
-
-if TYPE_CHECKING:
-    from ..estimator import Estimate
 
 _SYSTEM = {"role": "system"}
 _TEXT = "text"
@@ -206,7 +203,7 @@ class Messages:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         parsed: Parsed,
-        estimate: Optional[Estimate],
+        tagged: Optional[Sequence[int]],
         provider: Optional[str],
         stream_usage: bool = True,
         endpoint: Optional[Mapping[str, Any]] = None,
@@ -214,7 +211,7 @@ class Messages:
         out = Forward(args, kwargs)
         messages = kwargs.get("messages")
         if isinstance(messages, (list, tuple)):
-            clean = strip_messages(messages, _tagged_messages(parsed, estimate, messages), _clean_message)
+            clean = strip_messages(messages, _tagged_messages(parsed, tagged, messages), _clean_message)
             if clean is not messages:
                 kwargs["messages"] = clean
         system = kwargs.get("system")
@@ -278,12 +275,12 @@ def _delta_usage(usage: Any) -> Optional[Usage]:
 # ---------------------------------------------------------------- tags out
 
 
-def _tagged_messages(parsed: Parsed, estimate: Optional[Estimate], messages: Sequence[Any]) -> list[int]:
-    """Indexes of the entries of ``messages`` that carry a tag: from the estimate when there is one, else all checked."""
+def _tagged_messages(parsed: Parsed, tagged: Optional[Sequence[int]], messages: Sequence[Any]) -> list[int]:
+    """Indexes of the entries of ``messages`` that carry a tag: from the tagged messages when known, else all checked."""
     origins = parsed.origins
-    if estimate is None or origins is None or len(origins) != len(parsed.messages):
+    if tagged is None or origins is None or len(origins) != len(parsed.messages):
         return [i for i, message in enumerate(messages) if _tagged(message)]
-    return sorted({o for i in estimate.tagged_messages if (o := origins[i]) >= 0 and _tagged(messages[o])})
+    return sorted({o for i in tagged if (o := origins[i]) >= 0 and _tagged(messages[o])})
 
 
 def _tagged(item: Any) -> bool:

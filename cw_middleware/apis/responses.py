@@ -24,14 +24,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from ..contract import WarningCode
 from ..tags import TAG_KEY, has_tag, strip_messages, strip_tools
 from .base import NOTHING, Forward, Parsed, Reading, Usage
-
-if TYPE_CHECKING:
-    from ..estimator import Estimate
 
 # Events whose response carries the final usage block.
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete"})
@@ -214,7 +211,7 @@ class Responses:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         parsed: Parsed,
-        estimate: Optional[Estimate],
+        tagged: Optional[Sequence[int]],
         provider: Optional[str],
         stream_usage: bool = True,
         endpoint: Optional[Mapping[str, Any]] = None,
@@ -222,7 +219,7 @@ class Responses:
         out = Forward(args, kwargs)
         items = kwargs.get("input", args[0] if args else None)
         if isinstance(items, (list, tuple)):
-            clean = strip_messages(items, _tagged_items(parsed, estimate, items), _clean_item)
+            clean = strip_messages(items, _tagged_items(parsed, tagged, items), _clean_item)
             if clean is not items:
                 if args and "input" not in kwargs:
                     out.args = (clean, *args[1:])
@@ -286,12 +283,12 @@ RESPONSES = Responses()
 # ---------------------------------------------------------------- tags out
 
 
-def _tagged_items(parsed: Parsed, estimate: Optional[Estimate], items: Sequence[Any]) -> Optional[list[int]]:
-    """Indexes of the input items that carry a tag, from the estimate when there is one; None: check all."""
-    if estimate is None or parsed.origins is None or len(parsed.origins) != len(parsed.messages):
+def _tagged_items(parsed: Parsed, tagged: Optional[Sequence[int]], items: Sequence[Any]) -> Optional[list[int]]:
+    """Indexes of the input items that carry a tag, from the tagged messages when they are known; None: check all."""
+    if tagged is None or parsed.origins is None or len(parsed.origins) != len(parsed.messages):
         return None
     # An item read as a tagged message is not always tagged itself (additional_tools: tagged as tools by the reader).
-    return sorted({o for i in estimate.tagged_messages if (o := parsed.origins[i]) >= 0 and has_tag(items[o])})
+    return sorted({o for i in tagged if (o := parsed.origins[i]) >= 0 and has_tag(items[o])})
 
 
 def _clean_item(item: Any) -> Any:

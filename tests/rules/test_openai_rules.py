@@ -104,7 +104,7 @@ def test_additional_tools_item_counts_as_tools_and_reaches_the_provider_unchange
     ).tokens("tools")
     kwargs = {"model": "openai/gpt-4o", "input": items}
     parsed, estimate = _local_estimate(get_runtime(), RESPONSES, (), kwargs)
-    forward = RESPONSES.forward((), dict(kwargs), parsed, estimate, "openai")
+    forward = RESPONSES.forward((), dict(kwargs), parsed, estimate.tagged_messages, "openai")
     assert forward.kwargs["input"] is items
 
 
