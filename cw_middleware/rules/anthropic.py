@@ -79,6 +79,12 @@ repositories): the ``ceil`` of a scaled short text. Rounding every text instead 
 taking its ceiling (the scale unchanged) trades that for the median: p90 10.2 / 10.2%
 -> 9.8 / 8.4% but median 1.96 / 2.16% -> 2.49 / 2.59% and within 2% 0.50 / 0.48 ->
 0.46 / 0.41 (halves), 20 records into 2% and 36 out; not adopted.
+
+Round three, third pass, not adopted: the structured-output schema at the tool-JSON ratio
+(its 120-token instruction unchanged): median 1.60 / 1.74% -> 1.88 / 1.79% (halves), the
+instruction's size was fitted with the schema at the prose ratio. With exact text (ctok,
+offline) a replayed tool_use / tool_result pair still sits ~5-10 Claude tokens under: the
+ids billed as text stand in for the blocks' rendering, which the data does not pin down.
 """
 
 from __future__ import annotations
