@@ -35,7 +35,7 @@ accounts for (tools median 2.23% -> 1.30% under ctok, halves 2.02 / 2.59 -> 0.97
 In the shipped o200k count, listing and scale together: median 1.96 / 2.16% -> 1.60 /
 1.74%, within 2% 0.50 / 0.48 -> 0.54 / 0.56, tools median 1.34 / 1.64% -> 1.09 / 1.19%,
 tools p90 7.6 / 8.0% -> 7.4 / 7.1% (halves); the listing alone at the prose scale
-overcounts (median 2.43 / 2.64%), the scale alone moves the halves apart (1.88 / 1.63%).
+overcounts (median 2.43 / 2.64%), the scale alone (1.10) moves the halves apart (1.88 / 1.63%).
 Replayed tool_use and tool_result blocks carry their
 ``toolu_...`` id into the prompt: each id is billed as text (~15 tokens, twice per
 call), which accounts for the ~40 tokens per call/result pair that arguments and
