@@ -23,8 +23,20 @@ records; text counted with a reconstruction of Claude's tokenizer so only the
 hidden part remains): requests forcing a tool sit ~90 tokens above auto ones on
 the 4.5/4.6 models and ~2 above on Claude 4, as the table says; applying the
 any/tool size moved Anthropic's median APE 2.8% -> 2.1% (halves 2.6 -> 2.0,
-3.1 -> 2.2). Tool definitions are the JSON of name/description/input_schema,
-scaled like text. Replayed tool_use and tool_result blocks carry their
+3.1 -> 2.2). Tool definitions are listed as that prompt lists them, one
+``<function>{JSON}</function>`` line per tool with the tool's description, name and
+parameters, keys sorted (the JSONSchema form of Claude's tool-use prompt), and scaled by
+``TOOL_SCALE``: JSON splits closer to o200k than prose does (ctok on the dev set's tool
+definitions in that form: 1.092 Claude tokens per o200k token, against ~1.13 for message
+text). Round three, on reported usage: with text counted by ctok (so only the rendering
+is left), single-message requests sat 6-7 Claude tokens under per tool whatever the model
+(1 tool -7, 2 tools -13, 3 tools -20, in each of 7 repositories), which the ``<function>`` line
+accounts for (tools median 2.23% -> 1.30% under ctok, halves 2.02 / 2.59 -> 0.97 / 1.50).
+In the shipped o200k count, listing and scale together: median 1.96 / 2.16% -> 1.60 /
+1.74%, within 2% 0.50 / 0.48 -> 0.54 / 0.56, tools median 1.34 / 1.64% -> 1.09 / 1.19%,
+tools p90 7.6 / 8.0% -> 7.4 / 7.1% (halves); the listing alone at the prose scale
+overcounts (median 2.43 / 2.64%), the scale alone (1.10) moves the halves apart (1.88 / 1.63%).
+Replayed tool_use and tool_result blocks carry their
 ``toolu_...`` id into the prompt: each id is billed as text (~15 tokens, twice per
 call), which accounts for the ~40 tokens per call/result pair that arguments and
 results alone miss.
@@ -67,6 +79,12 @@ repositories): the ``ceil`` of a scaled short text. Rounding every text instead 
 taking its ceiling (the scale unchanged) trades that for the median: p90 10.2 / 10.2%
 -> 9.8 / 8.4% but median 1.96 / 2.16% -> 2.49 / 2.59% and within 2% 0.50 / 0.48 ->
 0.46 / 0.41 (halves), 20 records into 2% and 36 out; not adopted.
+
+Round three, third pass, not adopted: the structured-output schema at the tool-JSON ratio
+(its 120-token instruction unchanged): median 1.60 / 1.74% -> 1.88 / 1.79% (halves), the
+instruction's size was fitted with the schema at the prose ratio. With exact text (ctok,
+offline) a replayed tool_use / tool_result pair still sits ~5-10 Claude tokens under: the
+ids billed as text stand in for the blocks' rendering, which the data does not pin down.
 """
 
 from __future__ import annotations
@@ -83,7 +101,11 @@ from ._tiktoken import counter
 from .protocol import PromptAdditions
 
 TEXT_SCALE = 1.18
-TOOL_SCALE = TEXT_SCALE  # one tokenizer ratio for prose and for JSON definitions
+# Claude tokens per o200k token of a tool definition's JSON: JSON splits closer to o200k than prose
+# (ctok, offline, on the dev set's tool definitions as listed below: 1.092 overall, 1.06 the median tool).
+TOOL_SCALE = 1.09
+# A definition as the hidden tool-use prompt lists it: one ``<function>{JSON}</function>`` line per tool.
+FUNCTION_OPEN, FUNCTION_CLOSE = "<function>", "</function>\n"
 # Opus 4.7 and later (Opus 4.8, Opus 5, Sonnet 5) read text with a new tokenizer: more tokens for the same text.
 NEW_TOKENIZER_SCALE = 1.35
 _NEW_TOKENIZER_FAMILIES = ("claude-opus-4-7", "claude-opus-4-8", "claude-opus-4-9", "claude-opus-5", "claude-sonnet-5")
@@ -162,7 +184,8 @@ class AnthropicRules(PromptAdditions):
     name: str = "anthropic:o200k_x1.18"
     provider: str = "anthropic"
     exact: bool = False
-    scale: float = TEXT_SCALE  # Claude tokens per o200k token, for prose and tool-definition JSON alike
+    scale: float = TEXT_SCALE  # Claude tokens per o200k token of prose
+    tool_scale: float = TOOL_SCALE  # ... and of a tool definition's JSON
     text: Callable[[str], int] = field(init=False, repr=False, compare=False)
     _raw: Callable[[str], int] = field(default_factory=lambda: counter("o200k_base"), repr=False, compare=False)
 
@@ -187,8 +210,11 @@ class AnthropicRules(PromptAdditions):
         return total
 
     def tool_definition(self, tool: Mapping[str, Any]) -> int:
+        """``<function>{"description": ..., "name": ..., "parameters": ...}</function>``, keys sorted, as the prompt lists it."""
         fn = tool.get("function", tool)
-        return math.ceil(self._raw(json.dumps(fn, ensure_ascii=False)) * self.scale)
+        shown = {key: fn[key] for key in ("description", "name", "parameters") if fn.get(key) is not None}
+        listed = FUNCTION_OPEN + json.dumps(shown, ensure_ascii=False, sort_keys=True) + FUNCTION_CLOSE
+        return math.ceil(self._raw(listed) * self.tool_scale)
 
     def tools_overhead(self, tools: Sequence[Mapping[str, Any]], tool_choice: Any) -> int:
         if not tools:
@@ -246,9 +272,18 @@ def _litellm_thinking(effort: str, model: str) -> Any:
 def rules(model: str) -> AnthropicRules:
     auto, forced = tool_prompt_tokens(model)
     name = _bare(model)
-    scale = round(TEXT_SCALE * NEW_TOKENIZER_SCALE, 3) if name.startswith(_NEW_TOKENIZER_FAMILIES) else TEXT_SCALE
+    newer = name.startswith(_NEW_TOKENIZER_FAMILIES)
+    scale = round(TEXT_SCALE * NEW_TOKENIZER_SCALE, 3) if newer else TEXT_SCALE
+    tool_scale = round(TOOL_SCALE * NEW_TOKENIZER_SCALE, 3) if newer else TOOL_SCALE
     # The name keys the estimator's text and tool-count caches: families with different hidden
     # tool prompts or tokenizers must not share a count.
     as_tool = name.startswith(_TOOL_STRUCTURED_OUTPUT_FAMILIES)
     label = f"anthropic:o200k_x{scale}:tp{auto}-{forced}{':so-tool' * as_tool}"
-    return AnthropicRules(tool_prompt=auto, forced_tool_prompt=forced, scale=scale, name=label, structured_output_as_tool=as_tool)
+    return AnthropicRules(
+        tool_prompt=auto,
+        forced_tool_prompt=forced,
+        scale=scale,
+        tool_scale=tool_scale,
+        name=label,
+        structured_output_as_tool=as_tool,
+    )

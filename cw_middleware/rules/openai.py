@@ -90,6 +90,9 @@ Searched in round three's second pass and not adopted (each fails the both-halve
 * A namespaced Responses call billed as a call to ``{namespace}.{name}``: that explains
   3 of the ~10-13 tokens such a call bills over a plain one (6 records, both halves, one
   repository); the rest is unexplained, so the adapter still drops ``namespace``.
+* Nested objects indented by four spaces, as harmony's ``json_schema_to_typescript`` does
+  (round three, third pass): o200k tokenizes the strict array-of-objects tool to the same count
+  either way, so it does not explain that tool's ~20 tokens.
 * A response schema's ``title`` annotations kept, or dropped only with ``strict``: the
   records a few tokens under their schema (2-11) do not track the titles' size (records
   with 66 tokens of titles are exact without them).

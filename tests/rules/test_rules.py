@@ -1,5 +1,7 @@
 """Unit checks of the counting rules (no data set needed)."""
 
+import math
+
 import cw_middleware as cw
 from cw_middleware.rules import rules_for, split_provider
 from cw_middleware.rules._tiktoken import counter
@@ -153,6 +155,31 @@ def test_anthropic_forced_tool_is_counted_apart_from_auto():
     tools = {b.category.value: b.tokens for b in forced.breakdown}["tools"]
     assert forced.input_tokens - auto.input_tokens == 588 - 496
     assert tools - {b.category.value: b.tokens for b in auto.breakdown}["tools"] == 588 - 496
+
+
+def test_anthropic_tool_is_listed_as_a_function_line_of_sorted_json():
+    # Claude's tool-use prompt lists each tool as one <function>{JSON}</function> line: description,
+    # name and parameters, keys sorted; tool JSON is scaled by its own ratio (1.09), not prose's (1.18).
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}},
+            "description": "Weather in a city",
+            "strict": True,
+        },
+    }
+    listed = (
+        '<function>{"description": "Weather in a city", "name": "get_weather", "parameters": '
+        '{"properties": {"city": {"type": "string"}}, "required": ["city"], "type": "object"}}</function>\n'
+    )
+    count = counter("o200k_base")
+    assert rules_for("anthropic/claude-sonnet-4-5").tool_definition(tool) == math.ceil(count(listed) * 1.09)
+    # A tool with no description lists none; the new tokenizer generation scales tool JSON too.
+    bare = {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}
+    bare_listed = '<function>{"name": "ping", "parameters": {"properties": {}, "type": "object"}}</function>\n'
+    assert rules_for("anthropic/claude-haiku-4-5").tool_definition(bare) == math.ceil(count(bare_listed) * 1.09)
+    assert rules_for("anthropic/claude-opus-4-8").tool_definition(bare) == math.ceil(count(bare_listed) * round(1.09 * 1.35, 3))
 
 
 def test_anthropic_extended_thinking_overhead_is_other():
