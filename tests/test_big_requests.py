@@ -8,10 +8,9 @@ yet; the estimate then equals what the tokenizer says of the same text.
 
 from __future__ import annotations
 
+import json
 import random
 import threading
-
-import json
 
 import pytest
 import tiktoken
