@@ -17,12 +17,13 @@ from .contract import Category, WarningCode
 from .errors import TagError
 from .request_copies import AsDict, plain_text
 from .rules import CountingRules
-from .rules._tiktoken import NotReady
+from .rules._tiktoken import NotReady, OverBudget, affordable
 from .tags import MESSAGE_ROLES, TAG_KEY, UNKNOWN_ROLE_LABEL, Tag, has_tag, read_tag, role_label
 
 # Content part types that carry text the model reads as text.
 _TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 _DEFAULT_SOURCE = {"system": "system", "developer": "developer"}
+_LONG_TEXT = 64 * 1024  # characters: a text this long is checked against the caller's budget before it is hashed
 
 SourceKey = tuple[Category, str]
 _UNREADABLE: SourceKey = (Category.CONVERSATION, UNKNOWN_ROLE_LABEL)
@@ -83,6 +84,8 @@ class TextCache:
         self._max = max_texts
 
     def count(self, rules: CountingRules, text: str) -> int:
+        if len(text) > _LONG_TEXT and not affordable(len(text)):
+            raise OverBudget()  # not even hashed on the caller's thread: the worker counts it
         key = (rules.name, hash(text), len(text))
         tokens = self.young.get(key)
         if tokens is None:

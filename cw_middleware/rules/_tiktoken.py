@@ -154,6 +154,16 @@ def within_budget(chars: int) -> Iterator[None]:
         local.budget = previous
 
 
+def affordable(chars: int) -> bool:
+    """False when this thread counts `within_budget` and ``chars`` more characters would spend past it.
+
+    The estimator asks before it even hashes a long text for its cache: hashing 50 MB costs the
+    caller ~15-30 ms, and a text past the budget is counted on the worker anyway.
+    """
+    budget = getattr(_state().local, "budget", None)
+    return budget is None or chars <= budget[0]
+
+
 def _current() -> _Tokenizers:
     """The state, renewed first in a child forked before the process's at-fork hook was registered."""
     state = _state()
