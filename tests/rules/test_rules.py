@@ -232,3 +232,21 @@ def test_gemini_counts_every_digit_as_a_piece():
         assert rules.text("Room 1234567890") == 12  # "Room", " " and ten digits
     snap = cw.estimate(model="gemini/gemini-2.0-flash", messages=[{"role": "user", "content": "Call 5550101 now"}])
     assert snap.input_tokens == count("Call ") + 7 + count(" now")
+
+
+def test_gemini_splits_a_newline_o200k_glues_to_punctuation():
+    # o200k tokenizes "Answer:\n\nyes.\n" as "Answer", ":\n\n", "yes", ".\n" (4 tokens); Gemini's
+    # vocabulary keeps newline runs as pieces of their own: "Answer", ":", "\n\n", "yes", ".", "\n".
+    count = counter("o200k_base")
+    assert count("Answer:\n\nyes.\n") == 4
+    # A newline after a word is its own token in both: "line", " one", "\n", "line", " two".
+    assert count("line one\nline two") == 5
+    for model in ("gemini/gemini-2.0-flash", "gemini/gemini-2.5-flash", "vertex_ai/gemini-3-flash-preview"):
+        rules = rules_for(model)
+        assert rules.text("Answer:\n\nyes.\n") == 6
+        assert rules.text("line one\nline two") == 5
+        # Pretty-printed JSON: "Reply", " in", " JSON", ":\n", "{\n", " ", ' "', "ok", '":', " true", "\n", "}"
+        # is 12 o200k tokens; ":\n" and "{\n" each split in two.
+        assert rules.text('Reply in JSON:\n{\n  "ok": true\n}') == 14
+    snap = cw.estimate(model="gemini/gemini-2.0-flash", messages=[{"role": "user", "content": "Answer:\n\nyes.\n"}])
+    assert snap.input_tokens == 6  # 2.0: no Content marker
