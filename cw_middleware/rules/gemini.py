@@ -45,6 +45,17 @@ object in the prompt: billed close to the o200k count of the declaration's
 JSON, with ``additionalProperties`` and ``title`` annotations dropped and local
 ``$ref``s inlined (checked on reported usage; see benchmarks/accuracy.py).
 
+Round three, fourth pass: on the Gemini API, a 1.x/2.0 declaration bills two tokens over
+its text values (`TEXT_VALUE_DECLARATION_EXTRA`; Vertex AI does not: its text-value
+declarations sit on or over the rule already). Evidence: 2.0 requests with OpenAPI-typed
+``parameters`` (the form LiteLLM sends) and one or two small declarations sat 2-5 under
+(4 repositories, both halves); 13 records closer, 8 further (6 of them one repository's
+``parametersJsonSchema`` declarations, which were exact and go 2 over), 4 into 2%, 4 out.
+Gemini (after the newline rule, halves): median 2.14 / 4.61% -> 2.04 / 4.48%, p90
+18.3 / 16.5% -> 16.9 / 16.5%, within 2% unchanged (0.50 / 0.39). Not adopted: the type
+names billed as text instead (median 2.14 -> 2.23% in one half), one constant per request
+(3-5 tokens: one half worse at each).
+
 ``responseSchema`` is not counted in ``promptTokenCount``; neither are
 ``thinkingConfig`` (2.5 requests with and without it: same residual, 0-2 tokens)
 nor ``toolConfig`` (the same request with mode AUTO and NONE: the same count).
@@ -100,6 +111,8 @@ _DIGIT_RUN = re.compile(r"[0-9]+")
 # A newline o200k glues to the punctuation or horizontal whitespace before it (one token: ".\n\n", ",\n", " \n").
 _MERGED_NEWLINE = re.compile(r"[^\s\w]\n|[^\S\n]\n")
 CONTENT_MARKER = 1
+# 2.0 (and older) on the Gemini API: a declaration bills 2 tokens over its text values (not on Vertex AI).
+TEXT_VALUE_DECLARATION_EXTRA = 2
 # 2.5+: the declaration's JSON (o200k, default separators) without these annotations.
 _DROPPED_SCHEMA_KEYS = frozenset({"additionalProperties", "title", "$defs", "definitions", "$schema"})
 _MAX_REF_DEPTH = 6
@@ -228,6 +241,7 @@ class GeminiRules(PromptAdditions):
     json_declarations: bool = True  # the Gemini API, 2.5 and later; Vertex AI and 2.0 bill text values
     content_markers: bool = True  # 2.5 and later: one token per Content
     bills_signatures: bool = True  # the Gemini API does; Vertex AI does not
+    declaration_extra: int = 0  # 2.0 on the Gemini API: tokens a text-value declaration bills over its texts
     name: str = f"gemini:o200k_x{TEXT_SCALE}r"
     provider: str = "gemini"
     exact: bool = False
@@ -269,7 +283,7 @@ class GeminiRules(PromptAdditions):
             texts.append(fn["description"])
         if isinstance(params, Mapping):
             _schema_values(params, texts, params)
-        return self._pieces(texts)
+        return self._pieces(texts) + self.declaration_extra
 
     def tools_overhead(self, tools: Sequence[Mapping[str, Any]], tool_choice: Any) -> int:
         return 0
@@ -297,9 +311,14 @@ def rules(model: str, vertex: bool = False) -> GeminiRules:
     # The name keys the estimator's text and tool-count caches: rules that count differently must not share.
     style = "json" if json_declarations else "values"
     bills_signatures = not vertex and not name.startswith(_UNBILLED_SIGNATURE_FAMILIES)
+    declaration_extra = 0 if newer or vertex else TEXT_VALUE_DECLARATION_EXTRA
     return GeminiRules(
         json_declarations=json_declarations,
         content_markers=content_markers,
         bills_signatures=bills_signatures,
-        name=f"gemini:o200k_x{TEXT_SCALE}:{style}{':markers' * content_markers}{':signatures' * bills_signatures}",
+        declaration_extra=declaration_extra,
+        name=(
+            f"gemini:o200k_x{TEXT_SCALE}:{style}{f'+{declaration_extra}' * bool(declaration_extra)}"
+            f"{':markers' * content_markers}{':signatures' * bills_signatures}"
+        ),
     )
