@@ -93,6 +93,11 @@ and by nesting in a way none of these forms captures.
 Round three, third pass, not adopted: Gemini 3's signature rate refitted to the slope over
 the long signatures (0.211 token a character, intercept -14): median 2.56 / 4.78%
 -> 3.09 / 3.94%, within 2% 0.46 / 0.30 -> 0.43 / 0.38 (halves): one half worse.
+
+Round three, fourth pass, noted and not adopted: Gemini 2.5 Flash bills a replayed signature at
+~0.16-0.24 token a character on streamed requests and ~0.01-0.08 on non-streamed ones (the
+recordings' own flag, 3 repositories); the scored requests do not carry ``stream``, so no rate
+keyed on it could be checked.
 """
 
 from __future__ import annotations
