@@ -1,20 +1,36 @@
-"""Gemini: no per-message framing; a scaled o200k count approximates its SentencePiece tokenizer.
+"""Gemini: no per-message framing; an o200k count plus the pieces Gemini's vocabulary splits out.
 
-Text: Gemini's vocabulary (shared with Gemma) splits English text into a few
-percent more pieces than o200k_base, and ``promptTokenCount`` carries no role
-or role names ("Hello" is 1-2 tokens), so text is ``round(o200k * TEXT_SCALE)``
-(at least 1 for non-empty text) plus its digits: the Gemma report (Gemma Team,
-2024, "Gemma: Open Models Based on Gemini Research and Technology") says Gemma
-uses a subset of Gemini's SentencePiece tokenizer and that it splits digits, while
-o200k takes digits three at a time, so each run of n digits costs n pieces, not
-ceil(n / 3) (`split_digit_pieces`). Counting digits so moved Gemini's median APE
-5.18% -> 3.96%, p90 18.2% -> 16.8% (halves 4.86 / 18.8 -> 2.56 / 18.1 and
-5.33 / 16.9 -> 4.78 / 16.0; no-tools 2.5 requests 5.99% -> 1.61%), with the scale
-refitted from 1.06 to 1.04 once digits no longer inflate it (the digit rule alone
-helps both halves at every scale from 1.02 to 1.05). Framing: the 2.5 and later models bill one token
-per Content (each turn, and the system instruction); 2.0 bills none. Checked with
-the Gemma 3 SentencePiece vocabulary, which reproduces 2.0 text counts exactly and
-2.5/3 counts to that one token per Content.
+Text: ``promptTokenCount`` carries no role or role names ("Hello" is 1-2 tokens), and
+Gemini's vocabulary (shared with Gemma) tiles English prose into about as many pieces
+as o200k_base, except in two places where it splits what o200k merges, so text is the
+o200k count (at least 1 for non-empty text) plus those pieces:
+
+* Digits. The Gemma report (Gemma Team, 2024, "Gemma: Open Models Based on Gemini
+  Research and Technology") says Gemma uses a subset of Gemini's SentencePiece
+  tokenizer and that it splits digits, while o200k takes digits three at a time, so
+  each run of n digits costs n pieces, not ceil(n / 3) (`split_digit_pieces`).
+  Counting digits so moved Gemini's median APE 5.18% -> 3.96%, p90 18.2% -> 16.8%
+  (halves 4.86 / 18.8 -> 2.56 / 18.1 and 5.33 / 16.9 -> 4.78 / 16.0; no-tools 2.5
+  requests 5.99% -> 1.61%), with a prose scale refitted from 1.06 to 1.04 once digits
+  no longer inflated it.
+* Newlines (round three, fourth pass). Gemma's vocabulary keeps newline runs as pieces
+  of their own, while o200k's pre-tokenizer glues a newline run to the punctuation or
+  spaces before it (``.\n\n``, ``",\n``, ``{\n``, ``  \n`` are single o200k tokens),
+  so each such seam costs one more piece (`split_newline_pieces`). That was what the
+  1.04 scale stood for: fitted by least squares on the text-only Gemini API requests
+  (no tools, no thought parts), Gemini's count is 1.00 per o200k token plus 1.12 per
+  merged newline, and pretty-printed JSON in a prompt (a schema in a system
+  instruction), 10-15% over o200k x 1.04 before, now lands exactly. With the scale
+  dropped to 1.00 (scored on both halves by source file): median 2.56 / 4.78% ->
+  2.14 / 4.61%, within 2% 0.46 / 0.30 -> 0.50 / 0.39, no-tools p90 32.7 / 10.6% ->
+  29.2 / 8.9%; overall p90 18.1 / 16.0% -> 18.3 / 16.5% (the records at the tail are
+  ones whose miss is an unbilled-looking 2.5 signature or a dropped thought part, a
+  token further). The newline rule at the old 1.04 scale is worse (median 2.56 ->
+  3.43% in one half): the two go together.
+
+Framing: the 2.5 and later models bill one token per Content (each turn, and the system
+instruction); 2.0 bills none. Checked with the Gemma 3 SentencePiece vocabulary, which
+reproduces 2.0 text counts exactly and 2.5/3 counts to that one token per Content.
 
 Tools, calls and results follow what Google's own SDK counts
 (``google.genai.local_tokenizer._TextsAccumulator``, which mirrors countTokens):
@@ -28,6 +44,17 @@ models (and names newer than this table) render each declaration as a JSON
 object in the prompt: billed close to the o200k count of the declaration's
 JSON, with ``additionalProperties`` and ``title`` annotations dropped and local
 ``$ref``s inlined (checked on reported usage; see benchmarks/accuracy.py).
+
+Round three, fourth pass: on the Gemini API, a 1.x/2.0 declaration bills two tokens over
+its text values (`TEXT_VALUE_DECLARATION_EXTRA`; Vertex AI does not: its text-value
+declarations sit on or over the rule already). Evidence: 2.0 requests with OpenAPI-typed
+``parameters`` (the form LiteLLM sends) and one or two small declarations sat 2-5 under
+(4 repositories, both halves); 13 records closer, 8 further (6 of them one repository's
+``parametersJsonSchema`` declarations, which were exact and go 2 over), 4 into 2%, 4 out.
+Gemini (after the newline rule, halves): median 2.14 / 4.61% -> 2.04 / 4.48%, p90
+18.3 / 16.5% -> 16.9 / 16.5%, within 2% unchanged (0.50 / 0.39). Not adopted: the type
+names billed as text instead (median 2.14 -> 2.23% in one half), one constant per request
+(3-5 tokens: one half worse at each).
 
 ``responseSchema`` is not counted in ``promptTokenCount``; neither are
 ``thinkingConfig`` (2.5 requests with and without it: same residual, 0-2 tokens)
@@ -66,6 +93,11 @@ and by nesting in a way none of these forms captures.
 Round three, third pass, not adopted: Gemini 3's signature rate refitted to the slope over
 the long signatures (0.211 token a character, intercept -14): median 2.56 / 4.78%
 -> 3.09 / 3.94%, within 2% 0.46 / 0.30 -> 0.43 / 0.38 (halves): one half worse.
+
+Round three, fourth pass, noted and not adopted: Gemini 2.5 Flash bills a replayed signature at
+~0.16-0.24 token a character on streamed requests and ~0.01-0.08 on non-streamed ones (the
+recordings' own flag, 3 repositories); the scored requests do not carry ``stream``, so no rate
+keyed on it could be checked.
 """
 
 from __future__ import annotations
@@ -79,9 +111,13 @@ from typing import Any
 from ._tiktoken import counter
 from .protocol import PromptAdditions
 
-TEXT_SCALE = 1.04
+TEXT_SCALE = 1.0  # Gemini pieces per o200k token of prose, once digits and newlines are split out
 _DIGIT_RUN = re.compile(r"[0-9]+")
+# A newline o200k glues to the punctuation or horizontal whitespace before it (one token: ".\n\n", ",\n", " \n").
+_MERGED_NEWLINE = re.compile(r"[^\s\w]\n|[^\S\n]\n")
 CONTENT_MARKER = 1
+# 2.0 (and older) on the Gemini API: a declaration bills 2 tokens over its text values (not on Vertex AI).
+TEXT_VALUE_DECLARATION_EXTRA = 2
 # 2.5+: the declaration's JSON (o200k, default separators) without these annotations.
 _DROPPED_SCHEMA_KEYS = frozenset({"additionalProperties", "title", "$defs", "definitions", "$schema"})
 _MAX_REF_DEPTH = 6
@@ -106,11 +142,22 @@ def split_digit_pieces(value: str) -> int:
     return extra
 
 
+def split_newline_pieces(value: str) -> int:
+    """Pieces Gemini's vocabulary adds over o200k for the newlines of a text.
+
+    Gemini's SentencePiece model keeps a newline run as a piece of its own; o200k's
+    pre-tokenizer glues it to a run of punctuation or spaces before it (``.\\n\\n``,
+    ``",\\n``, ``{\\n`` are one token each). A newline after a letter or a digit, or at
+    the start of a text, is its own token in both.
+    """
+    return len(_MERGED_NEWLINE.findall(value)) if "\n" in value else 0
+
+
 def _scaled(count: Callable[[str], int], scale: float) -> Callable[[str], int]:
     def text(value: str) -> int:
         if not value:
             return 0
-        return max(1, round(count(value) * scale) + split_digit_pieces(value))
+        return max(1, round(count(value) * scale) + split_digit_pieces(value) + split_newline_pieces(value))
 
     return text
 
@@ -199,7 +246,8 @@ class GeminiRules(PromptAdditions):
     json_declarations: bool = True  # the Gemini API, 2.5 and later; Vertex AI and 2.0 bill text values
     content_markers: bool = True  # 2.5 and later: one token per Content
     bills_signatures: bool = True  # the Gemini API does; Vertex AI does not
-    name: str = "gemini:o200k_x1.04r"
+    declaration_extra: int = 0  # 2.0 on the Gemini API: tokens a text-value declaration bills over its texts
+    name: str = f"gemini:o200k_x{TEXT_SCALE}r"
     provider: str = "gemini"
     exact: bool = False
     text: Callable[[str], int] = field(
@@ -240,7 +288,7 @@ class GeminiRules(PromptAdditions):
             texts.append(fn["description"])
         if isinstance(params, Mapping):
             _schema_values(params, texts, params)
-        return self._pieces(texts)
+        return self._pieces(texts) + self.declaration_extra
 
     def tools_overhead(self, tools: Sequence[Mapping[str, Any]], tool_choice: Any) -> int:
         return 0
@@ -268,9 +316,14 @@ def rules(model: str, vertex: bool = False) -> GeminiRules:
     # The name keys the estimator's text and tool-count caches: rules that count differently must not share.
     style = "json" if json_declarations else "values"
     bills_signatures = not vertex and not name.startswith(_UNBILLED_SIGNATURE_FAMILIES)
+    declaration_extra = 0 if newer or vertex else TEXT_VALUE_DECLARATION_EXTRA
     return GeminiRules(
         json_declarations=json_declarations,
         content_markers=content_markers,
         bills_signatures=bills_signatures,
-        name=f"gemini:o200k_x{TEXT_SCALE}:{style}{':markers' * content_markers}{':signatures' * bills_signatures}",
+        declaration_extra=declaration_extra,
+        name=(
+            f"gemini:o200k_x{TEXT_SCALE}:{style}{f'+{declaration_extra}' * bool(declaration_extra)}"
+            f"{':markers' * content_markers}{':signatures' * bills_signatures}"
+        ),
     )

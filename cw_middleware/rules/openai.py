@@ -93,6 +93,10 @@ Searched in round three's second pass and not adopted (each fails the both-halve
 * Nested objects indented by four spaces, as harmony's ``json_schema_to_typescript`` does
   (round three, third pass): o200k tokenizes the strict array-of-objects tool to the same count
   either way, so it does not explain that tool's ~20 tokens.
+* Round three, fourth pass: harmony's other forms for the strict array-of-objects tool
+  (items as ``Array<{...}>``, nested descriptions as trailing comments, the items'
+  description repeated, the closing brace unindented) move its count +1, -4, +10 and -1
+  tokens against the ~20 it bills over the rendering; one tool cannot tell them apart.
 * A response schema's ``title`` annotations kept, or dropped only with ``strict``: the
   records a few tokens under their schema (2-11) do not track the titles' size (records
   with 66 tokens of titles are exact without them).

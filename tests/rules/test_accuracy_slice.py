@@ -81,8 +81,8 @@ SLICE = {
     "gemini-generate_content-a62c240124b5": 14,  # 2.5 declaration + call
     "gemini-generate_content-9d3aef845c53": 15,  # 3-flash declaration
     "gemini-generate_content-f67a3fba71ee": 13,  # 3-pro declaration + schema
-    "gemini-generate_content-75621352543f": 8,  # Vertex AI 3-flash declaration: text values, no markers
-    "gemini-generate_content-4c91fd6699be": 4,  # Vertex AI 3-flash call + response history
+    "gemini-generate_content-75621352543f": 11,  # Vertex AI 3-flash declaration: text values, no markers (19 tokens: 2 under)
+    "gemini-generate_content-4c91fd6699be": 6,  # Vertex AI 3-flash call + response history (short pieces, no scale)
     "gemini-generate_content-7b88925bec11": 10,  # Vertex AI 2.5-pro declaration
 }
 

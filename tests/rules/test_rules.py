@@ -81,7 +81,11 @@ def test_gemini_2_0_declarations_count_text_values_only():
     }
     count = counter("o200k_base")
     pieces = ["get_weather", "Weather", "City", "city", "city"]
-    assert rules.tool_definition(tool) == sum(max(1, round(count(p) * 1.06)) for p in pieces)
+    values = 6  # o200k: "get_weather" 2 tokens, the four words 1 each (no digits, no newlines)
+    assert sum(count(p) for p in pieces) == values
+    # Vertex AI bills the text values alone; the Gemini API (2.0) two tokens more per declaration.
+    assert rules_for("vertex_ai/gemini-2.0-flash").tool_definition(tool) == values
+    assert rules.tool_definition(tool) == values + 2
     # 2.5+ render the declaration as JSON: more than the text values
     assert rules_for("gemini/gemini-2.5-flash").tool_definition(tool) > rules.tool_definition(tool)
 
@@ -225,10 +229,28 @@ def test_anthropic_new_tokenizer_generation_counts_more_for_the_same_text():
 def test_gemini_counts_every_digit_as_a_piece():
     # Gemini's SentencePiece vocabulary splits digits; o200k takes them three at a time.
     count = counter("o200k_base")
-    assert count("1234567890") == 4
+    assert count("1234567890") == 4  # "123", "456", "789", "0"
     for model in ("gemini/gemini-2.0-flash", "gemini/gemini-2.5-flash", "vertex_ai/gemini-3-flash-preview"):
         rules = rules_for(model)
         assert rules.text("1234567890") == 10
         assert rules.text("Room 1234567890") == 12  # "Room", " " and ten digits
     snap = cw.estimate(model="gemini/gemini-2.0-flash", messages=[{"role": "user", "content": "Call 5550101 now"}])
     assert snap.input_tokens == count("Call ") + 7 + count(" now")
+
+
+def test_gemini_splits_a_newline_o200k_glues_to_punctuation():
+    # o200k tokenizes "Answer:\n\nyes.\n" as "Answer", ":\n\n", "yes", ".\n" (4 tokens); Gemini's
+    # vocabulary keeps newline runs as pieces of their own: "Answer", ":", "\n\n", "yes", ".", "\n".
+    count = counter("o200k_base")
+    assert count("Answer:\n\nyes.\n") == 4
+    # A newline after a word is its own token in both: "line", " one", "\n", "line", " two".
+    assert count("line one\nline two") == 5
+    for model in ("gemini/gemini-2.0-flash", "gemini/gemini-2.5-flash", "vertex_ai/gemini-3-flash-preview"):
+        rules = rules_for(model)
+        assert rules.text("Answer:\n\nyes.\n") == 6
+        assert rules.text("line one\nline two") == 5
+        # Pretty-printed JSON: "Reply", " in", " JSON", ":\n", "{\n", " ", ' "', "ok", '":', " true", "\n", "}"
+        # is 12 o200k tokens; ":\n" and "{\n" each split in two.
+        assert rules.text('Reply in JSON:\n{\n  "ok": true\n}') == 14
+    snap = cw.estimate(model="gemini/gemini-2.0-flash", messages=[{"role": "user", "content": "Answer:\n\nyes.\n"}])
+    assert snap.input_tokens == 6  # 2.0: no Content marker
