@@ -118,3 +118,24 @@ def test_a_request_estimated_on_the_worker_reaches_the_provider_without_tags(run
     assert sent[1:] == messages[1:]  # the untagged ones as the caller wrote them
     assert cw.flush(60)
     assert runtime.snapshots()[0].tokens("memory") > 0
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["plain-data", "with-a-response-object"])
+def test_the_worker_counts_the_request_as_it_was_sent_whatever_the_caller_edits_after(runtime, held_worker, plain):
+    """The messages are copied before the call returns (serialised when they are plain data, frozen otherwise)."""
+    import litellm
+
+    first = {"role": "assistant", "content": "an earlier answer"}
+    if not plain:  # a reply object appended to the history, as agents do: not plain data
+        first = litellm.completion(model="gpt-4o", messages=[{"role": "user", "content": "q"}], mock_response="an earlier answer")
+        first = first.choices[0].message
+    messages = [first, *({"role": "user", "content": f"step {i}"} for i in range(1000))]
+    sent = [m if isinstance(m, dict) else m.model_dump() for m in messages]
+    sent = [dict(m) for m in sent]
+    _call(messages)
+    messages[1]["content"] = "edited after the call " * 500  # the caller's list, changed while the estimate waits
+    messages.append({"role": "user", "content": "appended after the call " * 500})
+    held_worker.set()
+    assert cw.flush(60)
+    (estimated,) = [s for s in runtime.snapshots() if s.count_method.value == "local_estimate"][:1]
+    assert estimated.input_tokens == cw.estimate(model="gpt-4o", messages=sent).input_tokens
