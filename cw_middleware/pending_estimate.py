@@ -25,7 +25,7 @@ from .apis import Parsed
 from .estimator import Estimate
 from .rules import _tiktoken
 from .runtime import Runtime
-from .tags import check_tags
+from .tags import TAG_KEY, check_tags
 
 logger = logging.getLogger("cw_middleware")
 
@@ -107,6 +107,10 @@ class _LaterCopy:
                 pass
         self._frozen = freeze(messages)
 
+    def names_none_of(self, text: str) -> bool:
+        """True when the messages were serialised and ``text`` appears nowhere in them (keys, values, any string)."""
+        return self._blob is not None and text.encode() not in self._blob
+
     def value(self) -> Any:
         return marshal.loads(self._blob) if self._blob is not None else self._frozen
 
@@ -117,12 +121,14 @@ def estimate_in_background(runtime: Runtime, parsed: Parsed) -> PendingEstimate:
     Raises `TagError` for a malformed tag now, on the caller's call, as an estimate made at once would.
     """
     options = dict(parsed.options)
-    tagged = check_tags(parsed.messages, [*(options.get("tools") or ()), *(options.get("functions") or ())])
     estimator = runtime.estimator
+    copy = _LaterCopy(parsed.messages or [], estimator.frozen)
+    # Serialised messages that do not name the tag key carry no tag: a C-level search instead of a walk.
+    messages = () if copy.names_none_of(TAG_KEY) else parsed.messages
+    tagged = check_tags(messages, [*(options.get("tools") or ()), *(options.get("functions") or ())])
     for key in ("tools", "functions"):
         if options.get(key):
             options[key] = estimator.frozen(options[key])
-    copy = _LaterCopy(parsed.messages or [], estimator.frozen)
     pending = PendingEstimate(tagged)
     submitted = time.monotonic()
 

@@ -139,3 +139,11 @@ def test_the_worker_counts_the_request_as_it_was_sent_whatever_the_caller_edits_
     assert cw.flush(60)
     (estimated,) = [s for s in runtime.snapshots() if s.count_method.value == "local_estimate"][:1]
     assert estimated.input_tokens == cw.estimate(model="gpt-4o", messages=sent).input_tokens
+
+
+def test_a_bad_tag_in_a_request_estimated_on_the_worker_raises_on_the_callers_call(runtime, provider):  # noqa: F811
+    history = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"step {i}"} for i in range(600)]
+    bad = {"role": "user", "content": "notes", "cw_tag": {"category": "not_a_category"}}
+    with pytest.raises(cw.TagError):
+        cw.completion(model="openai/gpt-4o", messages=[*history, bad], api_base=f"{provider.url}/v1", api_key="sk-test")
+    assert provider.hits(CHAT) == []  # nothing was sent
