@@ -112,6 +112,8 @@ class _Conversation:
     results: Counter[str] = field(default_factory=Counter)  # tool name -> tokens of its results
     untagged_results: Counter[tuple[str, SourceKey]] = field(default_factory=Counter)  # moved from the plain role key
     result_tools: set[str] = field(default_factory=set)  # tools whose untagged results moved to their own source
+    # The last `ToolUse` handed out, with the tool set and message count it was made for (`_tool_use`).
+    tool_use: Optional[tuple[ToolSet, int, ToolUse]] = None
 
 
 class Later(Exception):
@@ -310,11 +312,15 @@ class Estimator:
         as_dict = self._dumps.as_dict
         head = (rules.name, head_key(as_dict(messages[0])))
         candidates = self._conversations.get(head, [])
-        best, best_k = None, 0
+        # -1: a conversation whose count stopped before its first message (a tokenizer still loading)
+        # is taken up again rather than joined by another empty one each call, which would push the
+        # counted conversations out of the cache (32 of them in the first second of a busy process).
+        best, best_k = None, -1
         for conv in candidates:
             k = common_prefix(conv.frozen, messages, as_dict)
-            if k > best_k:
+            if k > best_k or (k == best_k == len(conv.frozen)):  # ties: the one it extends
                 best, best_k = conv, k
+        best_k = max(best_k, 0)
         if best is not None and best_k == len(best.frozen):
             conv = best  # the conversation grew (or was repeated): extend it in place
         else:
@@ -389,8 +395,15 @@ def _tool_use(conv: _Conversation, tool_set: ToolSet, by_source: dict[SourceKey,
                 if not by_source[own]:
                     del by_source[own]
                 by_source[key] = by_source.get(key, 0) + tokens
+    # The same ToolUse while the tool set and the conversation are unchanged (it only grows: its length says),
+    # so the snapshot's rows, derived from it, are made once (tool_rows.ToolUse.memo).
+    last = conv.tool_use
+    if last is not None and last[0] is tool_set and last[1] == len(conv.counts):
+        return last[2]
     # Undefined names stay in these copies, in memory only: the rows read defined names alone.
-    return ToolUse(tool_set, dict(conv.results), dict(conv.invocations))
+    use = ToolUse(tool_set, dict(conv.results), dict(conv.invocations))
+    conv.tool_use = (tool_set, len(conv.counts), use)
+    return use
 
 
 def _add(conv: _Conversation, count: MessageCount) -> None:

@@ -71,11 +71,17 @@ NO_TOOL_SET = ToolSet()
 
 @dataclass(frozen=True)
 class ToolUse:
-    """A request's tools by name: its definitions, the tokens of each defined tool's results, its calls."""
+    """A request's tools by name: its definitions, the tokens of each defined tool's results, its calls.
+
+    The estimator hands out the same ToolUse while neither the conversation nor its tool set
+    changed (estimator.py), so what is derived from it alone is made once and kept in ``memo``
+    (the snapshot's unscaled rows: snapshot.py): an agent's unchanged tools cost nothing per turn.
+    """
 
     tool_set: ToolSet = NO_TOOL_SET
     results: Mapping[str, int] = field(default_factory=dict)  # tool name -> local tokens of its results
     calls: Mapping[str, int] = field(default_factory=dict)  # tool name -> calls in the conversation
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)  # derived values, by who derived them
 
     @property
     def definitions(self) -> tuple[ToolDefinition, ...]:

@@ -345,3 +345,27 @@ def test_tuple_content_edited_in_place_is_recounted(monkeypatch):
     before = est.estimate("m", msgs).total
     part["text"] = "one"
     assert before - est.estimate("m", msgs).total == 4
+
+def test_a_count_stopped_before_its_first_message_leaves_one_empty_conversation_not_one_a_call(monkeypatch):
+    """While a tokenizer loads, each call's estimate stops at its first message (`Later`); the conversation
+    it opened is taken up again by the next, so the counted conversations stay in the cache."""
+    from cw_middleware.rules._tiktoken import NotReady
+
+    rules = CountingRules()
+    use_rules(monkeypatch, rules)
+    est = Estimator(max_conversations=4)
+    other = [{"role": "system", "content": "another agent"}, {"role": "user", "content": "x"}]
+    est.estimate("m", other)
+    loading = [True]
+    counted = rules.text
+    monkeypatch.setattr(rules, "text", lambda text: (_ for _ in ()).throw(NotReady("enc")) if loading[0] else counted(text))
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
+    for _ in range(6):
+        try:
+            est.estimate("m", [dict(m) for m in msgs], now=True)
+        except estimator_module.Later:
+            pass
+    assert sorted(len(c.frozen) for b in est._conversations.values() for c in b) == [0, 2]
+    loading[0] = False
+    assert est.estimate("m", [dict(m) for m in msgs]).by_source == Estimator().estimate("m", msgs).by_source
+    assert sorted(len(c.frozen) for b in est._conversations.values() for c in b) == [2, 2]  # the other agent's is kept

@@ -188,3 +188,24 @@ def test_a_result_without_a_matching_call_stays_plain(runtime, role):
     snap = cw.estimate(model="gpt-4o", messages=messages, tools=TOOLS)
     assert role in {d.source for d in snap.details}
     assert all(t.result_tokens == 0 for t in snap.tools)
+
+
+def test_an_unchanged_conversation_and_tool_set_reuse_their_rows_and_a_new_turn_updates_them(runtime, monkeypatch):
+    """Issue 21's estimate cost: the rows are made once per tool set and conversation, not per turn (tool_rows.ToolUse.memo)."""
+    from cw_middleware import snapshot as snapshot_module
+
+    made = []
+    real = snapshot_module._made_tool_part
+    monkeypatch.setattr(snapshot_module, "_made_tool_part", lambda *a: made.append(1) or real(*a))
+    first = cw.estimate(model="gpt-4o", messages=_messages(), tools=TOOLS)
+    again = cw.estimate(model="gpt-4o", messages=_messages(), tools=[dict(t) for t in TOOLS])  # fresh dicts, same values
+    assert len(made) == 1
+    assert again.tools == first.tools and again.unused_tools == first.unused_tools
+    assert again.tools is not first.tools and again.unused_tools is not first.unused_tools  # each snapshot its own lists
+    first.tools.clear()  # what one caller does to its snapshot is not another's
+    turn = {"role": "assistant", "content": None, "tool_calls": [_call("c9", "write_file")]}
+    grown = cw.estimate(model="gpt-4o", messages=[*_messages(), turn], tools=TOOLS)
+    assert len(made) == 2
+    assert _rows(grown)["write_file"].invocations == 1 and _rows(again)["write_file"].invocations == 0
+    assert "write_file" not in {u.name for u in grown.unused_tools}
+    assert cw.estimate(model="gpt-4o", messages=_messages(), tools=TOOLS).tools == again.tools
