@@ -114,7 +114,7 @@ class Runtime:
         self, snapshot: Snapshot, call: Optional[CallTelemetry], stage: Optional[StageInfo], superseded: bool = False
     ) -> None:
         """Keep a snapshot and send it out; telemetry failures are logged, never raised."""
-        row = compact(snapshot)
+        row = compact(snapshot, self.parts)
         with self._lock:
             self._history.append(row)
         if call is None:

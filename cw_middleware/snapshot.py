@@ -12,6 +12,7 @@ zeros rather than gaps.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -58,6 +59,7 @@ class SnapshotParts:
     """
 
     CACHE_SIZE = 4096
+    FLAT_CACHE_SIZE = 256  # flattened row lists (~1-2 KB each): they repeat within a call and from one call to the next
 
     def __init__(self) -> None:
         self._seq = itertools.count(1)
@@ -65,6 +67,7 @@ class SnapshotParts:
         self._details: dict[tuple[Category, str, int], DetailItem] = {}
         self._tools: dict[tuple[Any, ...], ToolItem] = {}
         self._warnings: dict[WarningCode, SnapshotWarning] = {}
+        self._flat: dict[tuple[Any, ...], tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
 
     def next_seq(self) -> int:
         return next(self._seq)  # itertools.count is atomic under the GIL: no lock needed
@@ -111,6 +114,19 @@ class SnapshotParts:
             fields = dict(zip(_TOOL_FIELDS, key))
             item = self._tools[key] = trusted(ToolItem, fields)
         return item
+
+    def flat(self, kind: str, items: list[Any], flatten: Callable[[list[Any]], tuple[Any, ...]]) -> tuple[Any, ...]:
+        """``flatten(items)``, kept while the same shared items come again (a snapshot's tool and detail rows
+        repeat from call to call: `compact` flattens each list once). By identity, holding the items."""
+        key = (kind, *map(id, items))
+        hit = self._flat.get(key)
+        if hit is not None and all(map(operator.is_, hit[0], items)):
+            return hit[1]
+        flat = flatten(items)
+        if len(self._flat) >= self.FLAT_CACHE_SIZE:
+            self._flat.clear()
+        self._flat[key] = (tuple(items), flat)
+        return flat
 
     def warning(self, code: WarningCode) -> SnapshotWarning:
         item = self._warnings.get(code)
@@ -359,13 +375,14 @@ _N = len(CATEGORIES)
 _HEAD = 16  # the fields before the per-category ones
 
 
-def compact(snapshot: Snapshot) -> CompactSnapshot:
+def compact(snapshot: Snapshot, parts: Optional[SnapshotParts] = None) -> CompactSnapshot:
     """A snapshot as one flat tuple of strings, numbers and a datetime.
 
     The collector untracks such a tuple at its first pass, so a long history (`snapshot_history`,
     1000 by default) costs full collections nothing: kept as models, each snapshot held six
     tracked containers that all lived long enough to reach the oldest generation, where they
     pushed the host toward a full collection (issue 11). `expand` gives back an equal Snapshot.
+    With the ``parts`` the rows were shared from, lists of rows seen before are not flattened again.
     """
     items = {item.category: item for item in snapshot.breakdown}
     cost = snapshot.cost
@@ -398,22 +415,11 @@ def compact(snapshot: Snapshot) -> CompactSnapshot:
         )
     )
     codes = tuple(w.code for w in snapshot.warnings)
-    details = tuple(x for d in snapshot.details for x in (d.category.value, d.source, d.tokens))
-    # Flat, as the rest (one level of tuples: the collector untracks them at its first pass), flattened at C speed.
-    tools = tuple(
-        chain.from_iterable(
-            (
-                t.name,
-                t.category.value if t.category else None,
-                t.source,
-                t.definition_tokens,
-                t.result_tokens,
-                t.invocations,
-                t.folded,
-            )  # noqa: E501
-            for t in snapshot.tools
-        )
-    )
+    if parts is not None:
+        details = parts.flat("details", snapshot.details, _flat_details)
+        tools = parts.flat("tools", snapshot.tools, _flat_tools)
+    else:
+        details, tools = _flat_details(snapshot.details), _flat_tools(snapshot.tools)
     unused = tuple(
         chain.from_iterable(
             (
@@ -428,6 +434,28 @@ def compact(snapshot: Snapshot) -> CompactSnapshot:
         )
     )
     return head + (len(snapshot.tools),) + per_category + codes + details + tools + unused + _compact_stage(snapshot)
+
+
+def _flat_details(details: list[DetailItem]) -> tuple[Any, ...]:
+    return tuple(x for d in details for x in (d.category.value, d.source, d.tokens))
+
+
+def _flat_tools(tools: list[ToolItem]) -> tuple[Any, ...]:
+    # Flat, as the rest (one level of tuples: the collector untracks them at its first pass), flattened at C speed.
+    return tuple(
+        chain.from_iterable(
+            (
+                t.name,
+                t.category.value if t.category else None,
+                t.source,
+                t.definition_tokens,
+                t.result_tokens,
+                t.invocations,
+                t.folded,
+            )  # noqa: E501
+            for t in tools
+        )
+    )
 
 
 def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:

@@ -64,5 +64,24 @@ def test_the_history_holds_snapshots_as_rows_the_collector_untracks(runtime):
     for snap in published:
         again = expand(compact(snap), runtime.parts)
         assert again == snap and again.model_dump() == snap.model_dump()
+        assert compact(snap, runtime.parts) == compact(snap)  # rows flattened once and kept: the same row
     gc.collect()
     assert not any(gc.is_tracked(row) for row in runtime._history)
+
+
+def test_rows_seen_again_are_not_flattened_again(runtime, monkeypatch):
+    """A call's snapshots share their tool and detail rows (issue 22 gap 3): the history flattens each list once."""
+    import cw_middleware as cw
+    from cw_middleware import snapshot as snapshot_module
+
+    flattened = []
+    real = snapshot_module._flat_tools
+    monkeypatch.setattr(snapshot_module, "_flat_tools", lambda rows: flattened.append(len(rows)) or real(rows))
+    tools = [{"type": "function", "function": {"name": f"t{i}", "description": "x " * i}} for i in range(3)]
+    for _ in range(3):
+        cw.completion(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], tools=tools, mock_response="ok")
+    assert len(cw.snapshots()) == 6 and flattened == [3]
+    snap = cw.snapshots()[-1]
+    other = snap.model_copy(update={"tools": list(reversed(snap.tools))})
+    assert snapshot_module.compact(other, runtime.parts) == snapshot_module.compact(other)  # other rows: flattened anew
+    assert flattened[-1] == 3 and len(flattened) == 3  # twice for `other`: with the parts, then without
