@@ -48,7 +48,7 @@ class _Contribution:
     definitions: tuple[tuple[str, int], ...]  # (tool name, definition tokens)
 
 
-def _contribution(snapshot: Snapshot) -> _Contribution:
+def _contribution(snapshot: Snapshot, parts: Optional[SnapshotParts] = None) -> _Contribution:
     items = {b.category: b for b in snapshot.breakdown}
     cost = snapshot.cost
     return _Contribution(
@@ -57,8 +57,17 @@ def _contribution(snapshot: Snapshot) -> _Contribution:
         tuple(items[c].tokens if c in items else 0 for c in CATEGORIES),
         tuple(cost.by_category.get(c) if cost is not None else None for c in CATEGORIES),
         tuple((items[c].cached_tokens or 0) if c in items else 0 for c in CATEGORIES),
-        tuple((t.name, t.definition_tokens) for t in snapshot.tools if not t.folded),
+        # The rows are shared from call to call (snapshot.py): their pairs are made once per list of rows.
+        parts.flat("definitions", snapshot.tools, _definitions) if parts is not None else _definitions(snapshot.tools),
     )
+
+
+def _definitions(rows: list[ToolItem]) -> tuple[tuple[str, int], ...]:
+    return tuple((t.name, t.definition_tokens) for t in rows if not t.folded)
+
+
+def _invocations(rows: list[ToolItem]) -> tuple[tuple[str, int], ...]:
+    return tuple((t.name, t.invocations) for t in rows if not t.folded)
 
 
 @dataclass
@@ -87,24 +96,33 @@ class Ledger:
     compactions: int = 0
     marker: Optional[Compaction] = None
 
-    def add(self, call_seq: int, snapshot: Snapshot, local_conversation: Optional[int], newest: bool) -> None:
-        new = _contribution(snapshot)
+    def add(
+        self,
+        call_seq: int,
+        snapshot: Snapshot,
+        local_conversation: Optional[int],
+        newest: bool,
+        parts: Optional[SnapshotParts] = None,
+    ) -> None:
+        new = _contribution(snapshot, parts)
         old = self.open_calls.pop(call_seq, None)
         if old is None:
             self.calls += 1
             for name, _ in new.definitions:
                 self.definition_requests[name] = self.definition_requests.get(name, 0) + 1
-        self._move(old, -1)
-        self._move(new, +1)
+        # A call's next snapshot with the same definitions (the same rows) takes out what it puts back.
+        same = old is not None and old.definitions is new.definitions
+        self._move(old, -1, same)
+        self._move(new, +1, same)
         self.open_calls[call_seq] = new
         while len(self.open_calls) > MAX_OPEN_CALLS:
             self.open_calls.popitem(last=False)  # its numbers stay in the totals; a later change is not subtracted
         if snapshot.usage_percent is not None:
             self.peak_usage_percent = max(self.peak_usage_percent or 0.0, snapshot.usage_percent)
         if newest:
-            self._follow(call_seq, snapshot, local_conversation)
+            self._follow(call_seq, snapshot, local_conversation, parts)
 
-    def _move(self, part: Optional[_Contribution], sign: int) -> None:
+    def _move(self, part: Optional[_Contribution], sign: int, same_definitions: bool = False) -> None:
         if part is None:
             return
         self.input_tokens += sign * part.input_tokens
@@ -117,12 +135,17 @@ class Ledger:
             cost = part.costs[i]
             if cost is not None:
                 self.costs[i] += sign * cost
+        if same_definitions:
+            return
         for name, tokens in part.definitions:
             self.definition_tokens[name] = self.definition_tokens.get(name, 0) + sign * tokens
 
-    def _follow(self, call_seq: int, snapshot: Snapshot, local_conversation: Optional[int]) -> None:
+    def _follow(
+        self, call_seq: int, snapshot: Snapshot, local_conversation: Optional[int], parts: Optional[SnapshotParts] = None
+    ) -> None:
         """The stage's newest call: its tool calls and whether its request was compacted."""
-        counts = {t.name: t.invocations for t in snapshot.tools if not t.folded}
+        rows = snapshot.tools
+        counts = dict(parts.flat("invocations", rows, _invocations) if parts is not None else _invocations(rows))
         conversation = next((b.tokens for b in snapshot.breakdown if b.category is Category.CONVERSATION), 0)
         if call_seq != self.newest_call:
             for name, before in self.newest_calls.items():
@@ -218,7 +241,7 @@ class Ledgers:
                     self._ledgers.popitem(last=False)
             else:
                 self._ledgers.move_to_end(stage)
-            ledger.add(call_seq, snapshot, local_conversation, newest)
+            ledger.add(call_seq, snapshot, local_conversation, newest, parts)
             totals = ledger.totals()
             rows = ledger.stage_rows(snapshot.tools, parts.tool_item) if snapshot.tools else snapshot.tools
             unused = ledger.unused(rows) if rows else snapshot.unused_tools
