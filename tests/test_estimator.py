@@ -346,6 +346,7 @@ def test_tuple_content_edited_in_place_is_recounted(monkeypatch):
     part["text"] = "one"
     assert before - est.estimate("m", msgs).total == 4
 
+
 def test_a_count_stopped_before_its_first_message_leaves_one_empty_conversation_not_one_a_call(monkeypatch):
     """While a tokenizer loads, each call's estimate stops at its first message (`Later`); the conversation
     it opened is taken up again by the next, so the counted conversations stay in the cache."""
