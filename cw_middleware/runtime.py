@@ -47,7 +47,8 @@ from .contract import Snapshot, WarningCode
 from .estimator import Estimator
 from .model_facts import ModelFacts
 from .process import PROCESS
-from .snapshot import CompactSnapshot, SnapshotParts, compact, expand
+from .snapshot import SnapshotParts
+from .snapshot_rows import CompactSnapshot, compact, expand
 from .stage_ledger import Ledgers
 from .telemetry import CallTelemetry, StageInfo, Telemetry
 from .worker import Worker

@@ -16,7 +16,6 @@ import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from itertools import chain
 from operator import itemgetter
 from typing import Any, Optional, TypeVar
 
@@ -29,7 +28,6 @@ from .contract import (
     WARNING_MESSAGES,
     BreakdownItem,
     Category,
-    CategoryTotals,
     Compaction,
     Cost,
     CountMethod,
@@ -111,7 +109,7 @@ class SnapshotParts:
         if item is None:
             if len(self._tools) >= self.CACHE_SIZE:
                 self._tools.clear()
-            fields = dict(zip(_TOOL_FIELDS, key))
+            fields = dict(zip(TOOL_FIELDS, key))
             item = self._tools[key] = trusted(ToolItem, fields)
         return item
 
@@ -312,8 +310,8 @@ def _cache_split(
     return read, {c: max(0, through[c] - read[c]) for c in CATEGORIES}
 
 
-_TOOL_FIELDS = ("name", "category", "source", "definition_tokens", "result_tokens", "invocations", "folded")
-_UNUSED_FIELDS = ("name", "category", "source", "definition_tokens", "stage_definition_tokens", "requests")
+TOOL_FIELDS = ("name", "category", "source", "definition_tokens", "result_tokens", "invocations", "folded")
+UNUSED_FIELDS = ("name", "category", "source", "definition_tokens", "stage_definition_tokens", "requests")
 
 
 def with_stage(
@@ -331,7 +329,7 @@ def with_stage(
 def unused_tool(
     name: str, category: Optional[Category], source: Optional[str], each: int, over: int, requests: int
 ) -> UnusedTool:
-    return trusted(UnusedTool, dict(zip(_UNUSED_FIELDS, (name, category, source, each, over, requests))))
+    return trusted(UnusedTool, dict(zip(UNUSED_FIELDS, (name, category, source, each, over, requests))))
 
 
 def _scaler(
@@ -366,181 +364,3 @@ def trusted(model: type[M], fields: dict[str, Any]) -> M:
     object.__setattr__(instance, "__pydantic_extra__", None)
     object.__setattr__(instance, "__pydantic_private__", None)
     return instance
-
-
-# ---------------------------------------------------------------- compact form (the history)
-
-CompactSnapshot = tuple[Any, ...]
-_N = len(CATEGORIES)
-_HEAD = 16  # the fields before the per-category ones
-
-
-def compact(snapshot: Snapshot, parts: Optional[SnapshotParts] = None) -> CompactSnapshot:
-    """A snapshot as one flat tuple of strings, numbers and a datetime.
-
-    The collector untracks such a tuple at its first pass, so a long history (`snapshot_history`,
-    1000 by default) costs full collections nothing: kept as models, each snapshot held six
-    tracked containers that all lived long enough to reach the oldest generation, where they
-    pushed the host toward a full collection (issue 11). `expand` gives back an equal Snapshot.
-    With the ``parts`` the rows were shared from, lists of rows seen before are not flattened again.
-    """
-    items = {item.category: item for item in snapshot.breakdown}
-    cost = snapshot.cost
-    head = (
-        snapshot.run_id,
-        snapshot.stage_id,
-        snapshot.provider,
-        snapshot.model,
-        snapshot.context_window_tokens,
-        snapshot.input_tokens,
-        snapshot.usage_percent,
-        snapshot.count_method.value,
-        snapshot.generated_at,
-        snapshot.event_seq,
-        len(snapshot.warnings),
-        len(snapshot.details),
-        snapshot.unused_tool_tokens,
-        snapshot.cached_tokens,
-        cost.currency if cost is not None else None,
-        cost.input_cost if cost is not None else None,
-    )
-    # Per category: tokens, cached tokens, cost (None where the snapshot has none).
-    per_category = tuple(
-        x
-        for c in CATEGORIES
-        for x in (
-            items[c].tokens if c in items else 0,
-            items[c].cached_tokens if c in items else None,
-            cost.by_category.get(c) if cost is not None else None,
-        )
-    )
-    codes = tuple(w.code for w in snapshot.warnings)
-    if parts is not None:
-        details = parts.flat("details", snapshot.details, _flat_details)
-        tools = parts.flat("tools", snapshot.tools, _flat_tools)
-    else:
-        details, tools = _flat_details(snapshot.details), _flat_tools(snapshot.tools)
-    unused = tuple(
-        chain.from_iterable(
-            (
-                u.name,
-                u.category.value if u.category else None,
-                u.source,
-                u.definition_tokens,
-                u.stage_definition_tokens,
-                u.requests,
-            )  # noqa: E501
-            for u in snapshot.unused_tools
-        )
-    )
-    return head + (len(snapshot.tools),) + per_category + codes + details + tools + unused + _compact_stage(snapshot)
-
-
-def _flat_details(details: list[DetailItem]) -> tuple[Any, ...]:
-    return tuple(x for d in details for x in (d.category.value, d.source, d.tokens))
-
-
-def _flat_tools(tools: list[ToolItem]) -> tuple[Any, ...]:
-    # Flat, as the rest (one level of tuples: the collector untracks them at its first pass), flattened at C speed.
-    return tuple(
-        chain.from_iterable(
-            (
-                t.name,
-                t.category.value if t.category else None,
-                t.source,
-                t.definition_tokens,
-                t.result_tokens,
-                t.invocations,
-                t.folded,
-            )  # noqa: E501
-            for t in tools
-        )
-    )
-
-
-def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
-    """The Snapshot a `compact` row was made from, its parts shared through ``parts``."""
-    run_id, stage_id, provider, model, window, input_tokens, usage, method, generated_at, event_seq = row[:10]
-    n_codes, n_details, unused, cached, currency, input_cost = row[10:_HEAD]
-    n_tools = row[_HEAD]
-    per_category = row[_HEAD + 1 : _HEAD + 1 + 3 * _N]
-    start = _HEAD + 1 + 3 * _N
-    codes = row[start : start + n_codes]
-    start += n_codes
-    flat = row[start : start + 3 * n_details]
-    start += 3 * n_details
-    n, m = len(_TOOL_FIELDS), len(_UNUSED_FIELDS)
-    tool_part = row[start : start + n * n_tools]
-    unused_part = row[start + n * n_tools : -_STAGE_LEN]
-    tools = [tool_part[i : i + n] for i in range(0, len(tool_part), n)]
-    left = [unused_part[i : i + m] for i in range(0, len(unused_part), m)]
-    totals, compaction = _expand_stage(row[-_STAGE_LEN:])
-    rows = [per_category[3 * i : 3 * i + 3] for i in range(_N)]
-    cost = None
-    if currency is not None:
-        by_category = {c: r[2] for c, r in zip(CATEGORIES, rows)}
-        cost = Cost.model_construct(currency=currency, input_cost=input_cost, by_category=by_category)
-    return trusted(
-        Snapshot,
-        dict(
-            run_id=run_id,
-            stage_id=stage_id,
-            provider=provider,
-            model=model,
-            context_window_tokens=window,
-            input_tokens=input_tokens,
-            usage_percent=usage,
-            count_method=CountMethod(method),
-            generated_at=generated_at,
-            event_seq=event_seq,
-            breakdown=[parts.breakdown_item(c, r[0], window, r[1]) for c, r in zip(CATEGORIES, rows)],
-            warnings=[parts.warning(WarningCode(code)) for code in codes],
-            details=[parts.detail_item(Category(flat[i]), flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)],
-            tools=[parts.tool_item(t[0], Category(t[1]) if t[1] else None, *t[2:]) for t in tools],
-            unused_tool_tokens=unused,
-            unused_tools=[unused_tool(u[0], Category(u[1]) if u[1] else None, *u[2:]) for u in left],
-            cached_tokens=cached,
-            cost=cost,
-            stage_totals=totals,
-            compaction=compaction,
-        ),
-    )
-
-
-_STAGE_LEN = 8 + 3 * _N  # the fixed block a compact row ends with: its stage totals and compaction
-
-
-def _compact_stage(snapshot: Snapshot) -> CompactSnapshot:
-    t, c = snapshot.stage_totals, snapshot.compaction
-    marker = (c.before_tokens, c.after_tokens) if c is not None else (None, None)
-    if t is None:
-        return (False, None, None, None, None, None, *marker) + (None,) * (3 * _N)
-    head = (True, t.calls, t.input_tokens, t.input_cost, t.peak_usage_percent, t.compactions, *marker)
-    empty = CategoryTotals()
-    per = tuple(
-        x for cat in CATEGORIES for ct in (t.by_category.get(cat, empty),) for x in (ct.tokens, ct.cost, ct.cached_tokens)
-    )
-    return head + per
-
-
-def _expand_stage(block: CompactSnapshot) -> tuple[Optional[StageTotals], Optional[Compaction]]:
-    has, calls, input_tokens, input_cost, peak, compactions, before, after = block[:8]
-    compaction = Compaction.model_construct(before_tokens=before, after_tokens=after) if before is not None else None
-    if not has:
-        return None, compaction
-    per = block[8:]
-    by_category = {
-        cat: CategoryTotals.model_construct(tokens=per[3 * i], cost=per[3 * i + 1], cached_tokens=per[3 * i + 2])
-        for i, cat in enumerate(CATEGORIES)
-    }
-    cached = sum(ct.cached_tokens for ct in by_category.values())
-    totals = StageTotals.model_construct(
-        calls=calls,
-        input_tokens=input_tokens,
-        input_cost=input_cost,
-        peak_usage_percent=peak,
-        by_category=by_category,
-        cached_tokens=cached,
-        compactions=compactions,
-    )
-    return totals, compaction

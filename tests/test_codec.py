@@ -122,7 +122,8 @@ def test_tools_cost_and_cache_round_trip_with_their_names():
     assert (back.tools, back.cost, back.cached_tokens, back.breakdown) == (snap.tools, snap.cost, 256, snap.breakdown)
     assert [u.name for u in back.unused_tools] == ["unused_one"]
     # the in-process history keeps them too
-    from cw_middleware.snapshot import SnapshotParts, compact, expand
+    from cw_middleware.snapshot import SnapshotParts
+    from cw_middleware.snapshot_rows import compact, expand
 
     again = expand(compact(snap), SnapshotParts())
     assert again == snap and again.model_dump() == snap.model_dump()
