@@ -17,7 +17,6 @@ staleness horizon.
 from __future__ import annotations
 
 import contextvars
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -40,24 +39,7 @@ def default_run_id(service_name: str) -> str:
 
 def default_stage_id(now: Optional[datetime] = None) -> str:
     """The day's stage of a default run: the UTC date, ``YYYY-MM-DD``."""
-    if now is not None:
-        return now.astimezone(UTC).strftime("%Y-%m-%d")
-    # Every call outside a stage asks: the date is made once a day (a UTC day is 86,400 POSIX seconds).
-    day = int(_clock() // 86400)
-    known = _today
-    if known[0] != day:
-        known = (day, datetime.fromtimestamp(day * 86400, UTC).strftime("%Y-%m-%d"))
-        _remember_today(known)
-    return known[1]
-
-
-_today: tuple[int, str] = (-1, "")
-_clock = time.time
-
-
-def _remember_today(today: tuple[int, str]) -> None:
-    global _today
-    _today = today  # one tuple, replaced whole: a thread reads the old day or the new one
+    return (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%d")
 
 
 def default_stage(service_name: str, run_id: Optional[str] = None, now: Optional[datetime] = None) -> StageInfo:

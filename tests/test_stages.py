@@ -26,18 +26,11 @@ def test_the_default_stage_is_the_utc_day_of_the_service():
     assert default_stage("svc", run_id="team-a", now=evening_in_new_york).run_id == "team-a"
 
 
-def test_the_day_is_made_once_a_day_and_turns_at_utc_midnight(monkeypatch):
-    from cw_middleware import stages
-
-    midnight = datetime(2026, 1, 3, tzinfo=UTC).timestamp()
-    now = [midnight - 0.001]
-    monkeypatch.setattr(stages, "_clock", lambda: now[0])
-    monkeypatch.setattr(stages, "_today", (-1, ""))
-    assert default_stage("svc").stage_id == "2026-01-02"
-    now[0] = midnight
-    assert default_stage("svc").stage_id == "2026-01-03"
-    now[0] = midnight + 86399.9
-    assert default_stage("svc").stage_id == "2026-01-03" == stages._today[1]
+def test_the_day_turns_at_utc_midnight():
+    midnight = datetime(2026, 1, 3, tzinfo=UTC)
+    assert default_stage("svc", now=midnight - timedelta(milliseconds=1)).stage_id == "2026-01-02"
+    assert default_stage("svc", now=midnight).stage_id == "2026-01-03"
+    assert default_stage("svc", now=midnight + timedelta(seconds=86399.9)).stage_id == "2026-01-03"
 
 
 def test_calls_outside_a_stage_carry_the_default_ids_and_open_no_stage_span(telemetry):
