@@ -40,6 +40,20 @@ OpenAI requests whose error crosses the 2% line):
   6 records, one repository (the one that sends it); 19 closer, 3 further.
 * The results of one parallel call cost 3 less each than lone results (counted on the
   call). 16 records, 4 repositories.
+* Round four: a lone call's result opens on a header that names its function,
+  ``{name} to=assistant`` (harmony's tool-message header without the namespace), so on
+  Chat Completions (chat layout) a result costs its function name's tokens: a two-token
+  name costs what the flat framing did, ``durability_get_weather_in_city`` (6 tokens)
+  4 more. The result does not carry the name, its call does: `tool_calls` counts the
+  difference (`RESULT_HEADER`). Evidence: the requests with one lone result sit at
+  ~2 - (name tokens) under the flat framing, from +4 for one-token names to -5 for
+  nine-token ones (39 names, 7 repositories). 90 records change: 47 closer, 35 further
+  (mostly +1 on three-token names, which split between 0 and -1 before), 5 cross into
+  2%, 1 out (a 40-token gpt-3.5 request); tools within 2% 0.874 / 0.864 -> 0.889 /
+  0.878, overall 0.941 / 0.906 -> 0.944 / 0.911 (halves). Not adopted for the results of
+  a parallel call (they answer ``multi_tool_use.parallel``: tools 0.889 / 0.878 -> 0.869 /
+  0.857), the Responses API (0.889 / 0.878 -> 0.889 / 0.857) or harmony-layout models
+  (1 record closer, 1 further).
 * A function with parameters and no description bills one token less than its
   rendering. 16 records, 4 repositories; 1 the other way. Round three found the
   rule's cause on Chat Completions (chat layout): it is the *first property* that
@@ -128,6 +142,9 @@ REPLY_PRIMING = {"chatml": 3, "harmony": 2}
 # Measured against reported usage (see benchmarks/accuracy.py): a tool result costs a little
 # more than a message; a structured-output section sits in its own message.
 TOOL_RESULT_EXTRA = 4  # a tool result's header names the function it answers
+# Chat Completions, chat layout: a lone call's result opens on this header, so it costs the function name's
+# tokens; the result cannot see the name, its call can (`tool_calls` counts the difference; see the docstring).
+RESULT_HEADER = "{name} to=assistant"
 PARALLEL_RESULT_DISCOUNT = 3  # per call of a parallel call: its results share the header
 RESPONSE_FORMAT_MESSAGE = {"chat": 4, "responses": 0}  # the Responses API does not open a message for it
 NEW_SYSTEM_MESSAGE = 3  # <|im_start|>system<|im_sep|> ... <|im_end|>, one token merging with the block
@@ -198,11 +215,17 @@ class OpenAIRules(PromptAdditions):
         header = HARMONY_CALL_HEADER if self.harmony_channels else RESPONSES_CALL_EXTRA if self._responses_chatml else 0
         if len(calls) == 1:
             name, args = calls[0]
-            return self.text(f" to=functions.{name}") + self.text(args) + header
+            return self.text(f" to=functions.{name}") + self.text(args) + header + self._named_result(name)
         body = ",".join(f'{{"recipient_name":"functions.{name}","parameters":{args or "{}"}}}' for name, args in calls)
         # The results of one parallel call cost less each than lone results: taken off here, where the calls are.
         shared = PARALLEL_RESULT_DISCOUNT * len(calls)
         return self.text(" to=multi_tool_use.parallel") + self.text(f'{{"tool_uses":[{body}]}}') - shared + header
+
+    def _named_result(self, name: str) -> int:
+        """What a lone call's result header costs over the flat one `message_framing` counts (chat API, chat layout)."""
+        if self.api != "chat" or self.layout != "chatml":
+            return 0
+        return self.text(RESULT_HEADER.format(name=name)) - self.text("tool") - TOOL_RESULT_EXTRA
 
     def tool_definition(self, tool: Mapping[str, Any]) -> int:
         fn = tool.get("function", tool)

@@ -210,3 +210,25 @@ def test_a_responses_function_call_item_costs_more_than_a_chat_call_on_chat_layo
     assert as_items > as_chat
     as_chat, as_items = conversation("openai/gpt-5")
     assert as_items == as_chat
+
+
+def test_a_lone_calls_result_header_names_its_function_on_chat_completions():
+    def conversation(name, model="openai/gpt-4o", parallel=False):
+        calls = [{"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": "{}"}} for i in (1, 2)]
+        calls = calls if parallel else calls[:1]
+        results = [{"role": "tool", "tool_call_id": c["id"], "content": "sunny"} for c in calls]
+        messages = [*ASK, {"role": "assistant", "content": None, "tool_calls": calls}, *results]
+        tool = {"type": "function", "function": {"name": name, "parameters": {}}}
+        return cw.estimate(model=model, messages=messages, tools=[tool]).tokens("conversation")
+
+    long, short = "durability_get_weather_in_city", "get_weather"
+    # by hand (o200k): the call's recipient " to=functions.{name}" is 10 tokens for the long name
+    # (" to", "=", "functions", ".d", "ur", "ability", "_get", "_weather", "_in", "_city"), 5 for the short one;
+    # the result's header "{name} to=assistant" is 9 ("dur", "ability", ..., " to", "=", "assistant") against 5
+    assert conversation(long) - conversation(short) == (10 - 5) + (9 - 5)
+    # harmony-layout models and parallel calls: only the recipient's tokens differ (" to=functions.{name}" in the
+    # call, the function's name in the parallel call's JSON)
+    assert conversation(long, "openai/gpt-5") - conversation(short, "openai/gpt-5") == 10 - 5
+    rules = rules_for("openai/gpt-4o")
+    in_json = rules.text(f'"functions.{long}"') - rules.text(f'"functions.{short}"')
+    assert conversation(long, parallel=True) - conversation(short, parallel=True) == 2 * in_json
