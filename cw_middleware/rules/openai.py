@@ -80,6 +80,11 @@ OpenAI requests whose error crosses the 2% line):
   is a developer message holding a ``# Tools`` block, with harmony's preamble for
   the generations that read it. 6 records (one repository; 12 closer, none further).
 
+* Round four: the web-search chat models (``gpt-4o-search-preview``, ``-mini-search-preview``:
+  ``-search-`` in the name) bill the messages' text alone, no message framing and no reply
+  priming: a system and a user message bill exactly their two texts' tokens (2 records, one
+  in each half, one repository; both exact, 11 tokens over before).
+
 Left open by round three (measured, not explained by anything the request shows):
 an array of objects whose properties carry descriptions, in a strict chat tool, bills
 ~20 tokens more than its rendering (one tool, 7 records) while a ``$ref``'d array of
@@ -135,6 +140,8 @@ _HARMONY_PREFIXES = ("gpt-5", "o1", "o3", "o4", "gpt-oss", "codex")
 # Of those, the generations that read harmony's function-call channel rules with tools (the o-series do not:
 # o3-mini requests with tools match reported usage without them).
 _TOOLS_PREAMBLE_PREFIXES = ("gpt-5", "gpt-oss", "codex")
+# The web-search chat models (gpt-4o-search-preview, gpt-4o-mini-search-preview): no chat framing billed.
+_SEARCH_MARK = "-search-"
 
 MESSAGE_SPECIALS = 3  # <|im_start|>, <|im_sep|>, <|im_end|> (harmony: <|start|>, <|message|>, <|end|>)
 REPLY_PRIMING = {"chatml": 3, "harmony": 2}
@@ -190,8 +197,12 @@ class OpenAIRules(PromptAdditions):
     api: str = "chat"  # the API that frames the request: "chat" (Chat Completions) or "responses"
     # gpt-5 and later: tools come with harmony's function-call channel rules, and calls go on its commentary channel
     harmony_channels: bool = False
+    # False for the web-search chat models (``-search-`` in the name): they bill the messages' text alone
+    framed: bool = True
 
     def message_framing(self, message: Mapping[str, Any]) -> int:
+        if not self.framed:
+            return 0
         role = str(message.get("role") or "user")
         if role == "tool":
             # The estimator adds a message's ``name``; a tool result's is not billed (its
@@ -291,7 +302,7 @@ class OpenAIRules(PromptAdditions):
         return RESPONSE_FORMAT_MESSAGE[self.api] + self.text(header) + self.text(body)
 
     def request_overhead(self, n_messages: int) -> int:
-        return REPLY_PRIMING[self.layout]
+        return REPLY_PRIMING[self.layout] if self.framed else 0
 
 
 # Numeric bounds are enforced by the decoder, not shown: a schema with ``minimum``/``maximum``
@@ -353,15 +364,17 @@ def rules(model: str, api: str = "chat") -> OpenAIRules:
     layout = layout_for(model)
     api = api if api in HARMONY_TOOLS_PREAMBLE else "chat"
     preamble = layout == "harmony" and model.lower().removeprefix("ft:").startswith(_TOOLS_PREAMBLE_PREFIXES)
+    framed = _SEARCH_MARK not in model.lower()
     # The name is also the estimator's tool-count cache key: layouts and APIs frame tools differently.
     return OpenAIRules(
-        name=f"openai:{encoding}:{layout}{'+preamble' if preamble else ''}:{api}",
+        name=f"openai:{encoding}:{layout}{'+preamble' if preamble else ''}{'' if framed else '+unframed'}:{api}",
         provider="openai",
         exact=True,
         text=counter(encoding),
         layout=layout,
         api=api,
         harmony_channels=preamble,
+        framed=framed,
     )
 
 

@@ -232,3 +232,12 @@ def test_a_lone_calls_result_header_names_its_function_on_chat_completions():
     rules = rules_for("openai/gpt-4o")
     in_json = rules.text(f'"functions.{long}"') - rules.text(f'"functions.{short}"')
     assert conversation(long, parallel=True) - conversation(short, parallel=True) == 2 * in_json
+
+
+def test_web_search_chat_models_bill_the_messages_text_alone():
+    messages = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "What day is today?"}]
+    # by hand (o200k): "You", " are", " a", " helpful", " assistant", "." and "What", " day", " is", " today", "?"
+    assert cw.estimate(model="openai/gpt-4o-search-preview", messages=messages).input_tokens == 6 + 5
+    # the same messages to gpt-4o: each framed (3 specials and the role) and the reply primed (3)
+    assert cw.estimate(model="openai/gpt-4o", messages=messages).input_tokens == 6 + 5 + 2 * (3 + 1) + 3
+    assert rules_for("openai/gpt-4o-search-preview").name != rules_for("openai/gpt-4o").name
