@@ -241,3 +241,18 @@ def test_web_search_chat_models_bill_the_messages_text_alone():
     # the same messages to gpt-4o: each framed (3 specials and the role) and the reply primed (3)
     assert cw.estimate(model="openai/gpt-4o", messages=messages).input_tokens == 6 + 5 + 2 * (3 + 1) + 3
     assert rules_for("openai/gpt-4o-search-preview").name != rules_for("openai/gpt-4o").name
+
+
+def test_an_empty_assistant_reply_is_not_billed():
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    turns = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    empty = {"role": "assistant", "content": ""}
+    for model in ("openai/gpt-4o", "openai/gpt-5"):
+        with_empty = cw.estimate(model=model, messages=[*ASK, empty, *turns], tools=[CHAT_TOOL]).input_tokens
+        assert with_empty == cw.estimate(model=model, messages=[*ASK, *turns], tools=[CHAT_TOOL]).input_tokens
+    # a reply with text is framed as ever: its text plus 3 specials and the role ("OK" is one token)
+    said = cw.estimate(model="openai/gpt-4o", messages=[*ASK, {"role": "assistant", "content": "OK"}]).input_tokens
+    assert said - cw.estimate(model="openai/gpt-4o", messages=ASK).input_tokens == 1 + 3 + 1
