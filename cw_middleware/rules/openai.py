@@ -88,6 +88,10 @@ OpenAI requests whose error crosses the 2% line):
   renderer opens no message for an empty reply (both APIs; the two records that send one
   before a call, one in each half and in two repositories, go from 3 tokens over to 1
   under, both into 2%).
+* Round four: the Responses API shows a ``function_call`` item's arguments as compact JSON
+  (``{"n":100}``), whatever spacing the request sends them with; Chat Completions bills a
+  call's arguments as sent. The four Responses records whose arguments carry spaces
+  (3 repositories, both halves) were 2-4 tokens over and all move closer, 1 into 2%.
 
 Left open by round three (measured, not explained by anything the request shows):
 an array of objects whose properties carry descriptions, in a strict chat tool, bills
@@ -229,6 +233,8 @@ class OpenAIRules(PromptAdditions):
             (str((c.get("function") or {}).get("name", "")), _as_text((c.get("function") or {}).get("arguments", "")))
             for c in tool_calls
         ]
+        if self.api == "responses":  # the Responses API keeps a call's arguments parsed: shown as compact JSON
+            calls = [(name, _compact_json(args)) for name, args in calls]
         header = HARMONY_CALL_HEADER if self.harmony_channels else RESPONSES_CALL_EXTRA if self._responses_chatml else 0
         if len(calls) == 1:
             name, args = calls[0]
@@ -339,6 +345,16 @@ def _is_empty_text(message: Mapping[str, Any]) -> bool:
     """A message whose content is empty text (``""``, ``[]``) and that makes no calls."""
     content = message.get("content", None)
     return content in ("", []) and not message.get("tool_calls") and not message.get("function_call")
+
+
+def _compact_json(text: str) -> str:
+    """JSON text re-serialized without spaces (as it was if it is not JSON)."""
+    if ": " not in text and ", " not in text:
+        return text
+    try:
+        return json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)
+    except ValueError:
+        return text
 
 
 def _as_text(value: Any) -> str:

@@ -256,3 +256,32 @@ def test_an_empty_assistant_reply_is_not_billed():
     # a reply with text is framed as ever: its text plus 3 specials and the role ("OK" is one token)
     said = cw.estimate(model="openai/gpt-4o", messages=[*ASK, {"role": "assistant", "content": "OK"}]).input_tokens
     assert said - cw.estimate(model="openai/gpt-4o", messages=ASK).input_tokens == 1 + 3 + 1
+
+
+def test_responses_shows_a_calls_arguments_as_compact_json():
+    spaced, compact = '{"city": "Paris", "days": 3}', '{"city":"Paris","days":3}'
+
+    def items(arguments):
+        call = {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": arguments}
+        return [*ASK, call, {"type": "function_call_output", "call_id": "c1", "output": "sunny"}]
+
+    def chat(arguments):
+        call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+        return [
+            *ASK,
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        ]
+
+    rules = rules_for("openai/gpt-4o")
+    # by hand (o200k): '{"', 'city', '":', ' "', 'Paris', '",', ' "', 'days', '":', ' ', '3', '}' (12) against
+    # '{"', 'city', '":"', 'Paris', '","', 'days', '":', '3', '}' (9)
+    assert rules.text(spaced) - rules.text(compact) == 12 - 9
+    for model in ("openai/gpt-4o", "openai/gpt-5"):
+        assert (
+            cw.estimate(model=model, input=items(spaced)).input_tokens
+            == cw.estimate(model=model, input=items(compact)).input_tokens
+        )
+    # Chat Completions bills the arguments as sent
+    spaced_chat = cw.estimate(model="openai/gpt-4o", messages=chat(spaced)).input_tokens
+    assert spaced_chat - cw.estimate(model="openai/gpt-4o", messages=chat(compact)).input_tokens == 12 - 9
