@@ -40,8 +40,8 @@ def render_function(fn: Mapping[str, Any], responses: bool = False) -> str:
     """One function of the namespace, ending with the blank line that separates functions.
 
     ``responses``: the Responses API's renderer trims the description, shows the
-    parameters schema's own ``title`` and ``description`` as comment lines, and does
-    not indent nested objects.
+    parameters schema's own ``title`` (followed by an empty ``//`` line, as harmony
+    shows titles) and ``description`` as comment lines, and does not indent nested objects.
     """
     lines = []
     description = fn.get("description")
@@ -50,7 +50,11 @@ def render_function(fn: Mapping[str, Any], responses: bool = False) -> str:
     name = fn.get("name", "")
     params = fn.get("parameters")
     if responses and isinstance(params, Mapping):
-        lines.extend(f"// {params[key]}" for key in ("title", "description") if isinstance(params.get(key), str) and params[key])
+        title, schema_description = params.get("title"), params.get("description")
+        if isinstance(title, str) and title:
+            lines.extend((f"// {title}", "//"))  # harmony's title form: the title, then an empty comment line
+        if isinstance(schema_description, str) and schema_description:
+            lines.append(f"// {schema_description}")
     if isinstance(params, Mapping) and params.get("properties"):
         body = _object(params, "", "" if responses else "  ", params, 0)
         lines.append(f"type {name} = (_: {body}) => any;")

@@ -46,7 +46,7 @@ def test_responses_shows_the_schema_title_and_description_and_trims_the_function
     chat = render_tool(CHAT_TOOL)
     responses = render_tool(FLAT_TOOL, responses=True)
     assert "get_weather_args" not in chat and "Typed arguments." not in chat
-    assert responses.startswith("// Weather for a city.\n// get_weather_args\n// Typed arguments.\ntype get_weather = (_: {")
+    assert responses.startswith("// Weather for a city.\n// get_weather_args\n//\n// Typed arguments.\ntype get_weather = (_: {")
     # chat drops the indentation and the blank last line, but not a line's trailing space
     assert chat.startswith("// Weather for a city.\ntype get_weather")
     spaced = {"type": "function", "function": {**WEATHER, "description": "Weather for a city. "}}
@@ -285,3 +285,21 @@ def test_responses_shows_a_calls_arguments_as_compact_json():
     # Chat Completions bills the arguments as sent
     spaced_chat = cw.estimate(model="openai/gpt-4o", messages=chat(spaced)).input_tokens
     assert spaced_chat - cw.estimate(model="openai/gpt-4o", messages=chat(compact)).input_tokens == 12 - 9
+
+
+def test_responses_follows_the_schema_title_with_an_empty_comment_line():
+    rules = rules_for("openai/gpt-4o", api="responses")
+    titled = {**FLAT_TOOL, "parameters": {k: v for k, v in WEATHER["parameters"].items() if k != "description"}}
+    by_hand = "// Weather for a city.\n// get_weather_args\n//\ntype get_weather = (_: {\ncity: string,\n}) => any;\n\n"
+    assert render_tool(titled, responses=True) == by_hand
+    # by hand (o200k): ..., " get", "_weather", "_args", "\n", "//\n", "type", ... is 26 tokens, one more than the
+    # title line alone (..., "_args", "\n", "type", ...: 25); the function bills its rendering, so the line too
+    assert rules.text(by_hand) == 26
+    assert rules.text(by_hand.replace("_args\n//\n", "_args\n")) == 25
+    assert rules.tool_definition(titled) == 26
+    # a property's title keeps its single line
+    titled_city = {
+        **FLAT_TOOL,
+        "parameters": {**WEATHER["parameters"], "properties": {"city": {"type": "string", "title": "City"}}},
+    }
+    assert "\n// City\ncity: string," in render_tool(titled_city, responses=True)
