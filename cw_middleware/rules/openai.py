@@ -84,14 +84,15 @@ OpenAI requests whose error crosses the 2% line):
   ``-search-`` in the name) bill the messages' text alone, no message framing and no reply
   priming: a system and a user message bill exactly their two texts' tokens (2 records, one
   in each half, one repository; both exact, 11 tokens over before).
-* Round four: an assistant message with empty text (``""``) and no calls is not billed: the
-  renderer opens no message for an empty reply (both APIs; the two records that send one
-  before a call, one in each half and in two repositories, go from 3 tokens over to 1
-  under, both into 2%).
 * Round four: the Responses API shows a ``function_call`` item's arguments as compact JSON
-  (``{"n":100}``), whatever spacing the request sends them with; Chat Completions bills a
-  call's arguments as sent. The four Responses records whose arguments carry spaces
-  (3 repositories, both halves) were 2-4 tokens over and all move closer, 1 into 2%.
+  (``{"n":100}``), whatever spacing the request sends them with. The four Responses records
+  whose arguments carry spaces (3 repositories, both halves) were 2-4 tokens over and all
+  move closer, 1 into 2%. Chat Completions (chat layout) does the same for a lone call: its
+  records with spaced arguments were 1-4 over; 22 closer (17 now exact), none further, 4
+  into 2% (5 repositories, both halves); tools within 2% 0.905 / 0.884 -> 0.915 / 0.891,
+  overall 0.952 / 0.915 -> 0.957 / 0.918 (halves). A parallel call's JSON keeps the
+  arguments as sent (compacting them moves 2-call records further: 10 closer, 17 further),
+  as do harmony-layout chat models (the one o3-mini record goes 1 -> 4 under).
 * Round four: the Responses renderer follows the parameters schema's ``title`` line with an
   empty ``//`` line, harmony's form for a title (``// {title}\n//``); a property's title
   keeps its single line (an empty line after those moves 70 records further). Every
@@ -130,6 +131,19 @@ Searched in round three's second pass and not adopted (each fails the both-halve
   (items as ``Array<{...}>``, nested descriptions as trailing comments, the items'
   description repeated, the closing brace unindented) move its count +1, -4, +10 and -1
   tokens against the ~20 it bills over the rendering; one tool cannot tell them apart.
+* Round four: an empty assistant message (``""``, no calls) left unbilled. It closed the two
+  records that send one (one per half), but the chat one is exact once a lone call's
+  arguments are compacted, and the rule then moves it 4 under; the Responses one alone
+  (3 over) cannot carry it.
+* Round four: the tool-result header's name for parallel calls (tools within 2% 0.889 /
+  0.878 -> 0.869 / 0.857), on the Responses API (-> 0.889 / 0.857, its records at 1 token
+  per name token the other way for 5-token names) and on harmony-layout chat (1 closer, 1
+  further); the same header with the ``functions.`` namespace (tokenizes ``.add``,
+  ``.get`` with the name: fits worse than the bare name).
+* Round four: gpt-5 assistant messages in history billed with harmony's ``<|channel|>final``
+  (+2): 5 records closer, all in one half, and 1 out.
+* Round four: a property's ``title`` followed by an empty ``//`` line (harmony's form) on
+  either API: 70 records further on the Responses API, 54 on Chat Completions.
 * A response schema's ``title`` annotations kept, or dropped only with ``strict``: the
   records a few tokens under their schema (2-11) do not track the titles' size (records
   with 66 tokens of titles are exact without them).
@@ -218,8 +232,6 @@ class OpenAIRules(PromptAdditions):
         if not self.framed:
             return 0
         role = str(message.get("role") or "user")
-        if role == "assistant" and _is_empty_text(message):
-            return 0  # no message is rendered for an empty reply (see the docstring)
         if role == "tool":
             # The estimator adds a message's ``name``; a tool result's is not billed (its
             # header already names the function), so it is taken back here.
@@ -239,7 +251,9 @@ class OpenAIRules(PromptAdditions):
             (str((c.get("function") or {}).get("name", "")), _as_text((c.get("function") or {}).get("arguments", "")))
             for c in tool_calls
         ]
-        if self.api == "responses":  # the Responses API keeps a call's arguments parsed: shown as compact JSON
+        # A call's arguments are kept parsed and shown as compact JSON: every call on the Responses API,
+        # a lone call on Chat Completions (chat layout); see the docstring.
+        if self.api == "responses" or (len(calls) == 1 and self.layout == "chatml"):
             calls = [(name, _compact_json(args)) for name, args in calls]
         header = HARMONY_CALL_HEADER if self.harmony_channels else RESPONSES_CALL_EXTRA if self._responses_chatml else 0
         if len(calls) == 1:
@@ -345,12 +359,6 @@ def strip_titles(schema: Any, drop: frozenset[str] = frozenset()) -> Any:
         else:
             out[key] = strip_titles(value, drop)
     return out
-
-
-def _is_empty_text(message: Mapping[str, Any]) -> bool:
-    """A message whose content is empty text (``""``, ``[]``) and that makes no calls."""
-    content = message.get("content", None)
-    return content in ("", []) and not message.get("tool_calls") and not message.get("function_call")
 
 
 def _compact_json(text: str) -> str:

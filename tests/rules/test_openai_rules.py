@@ -243,22 +243,7 @@ def test_web_search_chat_models_bill_the_messages_text_alone():
     assert rules_for("openai/gpt-4o-search-preview").name != rules_for("openai/gpt-4o").name
 
 
-def test_an_empty_assistant_reply_is_not_billed():
-    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
-    turns = [
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
-    ]
-    empty = {"role": "assistant", "content": ""}
-    for model in ("openai/gpt-4o", "openai/gpt-5"):
-        with_empty = cw.estimate(model=model, messages=[*ASK, empty, *turns], tools=[CHAT_TOOL]).input_tokens
-        assert with_empty == cw.estimate(model=model, messages=[*ASK, *turns], tools=[CHAT_TOOL]).input_tokens
-    # a reply with text is framed as ever: its text plus 3 specials and the role ("OK" is one token)
-    said = cw.estimate(model="openai/gpt-4o", messages=[*ASK, {"role": "assistant", "content": "OK"}]).input_tokens
-    assert said - cw.estimate(model="openai/gpt-4o", messages=ASK).input_tokens == 1 + 3 + 1
-
-
-def test_responses_shows_a_calls_arguments_as_compact_json():
+def test_a_calls_arguments_are_shown_as_compact_json_on_responses_and_for_a_lone_chat_call():
     spaced, compact = '{"city": "Paris", "days": 3}', '{"city":"Paris","days":3}'
 
     def items(arguments):
@@ -282,9 +267,15 @@ def test_responses_shows_a_calls_arguments_as_compact_json():
             cw.estimate(model=model, input=items(spaced)).input_tokens
             == cw.estimate(model=model, input=items(compact)).input_tokens
         )
-    # Chat Completions bills the arguments as sent
-    spaced_chat = cw.estimate(model="openai/gpt-4o", messages=chat(spaced)).input_tokens
-    assert spaced_chat - cw.estimate(model="openai/gpt-4o", messages=chat(compact)).input_tokens == 12 - 9
+    # Chat Completions: a lone call's too on chat-layout models; harmony-layout ones bill the arguments as sent
+    spaced_4o = cw.estimate(model="openai/gpt-4o", messages=chat(spaced)).input_tokens
+    assert spaced_4o == cw.estimate(model="openai/gpt-4o", messages=chat(compact)).input_tokens
+    spaced_o3 = cw.estimate(model="openai/o3-mini", messages=chat(spaced)).input_tokens
+    assert spaced_o3 - cw.estimate(model="openai/o3-mini", messages=chat(compact)).input_tokens == 12 - 9
+    # and so does a parallel call's JSON
+    two = [{"id": f"c{i}", "type": "function", "function": {"name": "get_weather", "arguments": spaced}} for i in (1, 2)]
+    compact_two = [{**c, "function": {**c["function"], "arguments": compact}} for c in two]
+    assert rules.tool_calls(two) - rules.tool_calls(compact_two) == 2 * (12 - 9)
 
 
 def test_responses_follows_the_schema_title_with_an_empty_comment_line():
