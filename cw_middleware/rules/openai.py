@@ -136,14 +136,14 @@ Searched in round three's second pass and not adopted (each fails the both-halve
   arguments are compacted, and the rule then moves it 4 under; the Responses one alone
   (3 over) cannot carry it.
 * Round four: the tool-result header's name for parallel calls (tools within 2% 0.889 /
-  0.878 -> 0.869 / 0.857), on the Responses API (-> 0.889 / 0.857, its records at 1 token
-  per name token the other way for 5-token names) and on harmony-layout chat (1 closer, 1
-  further); the same header with the ``functions.`` namespace (tokenizes ``.add``,
-  ``.get`` with the name: fits worse than the bare name).
+  0.878 -> 0.869 / 0.857), on the Responses API (-> 0.884 / 0.857; with the ``functions.``
+  prefix or in place of its call's fixed 2, worse still) and on harmony-layout chat (1
+  closer, 1 further); on Chat Completions, the header with the ``functions.`` prefix
+  (o200k merges ``.add``, ``.get`` into the name: fits worse than the bare name).
 * Round four: gpt-5 assistant messages in history billed with harmony's ``<|channel|>final``
   (+2): 5 records closer, all in one half, and 1 out.
 * Round four: a property's ``title`` followed by an empty ``//`` line (harmony's form) on
-  either API: 70 records further on the Responses API, 54 on Chat Completions.
+  either API: 70 records further on the Responses API, 83 on Chat Completions.
 * A response schema's ``title`` annotations kept, or dropped only with ``strict``: the
   records a few tokens under their schema (2-11) do not track the titles' size (records
   with 66 tokens of titles are exact without them).
