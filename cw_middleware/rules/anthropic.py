@@ -85,31 +85,32 @@ Round four: text in Claude pieces, the request's frame, replayed calls as Claude
 The 1.18 average hid where the two vocabularies differ: a common word is one piece in both, a
 rarer one ("farewell") two or three in Claude's, and Claude keeps apart some seams o200k glues.
 So text is now its o200k tokens weighed one by one (`claude_pieces`, `PIECES_FILE`: a
-letters-only token costs the pieces Claude's vocabulary splits it into, an underscore and letters
-(``"_error"``) one more for the underscore, every other token one), plus `split_pieces`: a
-newline after punctuation or spaces (o200k ``".\n"``, ``"{\n"``; Claude ``"."``, ``"\n"``, the
-seam Gemini splits too) and a space after a digit before a word or a sign (o200k ``" and"``,
-``" +"``; Claude ``" "``, ``"+"``). The per-token table comes from ctok's reconstruction of
-Claude's vocabulary (MIT), each o200k token counted alone, built offline once: nothing of ctok
-runs at estimate time. No ratio is fitted: on the dev set's texts, against ctok, the summed
-absolute error of the text counts falls from 8,102 (o200k x 1.18) to 1,895 Claude tokens. Two
-framing facts the 1.18 overcount had hidden come with it: a one-message request is framed by 7
-tokens (ctok's single-message frame, and what single-turn text-only requests show once their
-text is right), so ``REQUEST_OVERHEAD`` is 4, not 3; and a replayed ``tool_use`` is billed as
-Claude's tool-use format shows a call, an ``<invoke name=...>`` element holding one
-``<parameter name=...>`` element per argument (string values bare, others as JSON), not as JSON:
-on requests recorded one call/result pair apart, the pair's reported cost minus the estimate's
-went from +8 (median; 17 of 53 pairs within 5, 4 repositories) to -2 (25 of 53 within 5).
-The newer tokenizer (Opus 4.7 and later) keeps its 1.35 on the piece count. Anthropic (halves):
-median 1.60 / 1.74% -> 1.19 / 1.26%, p90 10.2 / 10.2% -> 7.1 / 6.7%, within 2% 0.54 / 0.56 ->
-0.64 / 0.64; no tools median 3.24 -> 1.94%, p90 14.9 -> 6.2% (the repeated-word prompts, 40%
-under or 18% over before, now exact); 82 records closer and 54 further in one half, 78 and 43 in
-the other. The three go together: without the split pieces median 1.64 / 1.39%, p90
-11.3 / 10.0%; with a 3-token frame 1.33 / 1.73%; with calls as JSON 1.48 / 1.20%, within 2%
-0.58 / 0.61; the pieces alone (3-token frame, JSON calls) 1.86 / 1.79%. Not adopted: the
-structured-output schema counted in pieces too (its 120-token instruction was measured with the
-schema at 1.18): 1.43 / 1.48%. Mirascope's median moves 1.42 -> 1.76% (its schema-in-prompt
-and structured-output records sit 2-6% under), every other repository's improves.
+letters-only token costs the pieces Claude's vocabulary splits it into, an underscore and
+letters (``"_error"``) one more for the underscore, every other token one), plus `split_pieces`:
+a newline after punctuation or spaces (o200k ``".\n"``, ``"{\n"``; Claude ``"."``, ``"\n"``, the
+seam Gemini splits too) and a space after a digit before a word or a sign (o200k ``" and"``, ``"
++"``; Claude ``" "``, ``"+"``). The per-token table comes from ctok's reconstruction of Claude's
+vocabulary (MIT License, Copyright (c) 2026 Sander Land), each o200k token counted alone, built
+offline once: nothing of ctok runs at estimate time. No ratio is fitted: on the dev set's texts,
+against ctok, the summed absolute error of the text counts falls from 8,102 (o200k x 1.18) to
+1,895 Claude tokens. Two framing facts the 1.18 overcount had hidden come with it: a one-message
+request is framed by 7 tokens (ctok's single-message frame, and what single-turn text-only
+requests show once their text is right), so ``REQUEST_OVERHEAD`` is 4, not 3; and a replayed
+``tool_use`` is billed as Claude's tool-use format shows a call, an ``<invoke name=...>``
+element holding one ``<parameter name=...>`` element per argument (string values bare, others as
+JSON), not as JSON: on requests recorded one call/result pair apart, the pair's reported cost
+minus the estimate's went from +8 (median; 17 of 53 pairs within 5, 4 repositories) to -2 (25 of
+53 within 5). The newer tokenizer (Opus 4.7 and later) keeps its 1.35 on the piece count.
+Anthropic (halves): median 1.60 / 1.74% -> 1.19 / 1.26%, p90 10.2 / 10.2% -> 7.1 / 6.7%, within
+2% 0.54 / 0.56 -> 0.64 / 0.64; no tools median 3.24 -> 1.94%, p90 14.9 -> 6.2% (the
+repeated-word prompts, 40% under or 18% over before, now exact); 82 records closer and 54
+further in one half, 78 and 43 in the other. The three go together: without the split pieces
+median 1.64 / 1.39%, p90 11.3 / 10.0%; with a 3-token frame 1.33 / 1.73%; with calls as JSON
+1.48 / 1.20%, within 2% 0.58 / 0.61; the pieces alone (3-token frame, JSON calls) 1.86 / 1.79%.
+Not adopted: the structured-output schema counted in pieces too (its 120-token instruction was
+measured with the schema at 1.18): 1.43 / 1.48%. Mirascope's median moves 1.42 -> 1.76% (its
+schema-in-prompt and structured-output records sit 2-6% under), every other repository's
+improves.
 
 Round three, third pass, not adopted: the structured-output schema at the tool-JSON ratio
 (its 120-token instruction unchanged): median 1.60 / 1.74% -> 1.88 / 1.79% (halves), the
