@@ -88,8 +88,8 @@ So text is now its o200k tokens weighed one by one (`claude_pieces`, `PIECES_FIL
 letters-only token costs the pieces Claude's vocabulary splits it into, an underscore and
 letters (``"_error"``) one more for the underscore, every other token one), plus `split_pieces`:
 a newline after punctuation or spaces (o200k ``".\n"``, ``"{\n"``; Claude ``"."``, ``"\n"``, the
-seam Gemini splits too) and a space after a digit before a word or a sign (o200k ``" and"``, ``"
-+"``; Claude ``" "``, ``"+"``). The per-token table comes from ctok's reconstruction of Claude's
+seam Gemini splits too) and a space after a digit before a word or a sign (o200k ``" and"``,
+``" +"``; Claude ``" "``, ``"+"``). The per-token table comes from ctok's reconstruction of Claude's
 vocabulary (MIT License, Copyright (c) 2026 Sander Land), each o200k token counted alone, built
 offline once: nothing of ctok runs at estimate time. No ratio is fitted: on the dev set's texts,
 against ctok, the summed absolute error of the text counts falls from 8,102 (o200k x 1.18) to
