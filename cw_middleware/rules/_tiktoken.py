@@ -315,23 +315,27 @@ SHORT_TEXT = 64  # roles, names, recipients, separators: counted once, not once 
 MAX_SHORT = 4096  # short texts memoised per encoding
 
 
-def counter(encoding_name: str) -> Callable[[str], int]:
+def counter(encoding_name: str, weights: Optional[Callable[[], bytes]] = None, weights_name: str = "") -> Callable[[str], int]:
     """Token count of a text; the encoding is looked up on first use, so making rules never loads it.
 
     Short framing strings recur in every message, so they are memoised (a plain dict of
     str -> int, cleared when full: no per-entry objects for the collector to walk); long
-    texts are cached by the estimator (keyed by hash, holding no text).
+    texts are cached by the estimator (keyed by hash, holding no text). With ``weights`` (a
+    loader of one byte per token id, named ``weights_name``) a text counts the sum of its
+    tokens' weights instead of their number; the table is loaded on first use too.
     """
     state = _state()
-    made = state.counters.get(encoding_name)
+    key = f"{encoding_name}:{weights_name}" if weights is not None else encoding_name
+    made = state.counters.get(key)
     if made is not None:
         return made
     encode: Optional[Callable[[str], list[int]]] = None
+    table: Optional[bytes] = None
     short: dict[str, int] = {}
     local = state.local
 
     def count(text: str) -> int:
-        nonlocal encode
+        nonlocal encode, table
         if len(text) <= SHORT_TEXT:
             tokens = short.get(text)
             if tokens is not None:
@@ -343,11 +347,16 @@ def counter(encoding_name: str) -> Callable[[str], int]:
             budget[0] -= len(text)
             if budget[0] < 0:
                 raise OverBudget()
-        tokens = len(encode(text))
+        if weights is None:
+            tokens = len(encode(text))
+        else:
+            if table is None:
+                table = weights()
+            tokens = sum(map(table.__getitem__, encode(text)))
         if len(text) <= SHORT_TEXT:
             if len(short) >= MAX_SHORT:
                 short.clear()
             short[text] = tokens
         return tokens
 
-    return state.counters.setdefault(encoding_name, count)
+    return state.counters.setdefault(key, count)

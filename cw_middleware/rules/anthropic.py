@@ -1,9 +1,9 @@
-"""Anthropic: no public tokenizer; a scaled o200k count plus the documented hidden prompts.
+"""Anthropic: no public tokenizer; o200k tokens weighed in Claude pieces plus the documented hidden prompts.
 
 Calibration (dev set ``gt_dev.jsonl``, clean records, see benchmarks/accuracy.py):
 Claude's tokenizer (Claude 3 to Opus 4.6) splits English prose, code and JSON into
-~18% more pieces than o200k_base, so text (and tool-definition JSON) is
-``ceil(o200k * TEXT_SCALE)``.
+~18% more pieces than o200k_base on average; JSON (tool definitions, the structured-output
+schema) is still ``ceil(o200k * scale)``, and text is counted in Claude pieces (round four, below).
 Framing follows the turn layout Claude models read: the system prompt sits
 before the first turn with no header of its own (``SYSTEM_FRAMING`` 0), every
 user/assistant turn opens with a "Human:"/"Assistant:"-style
@@ -67,7 +67,8 @@ on the dev set's texts. Those families scale text and tool JSON by a further
 Tokenizer: ctok (PyPI, MIT), an offline reconstruction of Claude's tokenizer,
 puts 95 of 98 text-only dev requests within a token of the reported count where
 o200k x 1.18 is off by up to ~10%; it needs Python 3.12 (this package supports 3.11) and is
-pure Python (~150 KB of text a second), so it is not used: see docs/accuracy.md.
+pure Python (~150 KB of text a second), so it is not run: see docs/accuracy.md (round four
+takes a per-token table from it, offline, below).
 
 The no-tool tail (round three, second pass): it is the tokenizer, not framing. No
 clean record carries a document block, and the thinking records sit within
@@ -79,6 +80,37 @@ repositories): the ``ceil`` of a scaled short text. Rounding every text instead 
 taking its ceiling (the scale unchanged) trades that for the median: p90 10.2 / 10.2%
 -> 9.8 / 8.4% but median 1.96 / 2.16% -> 2.49 / 2.59% and within 2% 0.50 / 0.48 ->
 0.46 / 0.41 (halves), 20 records into 2% and 36 out; not adopted.
+
+Round four: text in Claude pieces, the request's frame, replayed calls as Claude shows them.
+The 1.18 average hid where the two vocabularies differ: a common word is one piece in both, a
+rarer one ("farewell") two or three in Claude's, and Claude keeps apart some seams o200k glues.
+So text is now its o200k tokens weighed one by one (`claude_pieces`, `PIECES_FILE`: a
+letters-only token costs the pieces Claude's vocabulary splits it into, an underscore and
+letters (``"_error"``) one more for the underscore, every other token one), plus `split_pieces`:
+a newline after punctuation or spaces (o200k ``".\n"``, ``"{\n"``; Claude ``"."``, ``"\n"``, the
+seam Gemini splits too) and a space after a digit before a word or a sign (o200k ``" and"``,
+``" +"``; Claude ``" "``, ``"+"``). The per-token table comes from ctok's reconstruction of Claude's
+vocabulary (MIT License, Copyright (c) 2026 Sander Land), each o200k token counted alone, built
+offline once: nothing of ctok runs at estimate time. No ratio is fitted: on the dev set's texts,
+against ctok, the summed absolute error of the text counts falls from 8,102 (o200k x 1.18) to
+1,895 Claude tokens. Two framing facts the 1.18 overcount had hidden come with it: a one-message
+request is framed by 7 tokens (ctok's single-message frame, and what single-turn text-only
+requests show once their text is right), so ``REQUEST_OVERHEAD`` is 4, not 3; and a replayed
+``tool_use`` is billed as Claude's tool-use format shows a call, an ``<invoke name=...>``
+element holding one ``<parameter name=...>`` element per argument (string values bare, others as
+JSON), not as JSON: on requests recorded one call/result pair apart, the pair's reported cost
+minus the estimate's went from +8 (median; 17 of 53 pairs within 5, 4 repositories) to -2 (25 of
+53 within 5). The newer tokenizer (Opus 4.7 and later) keeps its 1.35 on the piece count.
+Anthropic (halves): median 1.60 / 1.74% -> 1.19 / 1.26%, p90 10.2 / 10.2% -> 7.1 / 6.7%, within
+2% 0.54 / 0.56 -> 0.64 / 0.64; no tools median 3.24 -> 1.94%, p90 14.9 -> 6.2% (the
+repeated-word prompts, 40% under or 18% over before, now exact); 82 records closer and 54
+further in one half, 78 and 43 in the other. The three go together: without the split pieces
+median 1.64 / 1.39%, p90 11.3 / 10.0%; with a 3-token frame 1.33 / 1.73%; with calls as JSON
+1.48 / 1.20%, within 2% 0.58 / 0.61; the pieces alone (3-token frame, JSON calls) 1.86 / 1.79%.
+Not adopted: the structured-output schema counted in pieces too (its 120-token instruction was
+measured with the schema at 1.18): 1.43 / 1.48%. Mirascope's median moves 1.42 -> 1.76% (its
+schema-in-prompt and structured-output records sit 2-6% under), every other repository's
+improves.
 
 Round three, third pass, not adopted: the structured-output schema at the tool-JSON ratio
 (its 120-token instruction unchanged): median 1.60 / 1.74% -> 1.88 / 1.79% (halves), the
@@ -92,15 +124,24 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import re
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from ._tiktoken import counter
 from .protocol import PromptAdditions
 
-TEXT_SCALE = 1.18
+TEXT_SCALE = 1.18  # Claude tokens per o200k token of JSON outside tool definitions (the structured-output schema)
+# Claude pieces per o200k token (one byte per token id): a letters-only token (" word", "Word") costs the pieces
+# Claude's vocabulary splits it into (ctok's reconstruction of it), every other token one piece.
+PIECES_FILE = "claude_pieces.zlib"
+# Where Claude keeps apart what o200k glues: a newline after punctuation or spaces (".\n", "{\n", ":\n"),
+# and a space after a digit before a word or a sign ("1 and", "2 + 2": o200k " and", " +"; Claude " ", "and").
+_SPLIT = re.compile(r"[^\s\w]\n|[^\S\n]\n|(?<=\d) (?=[^\s\d])")
 # Claude tokens per o200k token of a tool definition's JSON: JSON splits closer to o200k than prose
 # (ctok, offline, on the dev set's tool definitions as listed below: 1.092 overall, 1.06 the median tool).
 TOOL_SCALE = 1.09
@@ -111,7 +152,7 @@ NEW_TOKENIZER_SCALE = 1.35
 _NEW_TOKENIZER_FAMILIES = ("claude-opus-4-7", "claude-opus-4-8", "claude-opus-4-9", "claude-opus-5", "claude-sonnet-5")
 MESSAGE_FRAMING = 3
 SYSTEM_FRAMING = 0
-REQUEST_OVERHEAD = 3
+REQUEST_OVERHEAD = 4
 STRUCTURED_OUTPUT_PROMPT = 120
 # Extended thinking (``thinking={"type": "enabled", ...}``) adds a fixed hidden instruction, in Claude tokens.
 THINKING_PROMPT = 28
@@ -176,21 +217,58 @@ def _scaled(count: Callable[[str], int], scale: float) -> Callable[[str], int]:
     return lambda text: math.ceil(count(text) * scale) if text else 0
 
 
+@lru_cache(maxsize=1)
+def claude_pieces() -> bytes:
+    """Claude pieces per o200k token id (`PIECES_FILE`, shipped with the package)."""
+    return zlib.decompress(Path(__file__).with_name(PIECES_FILE).read_bytes())
+
+
+def split_pieces(value: str) -> int:
+    """Pieces Claude keeps apart where o200k glues them: a newline after punctuation or spaces, a space after a digit."""
+    return len(_SPLIT.findall(value))
+
+
+def _pieces(count: Callable[[str], int], scale: float) -> Callable[[str], int]:
+    """Claude's count of a text: its o200k tokens weighted by `claude_pieces`, plus `split_pieces`."""
+    if scale == 1:
+        return lambda text: count(text) + split_pieces(text) if text else 0
+    return lambda text: math.ceil((count(text) + split_pieces(text)) * scale) if text else 0
+
+
+def _invoke(name: str, arguments: Any) -> str:
+    """A replayed call as Claude's tool-use format shows it: an invoke element with one parameter element per argument."""
+    try:
+        args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        args = None
+    if not isinstance(args, Mapping):  # not an object: its text as it came
+        return f'<invoke name="{name}">{arguments if isinstance(arguments, str) else json.dumps(arguments)}</invoke>'
+    params = "".join(
+        f'<parameter name="{key}">{value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}</parameter>'
+        for key, value in args.items()
+    )
+    return f'<invoke name="{name}">{params}</invoke>'
+
+
 @dataclass(frozen=True)
 class AnthropicRules(PromptAdditions):
     tool_prompt: int = TOOL_PROMPT_DEFAULT[0]  # tool_choice auto / none (or absent)
     forced_tool_prompt: int = TOOL_PROMPT_DEFAULT[1]  # tool_choice any / a named tool
     structured_output_as_tool: bool = False  # LiteLLM sends response_format as a forced json_tool_call tool
-    name: str = "anthropic:o200k_x1.18"
+    name: str = "anthropic:pieces_x1"
     provider: str = "anthropic"
     exact: bool = False
-    scale: float = TEXT_SCALE  # Claude tokens per o200k token of prose
+    piece_scale: float = 1.0  # Claude tokens per piece (`claude_pieces`): more on the newer tokenizer
+    scale: float = TEXT_SCALE  # Claude tokens per o200k token of the structured-output schema's JSON
     tool_scale: float = TOOL_SCALE  # ... and of a tool definition's JSON
     text: Callable[[str], int] = field(init=False, repr=False, compare=False)
     _raw: Callable[[str], int] = field(default_factory=lambda: counter("o200k_base"), repr=False, compare=False)
+    _weighted: Callable[[str], int] = field(
+        default_factory=lambda: counter("o200k_base", claude_pieces, "claude_pieces"), repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "text", _scaled(self._raw, self.scale))
+        object.__setattr__(self, "text", _pieces(self._weighted, self.piece_scale))
 
     def message_framing(self, message: Mapping[str, Any]) -> int:
         role = message.get("role")
@@ -204,8 +282,7 @@ class AnthropicRules(PromptAdditions):
         total = 0
         for call in tool_calls:
             fn = call.get("function") or {}
-            args = fn.get("arguments", "")
-            total += self.text(str(fn.get("name", ""))) + self.text(args if isinstance(args, str) else json.dumps(args))
+            total += self.text(_invoke(str(fn.get("name", "")), fn.get("arguments", "")))
             total += self.text(str(call.get("id") or ""))  # a tool_use block carries its id
         return total
 
@@ -238,7 +315,7 @@ class AnthropicRules(PromptAdditions):
         if self.structured_output_as_tool:  # the forced tool's prompt (as if no other tools) and its definition
             tool = {"name": "json_tool_call", "input_schema": {"type": "object", **schema}}
             return self.forced_tool_prompt + self.tool_definition(tool)
-        return STRUCTURED_OUTPUT_PROMPT + self.text(json.dumps(schema, ensure_ascii=False))
+        return STRUCTURED_OUTPUT_PROMPT + math.ceil(self._raw(json.dumps(schema, ensure_ascii=False)) * self.scale)
 
     def request_overhead(self, n_messages: int) -> int:
         return REQUEST_OVERHEAD
@@ -273,15 +350,17 @@ def rules(model: str) -> AnthropicRules:
     auto, forced = tool_prompt_tokens(model)
     name = _bare(model)
     newer = name.startswith(_NEW_TOKENIZER_FAMILIES)
+    piece_scale = NEW_TOKENIZER_SCALE if newer else 1.0
     scale = round(TEXT_SCALE * NEW_TOKENIZER_SCALE, 3) if newer else TEXT_SCALE
     tool_scale = round(TOOL_SCALE * NEW_TOKENIZER_SCALE, 3) if newer else TOOL_SCALE
     # The name keys the estimator's text and tool-count caches: families with different hidden
     # tool prompts or tokenizers must not share a count.
     as_tool = name.startswith(_TOOL_STRUCTURED_OUTPUT_FAMILIES)
-    label = f"anthropic:o200k_x{scale}:tp{auto}-{forced}{':so-tool' * as_tool}"
+    label = f"anthropic:pieces_x{piece_scale}:tp{auto}-{forced}{':so-tool' * as_tool}"
     return AnthropicRules(
         tool_prompt=auto,
         forced_tool_prompt=forced,
+        piece_scale=piece_scale,
         scale=scale,
         tool_scale=tool_scale,
         name=label,

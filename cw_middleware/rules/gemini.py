@@ -78,6 +78,25 @@ Gemini API. Gemini 2.5 bills little of it (0.01 token a character for 2.5 Pro,
 message carries one there, it is counted for the Gemini API (see `tool_calls`).
 Replayed ``thought`` parts are billed as text.
 
+Round four: on the Gemini API the 2.5 and later models (those that render declarations as
+JSON) bill a replayed function call, with its response, ``CALL_RENDERING`` (18) tokens beyond
+its text values; a billed thought signature stands in for that rendering up to its size, not on
+top of it (`GeminiRules.tool_calls`: the larger of the two). Evidence, on requests recorded one
+call/response pair apart in the same conversation (the difference of the reported counts is the
+pair's cost): on 2.5 Flash and 2.5 Pro a pair with string arguments sat 18-23 tokens (median 19)
+over its text values and two Content markers, whatever its signature's length (unbilled on 2.5)
+and with none (11 pairs, 4 repositories; numeric arguments, not text values, 22-25 in 3 pairs of
+2 more; 2 parallel calls 44); on 2.0 the same pairs sit within 2 (no
+rendering) and on Vertex AI within 2 (Gemini 3). Gemini 3 calls with a real signature fit the
+0.2-token-a-character rate alone (single-call pairs +2 on average), but calls without a
+signature, or with the documented validator-skip placeholder (44 characters: 8 tokens at that
+rate), sat 10-11 tokens under per call (4 cross-provider replays, 3-4 calls each): ~18 a call,
+as on 2.5, which also accounts for the -14 intercept the slope fit over long signatures found
+(round three, third pass). Gemini (halves): median 2.04 / 4.48% -> 1.96 / 3.61%, p90
+16.9 / 16.5% -> 13.5 / 16.5%, within 2% 0.50 / 0.39 -> 0.51 / 0.45; 13 records closer and 4
+further in one half, 12 and 3 in the other (the further ones: 2.5 declarations already over,
+a parallel call beside a real signature).
+
 Searched in round three's second pass and not adopted (function declarations on the
 Gemini API, 2.5 and later): the declaration's JSON with compact separators matches
 flat declarations on Gemini 3 exactly (a parameterless one bills 4 tokens under the
@@ -118,6 +137,8 @@ _MERGED_NEWLINE = re.compile(r"[^\s\w]\n|[^\S\n]\n")
 CONTENT_MARKER = 1
 # 2.0 (and older) on the Gemini API: a declaration bills 2 tokens over its text values (not on Vertex AI).
 TEXT_VALUE_DECLARATION_EXTRA = 2
+# 2.5+ on the Gemini API: tokens a replayed function call (with its response) bills beyond its text values.
+CALL_RENDERING = 18
 # 2.5+: the declaration's JSON (o200k, default separators) without these annotations.
 _DROPPED_SCHEMA_KEYS = frozenset({"additionalProperties", "title", "$defs", "definitions", "$schema"})
 _MAX_REF_DEPTH = 6
@@ -247,6 +268,7 @@ class GeminiRules(PromptAdditions):
     content_markers: bool = True  # 2.5 and later: one token per Content
     bills_signatures: bool = True  # the Gemini API does; Vertex AI does not
     declaration_extra: int = 0  # 2.0 on the Gemini API: tokens a text-value declaration bills over its texts
+    call_rendering: int = 0  # 2.5+ on the Gemini API: tokens a replayed call bills beyond its texts (a signature's included)
     name: str = f"gemini:o200k_x{TEXT_SCALE}r"
     provider: str = "gemini"
     exact: bool = False
@@ -268,9 +290,9 @@ class GeminiRules(PromptAdditions):
             fn = call.get("function") or {}
             texts = [str(fn.get("name", ""))]
             _value_texts(_parse(fn.get("arguments", "")), texts)
-            total += self._pieces(texts)
-            if self.bills_signatures:
-                total += _signature_tokens(call)
+            # A billed signature stands in for the call's rendering up to that rendering's size, not on top of it.
+            signature = _signature_tokens(call) if self.bills_signatures else 0
+            total += self._pieces(texts) + max(self.call_rendering, signature)
         return total
 
     def tool_definition(self, tool: Mapping[str, Any]) -> int:
@@ -322,6 +344,7 @@ def rules(model: str, vertex: bool = False) -> GeminiRules:
         content_markers=content_markers,
         bills_signatures=bills_signatures,
         declaration_extra=declaration_extra,
+        call_rendering=CALL_RENDERING if json_declarations else 0,
         name=(
             f"gemini:o200k_x{TEXT_SCALE}:{style}{f'+{declaration_extra}' * bool(declaration_extra)}"
             f"{':markers' * content_markers}{':signatures' * bills_signatures}"

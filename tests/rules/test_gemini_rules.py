@@ -1,0 +1,38 @@
+"""Gemini's counting rules checked against counts derived by hand from the rule and an o200k count."""
+
+import base64
+
+from cw_middleware.rules import rules_for
+
+
+def _call(arguments: str, signature: str = "") -> dict:
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    if signature:
+        call["provider_specific_fields"] = {"thought_signature": signature}
+    return call
+
+
+def test_a_replayed_call_bills_its_rendering_on_the_gemini_api_from_2_5_on():
+    # Text values: "get_weather" (2 o200k tokens: "get", "_weather"), "city" (1), "Paris" (1) = 4.
+    call = _call('{"city": "Paris"}')
+    assert rules_for("gemini/gemini-2.5-flash").tool_calls([call]) == 4 + 18
+    assert rules_for("gemini/gemini-2.5-pro").tool_calls([call]) == 4 + 18
+    assert rules_for("gemini/gemini-3-flash-preview").tool_calls([call]) == 4 + 18  # no signature: the rendering
+    # 2.0 and Vertex AI count the text values only (Google's SDK accumulator).
+    assert rules_for("gemini/gemini-2.0-flash").tool_calls([call]) == 4
+    assert rules_for("vertex_ai/gemini-2.5-flash").tool_calls([call]) == 4
+    assert rules_for("vertex_ai/gemini-3-flash-preview").tool_calls([call]) == 4
+
+
+def test_a_gemini_3_signature_stands_in_for_the_rendering_up_to_its_size():
+    call = '{"city": "Paris"}'
+    # The documented placeholder that skips signature validation: 44 base64 characters, 8 tokens
+    # at 5 characters a token, under the 18-token rendering, which is billed instead.
+    placeholder = base64.b64encode(b"skip_thought_signature_validator").decode()
+    assert len(placeholder) == 44
+    gemini_3 = rules_for("gemini/gemini-3-flash-preview")
+    assert gemini_3.tool_calls([_call(call, placeholder)]) == 4 + 18
+    # A real signature of 2,400 characters: 480 tokens, which include the rendering.
+    assert gemini_3.tool_calls([_call(call, "Q2lJQk" * 400)]) == 4 + 480
+    # 2.5 does not bill the signature: the rendering alone, signed or not.
+    assert rules_for("gemini/gemini-2.5-flash").tool_calls([_call(call, "Q2lJQk" * 400)]) == 4 + 18
