@@ -89,7 +89,10 @@ def compact(snapshot: Snapshot, parts: Optional[SnapshotParts] = None) -> Compac
             for u in snapshot.unused_tools
         )
     )
-    return head + (len(snapshot.tools),) + per_category + codes + details + tools + unused + _compact_stage(snapshot)
+    # A call's snapshots, and its stage's, share their totals while they are unchanged (stage_ledger.py).
+    stage = [snapshot.stage_totals, snapshot.compaction]
+    block = parts.flat("stage", stage, _compact_stage) if parts is not None else _compact_stage(stage)
+    return head + (len(snapshot.tools),) + per_category + codes + details + tools + unused + block
 
 
 def _flat_details(details: list[DetailItem]) -> tuple[Any, ...]:
@@ -166,15 +169,18 @@ def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
 _STAGE_LEN = 8 + 3 * _N  # the fixed block a compact row ends with: its stage totals and compaction
 
 
-def _compact_stage(snapshot: Snapshot) -> CompactSnapshot:
-    t, c = snapshot.stage_totals, snapshot.compaction
+_NO_TOTALS = CategoryTotals()
+
+
+def _compact_stage(stage: list[Any]) -> CompactSnapshot:
+    """A snapshot's ``[stage_totals, compaction]`` as the fixed block its compact row ends with."""
+    t, c = stage
     marker = (c.before_tokens, c.after_tokens) if c is not None else (None, None)
     if t is None:
         return (False, None, None, None, None, None, *marker) + (None,) * (3 * _N)
     head = (True, t.calls, t.input_tokens, t.input_cost, t.peak_usage_percent, t.compactions, *marker)
-    empty = CategoryTotals()
     per = tuple(
-        x for cat in CATEGORIES for ct in (t.by_category.get(cat, empty),) for x in (ct.tokens, ct.cost, ct.cached_tokens)
+        x for cat in CATEGORIES for ct in (t.by_category.get(cat, _NO_TOTALS),) for x in (ct.tokens, ct.cost, ct.cached_tokens)
     )
     return head + per
 

@@ -23,6 +23,7 @@ one lock, on the call path: a few dictionary updates per snapshot.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -95,6 +96,11 @@ class Ledger:
     conversation: int = 0
     compactions: int = 0
     marker: Optional[Compaction] = None
+    # What `totals` and `unused` made last, and from what: a call's next snapshot with the same numbers (a
+    # mock or a response without usage republishes its local estimate) gets the same parts back.
+    _made_totals: tuple[tuple[object, ...], Optional[StageTotals]] = ((), None)
+    _made_unused: tuple[tuple[object, ...], list[UnusedTool]] = ((), [])
+    _definitions_changed: int = 0  # bumped whenever definition_tokens or definition_requests change
 
     def add(
         self,
@@ -110,10 +116,11 @@ class Ledger:
             self.calls += 1
             for name, _ in new.definitions:
                 self.definition_requests[name] = self.definition_requests.get(name, 0) + 1
-        # A call's next snapshot with the same definitions (the same rows) takes out what it puts back.
-        same = old is not None and old.definitions is new.definitions
-        self._move(old, -1, same)
-        self._move(new, +1, same)
+        if old != new:  # a call's next snapshot with the same numbers changes nothing
+            # ... and one with the same definitions (the same rows) takes out what it puts back.
+            same = old is not None and old.definitions is new.definitions
+            self._move(old, -1, same)
+            self._move(new, +1, same)
         self.open_calls[call_seq] = new
         while len(self.open_calls) > MAX_OPEN_CALLS:
             self.open_calls.popitem(last=False)  # its numbers stay in the totals; a later change is not subtracted
@@ -135,8 +142,9 @@ class Ledger:
             cost = part.costs[i]
             if cost is not None:
                 self.costs[i] += sign * cost
-        if same_definitions:
+        if same_definitions or not part.definitions:
             return
+        self._definitions_changed += 1  # definition_requests move with a new call, which moves these too
         for name, tokens in part.definitions:
             self.definition_tokens[name] = self.definition_tokens.get(name, 0) + sign * tokens
 
@@ -168,6 +176,16 @@ class Ledger:
         self.conversation = conversation
 
     def totals(self) -> StageTotals:
+        key: tuple[object, ...] = (self.calls, self.input_tokens, self.input_cost, self.priced_calls, self.peak_usage_percent)
+        key += (self.compactions, *self.tokens, *self.costs, *self.cached)
+        made_key, made = self._made_totals
+        if made is not None and made_key == key:
+            return made
+        made = self._totals()
+        self._made_totals = (key, made)
+        return made
+
+    def _totals(self) -> StageTotals:
         priced = self.priced_calls > 0
         by_category = {
             c: trusted(
@@ -200,7 +218,20 @@ class Ledger:
         return out
 
     def unused(self, rows: list[ToolItem]) -> list[UnusedTool]:
-        """The tools of these rows the stage never called, with their definitions' tokens over the stage's requests."""
+        """The tools of these rows the stage never called, with their definitions' tokens over the stage's requests.
+
+        The rows are shared from snapshot to snapshot (snapshot.py): while they and the definitions' numbers
+        stay, so does the list (each snapshot gets a copy of its own).
+        """
+        key = (self._definitions_changed, *rows)
+        made_key, made = self._made_unused
+        if len(made_key) == len(key) and made_key[0] == key[0] and all(map(operator.is_, made_key[1:], rows)):
+            return list(made)
+        made = self._unused(rows)
+        self._made_unused = (key, made)
+        return list(made)
+
+    def _unused(self, rows: list[ToolItem]) -> list[UnusedTool]:
         return [
             unused_tool(
                 t.name,

@@ -85,6 +85,36 @@ def test_invocations_over_the_stage_survive_a_compaction_which_is_marked(runtime
     assert unused.stage_definition_tokens == sum({t.name: t for t in f.tools}["never_used"].definition_tokens for f in finals)
 
 
+def test_a_calls_republished_snapshot_carries_the_same_stage_numbers_and_the_next_call_moves_them(runtime):
+    # A mocked call publishes its local estimate twice (at the request, then at the end with
+    # mock_usage_not_reconciled): the second is the same numbers, and the stage's parts made for the
+    # first are handed out again; the next call must still move every one of them.
+    _agent_stage("agent@2", turns=3)
+    snaps = [s for s in cw.snapshots() if s.stage_id == "agent@2"]
+    assert len(snaps) == 8
+    for n, (first, second) in enumerate(zip(snaps[::2], snaps[1::2]), start=1):
+        assert first.stage_totals == second.stage_totals
+        assert first.stage_totals.calls == n
+        never = [{u.name: u for u in s.unused_tools}["never_used"] for s in (first, second)]
+        assert [u.requests for u in never] == [n, n]
+        assert [u.stage_definition_tokens for u in never] == [n * never[0].definition_tokens] * 2
+        assert "mock_usage_not_reconciled" in {w.code for w in second.warnings}
+    totals = [s.stage_totals.input_tokens for s in snaps[1::2]]
+    assert totals == sorted(set(totals))  # each call adds its own input: strictly growing
+
+
+def test_the_same_request_again_counts_its_definitions_once_more(runtime):
+    # Identical requests give identical tool rows: the unused definitions' price over the stage still grows.
+    messages = [{"role": "user", "content": "Again."}]
+    with cw.stage(RUN, "agent@3"):
+        for _ in range(3):
+            cw.completion(model="gpt-4o", messages=messages, tools=TOOLS, mock_response="ok")
+    snaps = [s for s in cw.snapshots() if s.stage_id == "agent@3"]
+    never = [{u.name: u for u in s.unused_tools}["never_used"] for s in snaps]
+    assert [u.requests for u in never] == [1, 1, 2, 2, 3, 3]
+    assert [u.stage_definition_tokens for u in never] == [u.requests * u.definition_tokens for u in never]
+
+
 def test_every_trace_reader_gives_totals_history_and_summary(tmp_path):
     path = str(tmp_path / "t.jsonl")
     with exported_to(path) as rt:
