@@ -6,6 +6,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+import litellm
 import tiktoken
 from providers import provider  # noqa: F401 - the fixture
 
@@ -218,6 +219,40 @@ def test_a_message_edited_in_place_is_recounted(monkeypatch):
     msgs[1]["content"] = "truncated"  # compaction that rewrites an old tool result in place
     after = est.estimate("m", msgs).total
     assert before - after == 7
+
+
+def test_the_prefix_check_sees_what_comparing_each_message_sees(monkeypatch):
+    # The per-call check reads the counted copies as one flat list of keys and values: every case
+    # where that list could agree while the messages differ, or differ while they agree, must give
+    # what a from-scratch count gives.
+    rules = CountingRules()
+    use_rules(monkeypatch, rules)
+    est = Estimator()
+
+    def same_as_scratch(request):
+        assert est.estimate("m", request).by_source == Estimator().estimate("m", request).by_source
+
+    parts = [{"type": "text", "text": "one two three"}, {"type": "text", "text": "four five"}]
+    base = [
+        {"role": "system", "content": "rules here", "name": "ann lee"},
+        {"role": "user", "content": parts},
+        {"role": "user", "content": "b c"},
+    ]
+    same_as_scratch(base)
+    # a key and value moved across a message boundary, out of the system prompt: the flat lists are equal,
+    # the key counts not
+    moved = [{"role": "system", "content": "rules here"}, {"name": "ann lee", "role": "user", "content": parts}, base[2]]
+    same_as_scratch(moved)
+    # the same messages with their keys in another order
+    same_as_scratch([{"content": m["content"], "role": m["role"], **({"name": m["name"]} if "name" in m else {})} for m in base])
+    # a nested part edited in place: the copies hold their own parts
+    same_as_scratch(base)
+    parts[1]["text"] = "four five six seven"
+    same_as_scratch(base)
+    # a response object in the history (no flat list for the caller's side), then plain dicts again
+    reply = litellm.ModelResponse(choices=[{"message": {"role": "assistant", "content": "done and dusted"}}]).choices[0].message
+    same_as_scratch([*base, reply])
+    same_as_scratch([*base, {"role": "assistant", "content": "done and dusted"}])
 
 
 def test_caches_are_bounded(monkeypatch):
