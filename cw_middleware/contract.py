@@ -391,6 +391,11 @@ class StageContextWindow(_Frozen):
         )
 
 
+def never_called(row: ToolItem) -> bool:
+    """A defined tool's row that no call invoked: an unused definition (the folded row stands for others)."""
+    return not row.invocations and bool(row.definition_tokens) and not row.folded
+
+
 def unused_in(tools: list[ToolItem]) -> list[UnusedTool]:
     """The unused definitions of one request's rows, as a stage of that one request has them."""
     return [
@@ -403,5 +408,5 @@ def unused_in(tools: list[ToolItem]) -> list[UnusedTool]:
             requests=1,
         )
         for t in tools
-        if not t.invocations and t.definition_tokens and not t.folded
+        if never_called(t)
     ]

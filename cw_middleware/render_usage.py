@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Union
 
-from .contract import CATEGORIES, HistoryPoint, RunReport, Snapshot, StageContextWindow, StageTotals
+from .contract import CATEGORIES, HistoryPoint, RunReport, Snapshot, StageContextWindow, StageTotals, never_called
 from .formats import format_tokens as _fmt
 from .formats import format_usd
 
@@ -38,7 +38,7 @@ def usage_lines(view: Union[Snapshot, StageContextWindow], top_tools: int = 20) 
             if t.folded:
                 name, source = f"(+{t.folded} more tools)", ""
             else:
-                name = t.name + ("  (unused)" if not t.invocations and t.definition_tokens else "")
+                name = t.name + ("  (unused)" if never_called(t) else "")
                 source = f"{t.category.value if t.category else ''}/{t.source or ''}"
             lines.append(
                 f"    {name:<30} {source:<20} {_fmt(t.definition_tokens):>9} {_fmt(t.result_tokens):>9} {t.invocations:>8}x"

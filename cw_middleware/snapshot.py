@@ -38,6 +38,7 @@ from .contract import (
     ToolItem,
     UnusedTool,
     WarningCode,
+    never_called,
 )
 from .cost import CURRENCY, Prices, request_cost
 from .reconcile import reconcile_with_prefix
@@ -248,31 +249,21 @@ def _tool_part(
     are made once per ToolUse and these parts (issue 21: ~40 us a snapshot for 30 tools), and each
     snapshot gets lists of its own.
     """
-    if scale is None and not calls:
-        key = (_tool_part, max_tools, parts)
-        made = tools.memo.get(key)
-        if made is None:
-            made = tools.memo[key] = _made_tool_part(tools, None, max_tools, None, parts)
-    else:
-        made = _made_tool_part(tools, scale, max_tools, calls, parts)
+    as_counted = scale is None and not calls
+    key = (_tool_part, max_tools, parts)
+    made = tools.memo.get(key) if as_counted else None
+    if made is None:
+        found = tool_rows(tools, scale, max_tools, calls, parts.tool_item)
+        unused_rows = [
+            unused_tool(t.name, t.category, t.source, t.definition_tokens, t.definition_tokens, 1)
+            for t in found.rows
+            if never_called(t)
+        ]
+        made = (found.rows, unused_rows, found.unused_tokens, found.folded)
+        if as_counted:
+            tools.memo[key] = made
     rows, unused_rows, unused, folded = made
     return list(rows), list(unused_rows), unused, folded
-
-
-def _made_tool_part(
-    tools: ToolUse,
-    scale: Optional[Callable[[tuple[Category, str], int], int]],
-    max_tools: int,
-    calls: Optional[Mapping[str, int]],
-    parts: SnapshotParts,
-) -> tuple[list[ToolItem], list[UnusedTool], int, int]:
-    found = tool_rows(tools, scale, max_tools, calls, parts.tool_item)
-    unused_rows = [
-        unused_tool(t.name, t.category, t.source, t.definition_tokens, t.definition_tokens, 1)
-        for t in found.rows
-        if not t.invocations and t.definition_tokens and not t.folded
-    ]
-    return found.rows, unused_rows, found.unused_tokens, found.folded
 
 
 def _cost(

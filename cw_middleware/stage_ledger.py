@@ -30,7 +30,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .contract import CATEGORIES, Category, CategoryTotals, Compaction, Snapshot, StageTotals, ToolItem, UnusedTool
+from .contract import (
+    CATEGORIES,
+    Category,
+    CategoryTotals,
+    Compaction,
+    Snapshot,
+    StageTotals,
+    ToolItem,
+    UnusedTool,
+    never_called,
+)
 from .snapshot import SnapshotParts, trusted, unused_tool, with_stage
 
 MAX_STAGES = 1024  # stages whose totals are kept (the least recently called one falls out)
@@ -242,7 +252,7 @@ class Ledger:
                 self.definition_requests.get(t.name, 1),
             )
             for t in rows
-            if not t.invocations and t.definition_tokens and not t.folded
+            if never_called(t)
         ]
 
 

@@ -195,8 +195,8 @@ def test_an_unchanged_conversation_and_tool_set_reuse_their_rows_and_a_new_turn_
     from cw_middleware import snapshot as snapshot_module
 
     made = []
-    real = snapshot_module._made_tool_part
-    monkeypatch.setattr(snapshot_module, "_made_tool_part", lambda *a: made.append(1) or real(*a))
+    real = snapshot_module.tool_rows
+    monkeypatch.setattr(snapshot_module, "tool_rows", lambda *a: made.append(1) or real(*a))
     first = cw.estimate(model="gpt-4o", messages=_messages(), tools=TOOLS)
     again = cw.estimate(model="gpt-4o", messages=_messages(), tools=[dict(t) for t in TOOLS])  # fresh dicts, same values
     assert len(made) == 1
