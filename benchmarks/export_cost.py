@@ -141,7 +141,7 @@ def bench_calls(calls: int, mode: str) -> dict[str, Any]:
     async def one(fn: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> None:
         await fn(**kwargs)
 
-    def timed(name: str, loop: asyncio.AbstractEventLoop) -> tuple[float, float]:
+    def timed(name: str, runner: asyncio.Runner) -> tuple[float, float]:
         set_runtime(runtimes[name])
         kwargs = _request(system, turns, tools)
         gc.collect()  # collections land on whichever call allocates: keep them out of every side
@@ -149,7 +149,7 @@ def bench_calls(calls: int, mode: str) -> dict[str, Any]:
         if mode == "sync":
             fns[name](**kwargs)
         else:
-            loop.run_until_complete(one(fns[name], kwargs))
+            runner.run(one(fns[name], kwargs))
         took, took_cpu = time.perf_counter() - start, time.thread_time() - start_cpu
         if name == "file":
             # The export this call caused, on this thread, as CPU time: a wall-clock flush would also wait
@@ -160,17 +160,19 @@ def bench_calls(calls: int, mode: str) -> dict[str, Any]:
             took, took_cpu = took + flush_cpu, took_cpu + flush_cpu
         return took, took_cpu
 
-    loop = asyncio.new_event_loop()
+    # A Runner, not a bare loop: its close cancels LiteLLM's async logging worker, which a closed loop leaves
+    # pending, and whose collection at exit crashed the interpreter (SIGSEGV on CPython 3.11, bare LiteLLM too).
+    runner = asyncio.Runner()
     try:
         for i in range(calls + 3):
             turn = order[i % 3 :] + order[: i % 3]
-            took = {name: timed(name, loop) for name in turn}
+            took = {name: timed(name, runner) for name in turn}
             if i >= 3:  # the first rounds load tokenizers, LiteLLM's lazy imports, the estimator's caches
                 for name, (w, c) in took.items():
                     wall[name].append(w)
                     cpu[name].append(c)
     finally:
-        loop.close()
+        runner.close()
         set_runtime(file_runtime)
         cw.configure(export="none")
     out: dict[str, Any] = {"mode": mode}
