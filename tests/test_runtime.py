@@ -138,3 +138,34 @@ def test_concurrent_first_calls_configure_one_runtime_and_lose_no_stage(tmp_path
     found = [s.stage_id for s in reader.stages("first-use")]
     assert sorted(found) == [f"stage-{i}" for i in range(8)]
     assert all(reader.context_window("first-use", f"stage-{i}").available for i in range(8))
+
+
+_ASYNC_IN_A_RUNNER = r"""
+import asyncio
+import cw_middleware as cw
+
+async def calls():
+    with cw.stage("async-exit", "runner"):
+        for i in range(3):
+            await cw.acompletion(model="gpt-4o", messages=[{"role": "user", "content": f"hello {i}"}], mock_response="ok")
+
+with asyncio.Runner() as runner:
+    runner.run(calls())
+print("returned")
+"""
+
+
+@pytest.mark.system
+def test_async_calls_in_a_runner_exit_cleanly_with_their_snapshots_exported(tmp_path):
+    """docs/troubleshooting.md: a Runner (or asyncio.run) cancels LiteLLM's async logging worker on close; a bare
+    loop closed under it crashed the interpreter at exit on CPython 3.11. Through cw, with the default file export
+    and its exit hook, the process ends with 0 and the calls' snapshots are in the file."""
+    path = tmp_path / "telemetry.jsonl"
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "CW_EXPORT": f"file:{path}", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    proc = subprocess.run([sys.executable, "-c", _ASYNC_IN_A_RUNNER], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "returned"
+    window = cw.reader(f"file:{path}").context_window("async-exit", "runner")
+    assert window.available
+    assert window.stage_totals is not None and window.stage_totals.calls == 3
