@@ -56,6 +56,7 @@ SLICE = {
     "openai-responses-7b9c05ff223f": 2.0,  # the parameters schema's title shown
     "openai-responses-d4229e499d03": 1.5,  # a nested $ref object, not indented
     "openai-responses-08bd5dd388f8": 4.0,  # gpt-5.4 additional_tools item
+    "openai-responses-871a9dcdf229": 2.0,  # gpt-5.4 call into a namespace (its address in the call and result)
     # Anthropic
     "anthropic-count_tokens-a249c13eb2fe": 3,  # one short message
     "anthropic-messages-c3cb451c69ea": 10,  # claude-3-5-sonnet, short

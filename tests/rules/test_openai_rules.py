@@ -294,3 +294,22 @@ def test_responses_follows_the_schema_title_with_an_empty_comment_line():
         "parameters": {**WEATHER["parameters"], "properties": {"city": {"type": "string", "title": "City"}}},
     }
     assert "\n// City\ncity: string," in render_tool(titled_city, responses=True)
+
+
+def test_a_namespaced_responses_call_names_its_namespace_in_the_call_and_in_its_result():
+    def items(**namespace):
+        call = {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}", **namespace}
+        return [*ASK, call, {"type": "function_call_output", "call_id": "c1", "output": "sunny"}]
+
+    # by hand (o200k): the call's recipient " to=functions.weather.get_weather" is 6 tokens (" to", "=", "functions",
+    # ".weather", ".get", "_weather") against 5 without the namespace; the result's header names the same address,
+    # "functions.weather.get_weather" (4: "functions", ".weather", ".get", "_weather") against 3
+    for model in ("openai/gpt-5.4", "openai/gpt-4o"):
+        plain = cw.estimate(model=model, input=items()).tokens("conversation")
+        namespaced = cw.estimate(model=model, input=items(namespace="weather")).tokens("conversation")
+        assert namespaced - plain == (6 - 5) + (4 - 3)
+    # the item reaches the provider as it was written
+    kwargs = {"model": "openai/gpt-5.4", "input": items(namespace="weather")}
+    parsed, estimate = _local_estimate(get_runtime(), RESPONSES, (), kwargs)
+    forward = RESPONSES.forward((), dict(kwargs), parsed, estimate.tagged_messages, "openai")
+    assert forward.kwargs["input"][1]["namespace"] == "weather"
