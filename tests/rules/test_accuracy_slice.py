@@ -78,8 +78,8 @@ SLICE = {
     "gemini-generate_content-e0714436676b": 11,  # 2.0 two declarations
     "gemini-generate_content-2447773db65b": 10,  # 2.0 call + response history
     "gemini-generate_content-8e4ad2cc38f4": 3,  # 2.5 very long declaration (JSON)
-    "gemini-generate_content-18a009f70130": 13,  # 2.5 declaration
-    "gemini-generate_content-a62c240124b5": 14,  # 2.5 declaration + call
+    "gemini-generate_content-18a009f70130": 3,  # 2.5 declaration (compact JSON and its wrapper: 1.4%)
+    "gemini-generate_content-a62c240124b5": 2,  # 2.5 declaration + call (exact)
     "gemini-generate_content-9d3aef845c53": 15,  # 3-flash declaration
     "gemini-generate_content-f67a3fba71ee": 13,  # 3-pro declaration + schema
     "gemini-generate_content-75621352543f": 11,  # Vertex AI 3-flash declaration: text values, no markers (19 tokens: 2 under)
