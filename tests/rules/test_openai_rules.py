@@ -3,7 +3,8 @@
 from pydantic import BaseModel
 
 import cw_middleware as cw
-from cw_middleware.apis.responses import RESPONSES
+from cw_middleware.apis.responses import RESPONSES, item_as_message
+from cw_middleware.count_bodies import to_openai_responses
 from cw_middleware.rules import rules_for
 from cw_middleware.rules.openai import render_tool
 from cw_middleware.wrapper import _local_estimate, get_runtime
@@ -313,3 +314,7 @@ def test_a_namespaced_responses_call_names_its_namespace_in_the_call_and_in_its_
     parsed, estimate = _local_estimate(get_runtime(), RESPONSES, (), kwargs)
     forward = RESPONSES.forward((), dict(kwargs), parsed, estimate.tagged_messages, "openai")
     assert forward.kwargs["input"][1]["namespace"] == "weather"
+    # and the body sent to the provider's input-token count keeps it too
+    messages = [m for m in (item_as_message(i) for i in items(namespace="weather")) if m is not None]
+    body = to_openai_responses("gpt-5.4", messages, [], None)
+    assert [i.get("namespace") for i in body["input"] if i.get("type") == "function_call"] == ["weather"]
