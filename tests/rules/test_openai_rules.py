@@ -318,3 +318,26 @@ def test_a_namespaced_responses_call_names_its_namespace_in_the_call_and_in_its_
     messages = [m for m in (item_as_message(i) for i in items(namespace="weather")) if m is not None]
     body = to_openai_responses("gpt-5.4", messages, [], None)
     assert [i.get("namespace") for i in body["input"] if i.get("type") == "function_call"] == ["weather"]
+
+
+def test_a_schema_section_without_a_system_message_before_it_opens_one_on_chat_completions():
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    system = [{"role": "system", "content": "Be brief."}]
+
+    def added(model, messages, response_format=fmt):
+        with_format = cw.estimate(model=model, messages=messages, response_format=response_format).input_tokens
+        return with_format - cw.estimate(model=model, messages=messages).input_tokens
+
+    # by hand (o200k): "# Response Formats\n\n## answer\n\n" is 7 tokens ("#", " Response", " Formats", "\n\n", "##",
+    # " answer", "\n\n"), the compact schema 14 ('{"', 'type', '":"', 'object', '","', 'properties', '":{"', 'ok',
+    # '":{"', 'type', '":"', 'boolean', '"}}', '}'); the section's own message 4; with no system message first, a
+    # system message opened for it, 3 more
+    assert added("openai/gpt-4o", [*system, *ASK]) == 4 + 7 + 14
+    assert added("openai/gpt-4o", ASK) == 4 + 7 + 14 + 3
+    # json_object bills nothing; the Responses API and harmony-layout models do not open one
+    assert added("openai/gpt-4o", ASK, {"type": "json_object"}) == 0
+    rules = rules_for("openai/gpt-4o", api="responses")
+    assert rules.response_format_placement(False, fmt) == 0
+    assert rules_for("openai/gpt-5").response_format_placement(False, fmt) == 0
+    assert rules_for("openai/gpt-4o").response_format_placement(True, fmt) == 0
