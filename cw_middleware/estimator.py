@@ -268,8 +268,7 @@ class Estimator:
         if response_format is not None:
             try:
                 sent = response_format_as_sent(response_format, rules.provider)
-                replies = functools.partial(_text_replies, messages, as_dict)
-                placement = rules.response_format_placement(_system_first(messages, as_dict), sent, replies)
+                placement = rules.response_format_placement(_system_first(messages, as_dict), sent)
                 tail.append((_RESPONSE_FORMAT, rules.response_format(sent) + placement))
             except NotReady:
                 raise
@@ -380,16 +379,6 @@ def _note_position(conv: _Conversation, msg: Mapping[str, Any], index: int) -> N
 
 def _system_first(messages: Sequence[Any], as_dict: AsDict) -> bool:
     return bool(messages) and plain_text(as_dict(messages[0]).get("role")) in ("system", "developer")
-
-
-def _text_replies(messages: Sequence[Any], as_dict: AsDict) -> int:
-    """Assistant messages in history with text and no tool calls (asked for only with a structured-output format)."""
-    replies = 0
-    for message in messages:
-        msg = as_dict(message)
-        if plain_text(msg.get("role")) == "assistant" and msg.get("content") and not msg.get("tool_calls"):
-            replies += 1
-    return replies
 
 
 def _tool_use(conv: _Conversation, tool_set: ToolSet, by_source: dict[SourceKey, int]) -> ToolUse:

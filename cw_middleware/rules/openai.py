@@ -122,15 +122,6 @@ OpenAI requests whose error crosses the 2% line):
   (-2 -> +1), whose tool block has opened a system message already: whether the two share it is not
   settled (either way within 2 tokens). The Responses API opens no message for the section (its
   schema requests without instructions sit at -3 to 0); harmony-layout models are not measured.
-* Round five: under the same schema format, an assistant text reply in history (no tool calls)
-  bills ``SCHEMA_REPLY_MARKER`` (3) more, the same three tokens: a reply written under the schema
-  carries a marker in its header, as harmony's replies do (``<|constrain|>json`` after a space).
-  A reply's count does not see the format, so the estimator counts the replies for this rule only
-  when a format is set (`OpenAIRules.response_format_placement`). Evidence: the requests with such
-  a reply sat 3-4 under the same schema without one (3 conversations, 5 records, 2 repositories,
-  both halves); at 3 all 5 move closer, 3 into 2% (one in half 0, two in half 1), none out; at 4,
-  none into 2%. Overall within 2% 0.959 / 0.924 -> 0.961 / 0.929 (halves). A reply with tool
-  calls is not marked (the 21 schema requests with a call in history would move 3 further).
 
 Left open by round four: the launch-month Responses requests bill ~210 tokens more per request
 with tools; OpenAI's ``multi_tool_use`` namespace (the ``parallel`` wrapper, as public
@@ -142,8 +133,8 @@ and the same SDK's requests five months later (which match) send the same keys (
 ``store`` or ``parallel_tool_calls``, the same ``gpt-4o`` name (answered by the same snapshot); only
 the date differs, which the request does not carry. On Chat Completions with a ``json_schema`` format, an
 assistant text message in history bills 3-4 more than without one (5 records, 2 repositories);
-the rules' message framing does not see the response format. (Round five: 3 a reply, adopted
-above.)
+the rules' message framing does not see the response format. (Round five: +3 or +4 for such a
+message moves all 5 closer but the 3 and 4 do not follow the message's text; not adopted.)
 
 Left open by round three (measured, not explained by anything the request shows):
 an array of objects whose properties carry descriptions, in a strict chat tool, bills
@@ -232,9 +223,6 @@ RESULT_HEADER = "{name} to=assistant"
 PARALLEL_RESULT_DISCOUNT = 3  # per call of a parallel call: its results share the header
 RESPONSE_FORMAT_MESSAGE = {"chat": 4, "responses": 0}  # the Responses API does not open a message for it
 NEW_SYSTEM_MESSAGE = 3  # <|im_start|>system<|im_sep|> ... <|im_end|>, one token merging with the block
-# Chat Completions with a schema format: an assistant text reply in history bills this more (harmony's
-# " <|constrain|>json" in a reply's header is three tokens; see the docstring).
-SCHEMA_REPLY_MARKER = 3
 # Reasoning models over chat completions bill a fixed preamble (harmony's channel rules for
 # function calls) once tools are present: a constant 84 across gpt-5, -mini, -nano and 5.4-mini.
 # The Responses API bills 2 instead (the same requests sent there, benchmarks/accuracy.py).
@@ -366,12 +354,11 @@ class OpenAIRules(PromptAdditions):
             return NEW_SYSTEM_MESSAGE + self._header_gap if _is_schema_format(response_format) else 0
         return NEW_SYSTEM_MESSAGE
 
-    def response_format_placement(self, system_first: bool, response_format: Any, replies: Callable[[], int]) -> int:
-        """Chat Completions (chat layout), a schema format: a system message opened for its section when the request
-        has none first, and a marker on each assistant text reply in history (see the docstring)."""
-        if not self.framed or self.api != "chat" or self.layout != "chatml" or not _is_schema_format(response_format):
+    def response_format_placement(self, system_first: bool, response_format: Any) -> int:
+        """Chat Completions (chat layout): a schema section with no system message before it opens one (see the docstring)."""
+        if system_first or not self.framed or self.api != "chat" or self.layout != "chatml":
             return 0
-        return (0 if system_first else NEW_SYSTEM_MESSAGE) + SCHEMA_REPLY_MARKER * replies()
+        return NEW_SYSTEM_MESSAGE if _is_schema_format(response_format) else 0
 
     @property
     def _header_gap(self) -> int:

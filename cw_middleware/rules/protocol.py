@@ -21,10 +21,8 @@ class PromptAdditions(Protocol):
         """Where the tool block goes given the first message (OpenAI opens a system message of its own)."""
         return 0
 
-    def response_format_placement(self, system_first: bool, response_format: Any, replies: Callable[[], int]) -> int:
-        """What a structured-output format adds to the messages: a system message opened for its section when the
-        first message is none (OpenAI), a marker on each assistant text reply in history (``replies()`` counts them,
-        called only by rules that bill it)."""
+    def response_format_placement(self, system_first: bool, response_format: Any) -> int:
+        """Where a structured-output section goes given the first message (OpenAI: a system message of its own)."""
         return 0
 
     def thinking_overhead(self, thinking: Any) -> int:

@@ -320,7 +320,7 @@ def test_a_namespaced_responses_call_names_its_namespace_in_the_call_and_in_its_
     assert [i.get("namespace") for i in body["input"] if i.get("type") == "function_call"] == ["weather"]
 
 
-def test_a_schema_format_opens_a_system_message_when_none_is_first_and_marks_text_replies_on_chat_completions():
+def test_a_schema_section_without_a_system_message_before_it_opens_one_on_chat_completions():
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
     fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
     system = [{"role": "system", "content": "Be brief."}]
@@ -338,14 +338,6 @@ def test_a_schema_format_opens_a_system_message_when_none_is_first_and_marks_tex
     # json_object bills nothing; the Responses API and harmony-layout models do not open one
     assert added("openai/gpt-4o", ASK, {"type": "json_object"}) == 0
     rules = rules_for("openai/gpt-4o", api="responses")
-    assert rules.response_format_placement(False, fmt, lambda: 1) == 0
-    assert rules_for("openai/gpt-5").response_format_placement(False, fmt, lambda: 1) == 0
-    assert rules_for("openai/gpt-4o").response_format_placement(True, fmt, lambda: 0) == 0
-    # an assistant text reply in history carries a three-token marker under a schema format; a call does not
-    reply = {"role": "assistant", "content": '{"ok":true}'}
-    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {}}]}
-    history = [*system, *ASK, reply, *ASK]
-    assert added("openai/gpt-4o", history) == 4 + 7 + 14 + 3
-    assert added("openai/gpt-4o", [*ASK, reply, *ASK]) == 4 + 7 + 14 + 3 + 3
-    assert added("openai/gpt-4o", [*system, *ASK, call, {"role": "tool", "tool_call_id": "c1", "content": "x"}]) == 25
-    assert added("openai/gpt-4o", history, {"type": "json_object"}) == 0
+    assert rules.response_format_placement(False, fmt) == 0
+    assert rules_for("openai/gpt-5").response_format_placement(False, fmt) == 0
+    assert rules_for("openai/gpt-4o").response_format_placement(True, fmt) == 0
