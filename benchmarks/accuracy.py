@@ -63,7 +63,7 @@ def halves(data: Path, rows_file: str) -> None:
         for name, apes in sorted(groups.items(), key=lambda kv: (not kv[0].startswith("half"), kv[0])):
             print(
                 f"  {name:40} n={len(apes):4d} medAPE={statistics.median(apes):6.2f}% "
-                f"p90={_pct(apes, 0.9):6.1f}% within2%={sum(a <= 2 for a in apes) / len(apes):.2f}"
+                f"p90={_pct(apes, 0.9):6.1f}% within2%={sum(a <= 2 for a in apes) / len(apes):.3f}"
             )
 
 
@@ -91,7 +91,7 @@ def baseline(data: Path, scorer: Path) -> None:
     for key, apes in sorted(by.items(), key=lambda kv: (kv[0].split("/")[0], "/" in kv[0], kv[0])):
         print(
             f"{key:32} n={len(apes):4d} medAPE={statistics.median(apes):6.2f}% "
-            f"p90={_pct(apes, 0.9):6.1f}% within2%={sum(a <= 2 for a in apes) / len(apes):.2f}"
+            f"p90={_pct(apes, 0.9):6.1f}% within2%={sum(a <= 2 for a in apes) / len(apes):.3f}"
         )
 
 

@@ -237,14 +237,15 @@ def to_openai_responses(
         for call in msg.get("tool_calls") or ():
             fn = call.get("function") or {}
             args = fn.get("arguments")
-            items.append(
-                {
-                    "type": "function_call",
-                    "call_id": call.get("id") or "",
-                    "name": fn.get("name", ""),
-                    "arguments": args if isinstance(args, str) else json.dumps(args or {}),
-                }
-            )
+            item = {
+                "type": "function_call",
+                "call_id": call.get("id") or "",
+                "name": fn.get("name", ""),
+                "arguments": args if isinstance(args, str) else json.dumps(args or {}),
+            }
+            if fn.get("namespace"):  # a call into a tool namespace (the Responses adapter keeps it on the function)
+                item["namespace"] = fn["namespace"]
+            items.append(item)
     body: dict[str, Any] = {"model": model, "input": items}
     if tools:
         body["tools"] = [

@@ -268,7 +268,8 @@ class Estimator:
         if response_format is not None:
             try:
                 sent = response_format_as_sent(response_format, rules.provider)
-                tail.append((_RESPONSE_FORMAT, rules.response_format(sent)))
+                placement = rules.response_format_placement(_system_first(messages, as_dict), sent)
+                tail.append((_RESPONSE_FORMAT, rules.response_format(sent) + placement))
             except NotReady:
                 raise
             except Exception:  # noqa: BLE001 - a schema we cannot read costs its own count, not the estimate

@@ -3,7 +3,8 @@
 The estimator reads chat-shaped requests, so `to_chat` turns a Responses request
 into one, tags kept: ``instructions`` and a string ``input`` become a system and
 a user message; message items stay as they are (the same dicts: no copy);
-each ``function_call`` item becomes an assistant turn with that one call and
+each ``function_call`` item becomes an assistant turn with that one call (its
+``namespace``, if any, kept on the call's function: part of the tool's address) and
 each ``function_call_output`` item a tool message; flat function tools
 (``{"type": "function", "name": ...}``) become chat tools; ``text.format``
 becomes a ``response_format``. What the provider holds or encrypts
@@ -98,14 +99,14 @@ def item_as_message(item: dict[str, Any]) -> Optional[dict[str, Any]]:
         return item if "role" in item else None
     if kind in _CALL_TYPES:
         arguments = item.get(_CALL_TYPES[kind], "")
-        call = {
-            "id": item.get("call_id") or item.get("id") or "",
-            "type": "function",
-            "function": {
-                "name": item.get("name", ""),
-                "arguments": arguments if isinstance(arguments, str) else _json(arguments),
-            },
+        function = {
+            "name": item.get("name", ""),
+            "arguments": arguments if isinstance(arguments, str) else _json(arguments),
         }
+        namespace = item.get("namespace")
+        if isinstance(namespace, str) and namespace:  # a call into a namespace of tools: part of its address
+            function["namespace"] = namespace
+        call = {"id": item.get("call_id") or item.get("id") or "", "type": "function", "function": function}
         return {"role": "assistant", "content": None, "tool_calls": [call]}
     if kind == "additional_tools":  # tools made available mid-conversation (tool search, deferred tools)
         tools = [t for t in item.get("tools") or () if isinstance(t, Mapping) and t.get("type", "function") == "function"]

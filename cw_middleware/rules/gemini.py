@@ -97,6 +97,28 @@ as on 2.5, which also accounts for the -14 intercept the slope fit over long sig
 further in one half, 12 and 3 in the other (the further ones: 2.5 declarations already over,
 a parallel call beside a real signature).
 
+Round five: on the Gemini API, 2.5 (Flash and Pro) bills a function declaration as its JSON
+*without* spaces (``separators=(",", ":")``, the same form otherwise: annotations dropped, local
+``$ref``s inlined) plus ``COMPACT_DECLARATION_EXTRA`` (4) tokens, and a request that declares
+functions ``COMPACT_DECLARATIONS_OVERHEAD`` (2) more, once (`GeminiRules.tools_overhead`).
+Gemini 3 and newer names keep the JSON with spaces (its flat declarations match that form less a
+token or so; the compact form and wrapper move its records further: 9 closer, 19 further in
+half 0). Evidence: the
+single-declaration, single-turn 2.5 Flash requests without a system instruction sit exactly 6 over
+the compact JSON (8 records, 3 repositories, both halves: parameterless declarations, a
+one-property one, a 3,900-token one), where the JSON with spaces was 2 under to 5 over; the
+multi-declaration ones sit 9 (two declarations) and 13-14 (three) over, which 2 + 4 a declaration
+fits (10, 14, 14) better than 6 a declaration (12, 18, 18). Gemini (halves by source file): median
+1.96 / 3.61% -> 1.82 / 1.81%, p90 13.49 / 16.45% -> 9.51 / 16.45%, within 2% 0.515 / 0.455 ->
+0.567 / 0.509; 19 records closer and 4 further in half 0 (9 into 2%, 2 out), 14 and 10 in half 1
+(8 in, 2 out), 4 and 5 repositories. The further ones: declarations with a property that is an
+object itself (2 records, ~40 tokens a nested object under, half 1 only), the recursive ``$ref``
+pair (~400 under before and after), four streamed 2.5 Flash recordings whose replayed signature
+bills (see below), a two- and a three-declaration request of two repositories (+4 -> -15, and
+-19 -> -35 for three declarations without ``required``), and four records near exact (+1 -> -2
+twice, -2 -> -7, 0 -> -8). 6 a declaration (no per-request part) scores 1.82 / 2.22% median,
+9.51 / 14.99% p90: not taken, the multi-declaration requests fit it worse.
+
 Searched in round three's second pass and not adopted (function declarations on the
 Gemini API, 2.5 and later): the declaration's JSON with compact separators matches
 flat declarations on Gemini 3 exactly (a parameterless one bills 4 tokens under the
@@ -107,7 +129,8 @@ default-separator form (kept) 4.10 / 7.35% median, 16.7 / 16.8% p90; compact JSO
 6.85 / 7.61%, 20.2 / 24.9%; compact JSON at the text scale 6.07 / 6.46%, 19.0 / 24.0%;
 default-separator JSON at the text scale 4.67 / 6.51%, 19.0 / 21.2%; compact plus a
 per-declaration constant (1 or 2) worse still. The rendering differs by generation
-and by nesting in a way none of these forms captures.
+and by nesting in a way none of these forms captures. (Round five: scored per generation, compact
+JSON plus a wrapper fits 2.5 flat declarations; see above. Round three scored 2.5 and 3 together.)
 
 Round three, third pass, not adopted: Gemini 3's signature rate refitted to the slope over
 the long signatures (0.211 token a character, intercept -14): median 2.56 / 4.78%
@@ -139,6 +162,10 @@ CONTENT_MARKER = 1
 TEXT_VALUE_DECLARATION_EXTRA = 2
 # 2.5+ on the Gemini API: tokens a replayed function call (with its response) bills beyond its text values.
 CALL_RENDERING = 18
+# 2.5 on the Gemini API: a declaration is its compact JSON plus these, and a request that declares functions these more.
+COMPACT_DECLARATION_EXTRA = 4
+COMPACT_DECLARATIONS_OVERHEAD = 2
+_COMPACT_DECLARATION_FAMILIES = ("gemini-2.5",)
 # 2.5+: the declaration's JSON (o200k, default separators) without these annotations.
 _DROPPED_SCHEMA_KEYS = frozenset({"additionalProperties", "title", "$defs", "definitions", "$schema"})
 _MAX_REF_DEPTH = 6
@@ -269,6 +296,7 @@ class GeminiRules(PromptAdditions):
     bills_signatures: bool = True  # the Gemini API does; Vertex AI does not
     declaration_extra: int = 0  # 2.0 on the Gemini API: tokens a text-value declaration bills over its texts
     call_rendering: int = 0  # 2.5+ on the Gemini API: tokens a replayed call bills beyond its texts (a signature's included)
+    compact_declarations: bool = False  # 2.5 on the Gemini API: a declaration's JSON without spaces, plus a fixed wrapper
     name: str = f"gemini:o200k_x{TEXT_SCALE}r"
     provider: str = "gemini"
     exact: bool = False
@@ -304,6 +332,8 @@ class GeminiRules(PromptAdditions):
             form = {k: v for k, v in fn.items() if k not in ("parameters", "strict")}
             if isinstance(params, Mapping):
                 form["parameters"] = _json_form(params, params)
+            if self.compact_declarations:
+                return self._raw(json.dumps(form, separators=(",", ":"), ensure_ascii=False)) + COMPACT_DECLARATION_EXTRA
             return self._raw(json.dumps(form, ensure_ascii=False))
         texts = [str(fn.get("name", ""))]
         if isinstance(fn.get("description"), str):
@@ -313,7 +343,7 @@ class GeminiRules(PromptAdditions):
         return self._pieces(texts) + self.declaration_extra
 
     def tools_overhead(self, tools: Sequence[Mapping[str, Any]], tool_choice: Any) -> int:
-        return 0
+        return COMPACT_DECLARATIONS_OVERHEAD if self.compact_declarations and tools else 0
 
     def response_format(self, response_format: Any) -> int:
         return 0  # responseSchema constrains decoding; promptTokenCount does not include it
@@ -339,12 +369,16 @@ def rules(model: str, vertex: bool = False) -> GeminiRules:
     style = "json" if json_declarations else "values"
     bills_signatures = not vertex and not name.startswith(_UNBILLED_SIGNATURE_FAMILIES)
     declaration_extra = 0 if newer or vertex else TEXT_VALUE_DECLARATION_EXTRA
+    compact = json_declarations and name.startswith(_COMPACT_DECLARATION_FAMILIES)
+    if compact:
+        style = "compact"
     return GeminiRules(
         json_declarations=json_declarations,
         content_markers=content_markers,
         bills_signatures=bills_signatures,
         declaration_extra=declaration_extra,
         call_rendering=CALL_RENDERING if json_declarations else 0,
+        compact_declarations=compact,
         name=(
             f"gemini:o200k_x{TEXT_SCALE}:{style}{f'+{declaration_extra}' * bool(declaration_extra)}"
             f"{':markers' * content_markers}{':signatures' * bills_signatures}"

@@ -101,13 +101,40 @@ OpenAI requests whose error crosses the 2% line):
   them now exact), 1 further, 3 into 2%, none out (3 repositories); Responses within
   2% 0.873 / 0.871 -> 0.892 / 0.878, tools 0.899 / 0.878 -> 0.910 / 0.884 (halves).
 
+* Round five: a Responses ``function_call`` item with a ``namespace`` (a tool that tool search or an
+  ``additional_tools`` item brought in) is addressed as ``functions.{namespace}.{name}``, harmony's
+  dotted address for a tool in a nested namespace, and the address shows twice: in the call's
+  recipient and in its result's header (`_address`, `OpenAIRules._namespaced_result`). The Responses
+  adapter now passes ``namespace`` on. Evidence: the gpt-5.4 replays with a namespaced call (6 records,
+  one repository, 4 source files, both halves) sat 10-13 tokens per namespaced call under; twice the
+  namespace's tokens (4 each for a four-token namespace) moves all 6 closer, 2 into 2%, none out (half 0:
+  -19/-32/-16/-26 -> -11/-16/-8/-10; half 1: -14 -> -6 twice); tools within 2% 0.915 / 0.891 ->
+  0.915 / 0.905, overall 0.957 / 0.918 -> 0.957 / 0.922 (halves). The recordings with tool search
+  (not scored: provider-run tools) move the same way. 2-5 tokens a call stay unexplained.
+
+* Round five: on Chat Completions (chat layout), a ``json_schema`` response format with no system
+  or developer message first opens a system message for its section, as the tool block does
+  (`NEW_SYSTEM_MESSAGE`, 3; `OpenAIRules.response_format_placement`). Evidence: the requests with a
+  schema and no system message sat 2-11 under (the same ``{"output": int}`` schema 2 under on one
+  user message, requests with a system message before their schema mostly exact); 33 records
+  closer, none further, 2 into 2% (one in each half; 2 repositories, Mirascope and OpenLLMetry);
+  overall within 2% 0.957 / 0.922 -> 0.959 / 0.924 (halves). That includes 22 requests with tools
+  (-2 -> +1), whose tool block has opened a system message already: whether the two share it is not
+  settled (either way within 2 tokens). The Responses API opens no message for the section (its
+  schema requests without instructions sit at -3 to 0); harmony-layout models are not measured.
+
 Left open by round four: the launch-month Responses requests bill ~210 tokens more per request
 with tools; OpenAI's ``multi_tool_use`` namespace (the ``parallel`` wrapper, as public
 reconstructions of the chat prompt give it) is 195 tokens, so the block likely carried it then,
 but nothing in those requests (same model names, keys, ``strict``; no ``parallel_tool_calls``)
-tells them from later ones that match. On Chat Completions with a ``json_schema`` format, an
+tells them from later ones that match. Round five looked again: the launch-month agent-SDK requests
+and the same SDK's requests five months later (which match) send the same keys (``include: []``,
+``instructions``, ``stream``, strict titled tools, call items with ``id`` and ``status``), no
+``store`` or ``parallel_tool_calls``, the same ``gpt-4o`` name (answered by the same snapshot); only
+the date differs, which the request does not carry. On Chat Completions with a ``json_schema`` format, an
 assistant text message in history bills 3-4 more than without one (5 records, 2 repositories);
-the rules' message framing does not see the response format.
+the rules' message framing does not see the response format. (Round five: +3 or +4 for such a
+message moves all 5 closer but the 3 and 4 do not follow the message's text; not adopted.)
 
 Left open by round three (measured, not explained by anything the request shows):
 an array of objects whose properties carry descriptions, in a strict chat tool, bills
@@ -115,7 +142,7 @@ an array of objects whose properties carry descriptions, in a strict chat tool, 
 titled objects bills ~12 less (1 record); Responses requests of the API's launch month
 bill ~18 tokens more without tools and ~210 with (the same bodies later match); a
 Responses call to a function that an ``additional_tools`` item brought in carries a
-``namespace`` (~10 tokens a call, not passed to the rules by the Responses adapter).
+``namespace`` (~10 tokens a call; round five bills 8 of them, see above).
 
 Searched in round three's second pass and not adopted (each fails the both-halves test):
 
@@ -132,7 +159,8 @@ Searched in round three's second pass and not adopted (each fails the both-halve
   0.869 / 0.864. The estimator's ``tools_placement`` would need the system text's end.
 * A namespaced Responses call billed as a call to ``{namespace}.{name}``: that explains
   3 of the ~10-13 tokens such a call bills over a plain one (6 records, both halves, one
-  repository); the rest is unexplained, so the adapter still drops ``namespace``.
+  repository); the rest is unexplained, so the adapter still drops ``namespace``. (Round five:
+  the address ``functions.{namespace}.{name}`` in the call and in its result explains 8.)
 * Nested objects indented by four spaces, as harmony's ``json_schema_to_typescript`` does
   (round three, third pass): o200k tokenizes the strict array-of-objects tool to the same count
   either way, so it does not explain that tool's ~20 tokens.
@@ -260,8 +288,7 @@ class OpenAIRules(PromptAdditions):
     def tool_calls(self, tool_calls: Sequence[Mapping[str, Any]]) -> int:
         """A call is the assistant header's recipient plus its arguments; several become one parallel call."""
         calls = [
-            (str((c.get("function") or {}).get("name", "")), _as_text((c.get("function") or {}).get("arguments", "")))
-            for c in tool_calls
+            (_address(c.get("function") or {}), _as_text((c.get("function") or {}).get("arguments", ""))) for c in tool_calls
         ]
         # A call's arguments are kept parsed and shown as compact JSON: every call on the Responses API,
         # a lone call on Chat Completions (chat layout); see the docstring.
@@ -270,11 +297,18 @@ class OpenAIRules(PromptAdditions):
         header = HARMONY_CALL_HEADER if self.harmony_channels else RESPONSES_CALL_EXTRA if self._responses_chatml else 0
         if len(calls) == 1:
             name, args = calls[0]
-            return self.text(f" to=functions.{name}") + self.text(args) + header + self._named_result(name)
+            results = self._named_result(name) + self._namespaced_result(name)
+            return self.text(f" to=functions.{name}") + self.text(args) + header + results
         body = ",".join(f'{{"recipient_name":"functions.{name}","parameters":{args or "{}"}}}' for name, args in calls)
         # The results of one parallel call cost less each than lone results: taken off here, where the calls are.
         shared = PARALLEL_RESULT_DISCOUNT * len(calls)
         return self.text(" to=multi_tool_use.parallel") + self.text(f'{{"tool_uses":[{body}]}}') - shared + header
+
+    def _namespaced_result(self, address: str) -> int:
+        """A namespaced call's result names the call's whole address: what the namespace adds to it (see the docstring)."""
+        if "." not in address:
+            return 0
+        return self.text(f"functions.{address}") - self.text(f"functions.{address.rsplit('.', 1)[1]}")
 
     def _named_result(self, name: str) -> int:
         """What a lone call's result header costs over the flat one `message_framing` counts (chat API, chat layout)."""
@@ -319,6 +353,12 @@ class OpenAIRules(PromptAdditions):
         if self._responses_chatml:
             return NEW_SYSTEM_MESSAGE + self._header_gap if _is_schema_format(response_format) else 0
         return NEW_SYSTEM_MESSAGE
+
+    def response_format_placement(self, system_first: bool, response_format: Any) -> int:
+        """Chat Completions (chat layout): a schema section with no system message before it opens one (see the docstring)."""
+        if system_first or not self.framed or self.api != "chat" or self.layout != "chatml":
+            return 0
+        return NEW_SYSTEM_MESSAGE if _is_schema_format(response_format) else 0
 
     @property
     def _header_gap(self) -> int:
@@ -371,6 +411,13 @@ def strip_titles(schema: Any, drop: frozenset[str] = frozenset()) -> Any:
         else:
             out[key] = strip_titles(value, drop)
     return out
+
+
+def _address(function: Mapping[str, Any]) -> str:
+    """A call's recipient within ``functions``: its name, after its namespace when it has one (``{namespace}.{name}``)."""
+    name = str(function.get("name", ""))
+    namespace = function.get("namespace")
+    return f"{namespace}.{name}" if isinstance(namespace, str) and namespace else name
 
 
 def _compact_json(text: str) -> str:

@@ -21,6 +21,10 @@ class PromptAdditions(Protocol):
         """Where the tool block goes given the first message (OpenAI opens a system message of its own)."""
         return 0
 
+    def response_format_placement(self, system_first: bool, response_format: Any) -> int:
+        """Where a structured-output section goes given the first message (OpenAI: a system message of its own)."""
+        return 0
+
     def thinking_overhead(self, thinking: Any) -> int:
         """The hidden instruction a ``thinking`` setting adds (Anthropic's extended thinking)."""
         return 0

@@ -56,6 +56,7 @@ SLICE = {
     "openai-responses-7b9c05ff223f": 2.0,  # the parameters schema's title shown
     "openai-responses-d4229e499d03": 1.5,  # a nested $ref object, not indented
     "openai-responses-08bd5dd388f8": 4.0,  # gpt-5.4 additional_tools item
+    "openai-responses-871a9dcdf229": 2.0,  # gpt-5.4 call into a namespace (its address in the call and result)
     # Anthropic
     "anthropic-count_tokens-a249c13eb2fe": 3,  # one short message
     "anthropic-messages-c3cb451c69ea": 10,  # claude-3-5-sonnet, short
@@ -77,8 +78,8 @@ SLICE = {
     "gemini-generate_content-e0714436676b": 11,  # 2.0 two declarations
     "gemini-generate_content-2447773db65b": 10,  # 2.0 call + response history
     "gemini-generate_content-8e4ad2cc38f4": 3,  # 2.5 very long declaration (JSON)
-    "gemini-generate_content-18a009f70130": 13,  # 2.5 declaration
-    "gemini-generate_content-a62c240124b5": 14,  # 2.5 declaration + call
+    "gemini-generate_content-18a009f70130": 3,  # 2.5 declaration (compact JSON and its wrapper: 1.4%)
+    "gemini-generate_content-a62c240124b5": 2,  # 2.5 declaration + call (exact)
     "gemini-generate_content-9d3aef845c53": 15,  # 3-flash declaration
     "gemini-generate_content-f67a3fba71ee": 13,  # 3-pro declaration + schema
     "gemini-generate_content-75621352543f": 11,  # Vertex AI 3-flash declaration: text values, no markers (19 tokens: 2 under)

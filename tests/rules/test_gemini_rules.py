@@ -36,3 +36,31 @@ def test_a_gemini_3_signature_stands_in_for_the_rendering_up_to_its_size():
     assert gemini_3.tool_calls([_call(call, "Q2lJQk" * 400)]) == 4 + 480
     # 2.5 does not bill the signature: the rendering alone, signed or not.
     assert rules_for("gemini/gemini-2.5-flash").tool_calls([_call(call, "Q2lJQk" * 400)]) == 4 + 18
+
+
+def test_gemini_2_5_bills_a_declaration_as_its_compact_json_plus_a_wrapper():
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+    # By hand (o200k), the compact JSON {"name":"get_weather","description":"Weather for a city.","parameters":
+    # {"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}} is 33 tokens: '{"', 'name',
+    # '":"', 'get', '_weather', '","', 'description', '":"', 'Weather', ' for', ' a', ' city', '.","', 'parameters',
+    # '":{"', 'type', '":"', 'object', '","', 'properties', '":{"', 'city', '":{"', 'type', '":"', 'string', '"}}',
+    # ',"', 'required', '":["', 'city', '"]', '}}'. 2.5 bills it plus 4, and 2 once for the request's declarations.
+    for model in ("gemini/gemini-2.5-flash", "gemini/gemini-2.5-pro"):
+        rules = rules_for(model)
+        assert rules.tool_definition(weather) == 33 + 4
+        assert rules.tools_overhead([weather], None) == 2
+        assert rules.tools_overhead([], None) == 0
+    # Gemini 3 keeps the JSON with spaces (45 tokens: '{"', 'name', '":', ' "', 'get', ... one more per separator),
+    # no wrapper; Vertex AI bills the text values.
+    gemini_3 = rules_for("gemini/gemini-3-flash-preview")
+    assert gemini_3.tool_definition(weather) == 45
+    assert gemini_3.tools_overhead([weather], None) == 0
+    assert rules_for("vertex_ai/gemini-2.5-flash").tools_overhead([weather], None) == 0
+    assert len({rules_for(m).name for m in ("gemini/gemini-2.5-flash", "gemini/gemini-3-flash-preview")}) == 2

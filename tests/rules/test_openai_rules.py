@@ -3,7 +3,8 @@
 from pydantic import BaseModel
 
 import cw_middleware as cw
-from cw_middleware.apis.responses import RESPONSES
+from cw_middleware.apis.responses import RESPONSES, item_as_message
+from cw_middleware.count_bodies import to_openai_responses
 from cw_middleware.rules import rules_for
 from cw_middleware.rules.openai import render_tool
 from cw_middleware.wrapper import _local_estimate, get_runtime
@@ -294,3 +295,49 @@ def test_responses_follows_the_schema_title_with_an_empty_comment_line():
         "parameters": {**WEATHER["parameters"], "properties": {"city": {"type": "string", "title": "City"}}},
     }
     assert "\n// City\ncity: string," in render_tool(titled_city, responses=True)
+
+
+def test_a_namespaced_responses_call_names_its_namespace_in_the_call_and_in_its_result():
+    def items(**namespace):
+        call = {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}", **namespace}
+        return [*ASK, call, {"type": "function_call_output", "call_id": "c1", "output": "sunny"}]
+
+    # by hand (o200k): the call's recipient " to=functions.weather.get_weather" is 6 tokens (" to", "=", "functions",
+    # ".weather", ".get", "_weather") against 5 without the namespace; the result's header names the same address,
+    # "functions.weather.get_weather" (4: "functions", ".weather", ".get", "_weather") against 3
+    for model in ("openai/gpt-5.4", "openai/gpt-4o"):
+        plain = cw.estimate(model=model, input=items()).tokens("conversation")
+        namespaced = cw.estimate(model=model, input=items(namespace="weather")).tokens("conversation")
+        assert namespaced - plain == (6 - 5) + (4 - 3)
+    # the item reaches the provider as it was written
+    kwargs = {"model": "openai/gpt-5.4", "input": items(namespace="weather")}
+    parsed, estimate = _local_estimate(get_runtime(), RESPONSES, (), kwargs)
+    forward = RESPONSES.forward((), dict(kwargs), parsed, estimate.tagged_messages, "openai")
+    assert forward.kwargs["input"][1]["namespace"] == "weather"
+    # and the body sent to the provider's input-token count keeps it too
+    messages = [m for m in (item_as_message(i) for i in items(namespace="weather")) if m is not None]
+    body = to_openai_responses("gpt-5.4", messages, [], None)
+    assert [i.get("namespace") for i in body["input"] if i.get("type") == "function_call"] == ["weather"]
+
+
+def test_a_schema_section_without_a_system_message_before_it_opens_one_on_chat_completions():
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    system = [{"role": "system", "content": "Be brief."}]
+
+    def added(model, messages, response_format=fmt):
+        with_format = cw.estimate(model=model, messages=messages, response_format=response_format).input_tokens
+        return with_format - cw.estimate(model=model, messages=messages).input_tokens
+
+    # by hand (o200k): "# Response Formats\n\n## answer\n\n" is 7 tokens ("#", " Response", " Formats", "\n\n", "##",
+    # " answer", "\n\n"), the compact schema 14 ('{"', 'type', '":"', 'object', '","', 'properties', '":{"', 'ok',
+    # '":{"', 'type', '":"', 'boolean', '"}}', '}'); the section's own message 4; with no system message first, a
+    # system message opened for it, 3 more
+    assert added("openai/gpt-4o", [*system, *ASK]) == 4 + 7 + 14
+    assert added("openai/gpt-4o", ASK) == 4 + 7 + 14 + 3
+    # json_object bills nothing; the Responses API and harmony-layout models do not open one
+    assert added("openai/gpt-4o", ASK, {"type": "json_object"}) == 0
+    rules = rules_for("openai/gpt-4o", api="responses")
+    assert rules.response_format_placement(False, fmt) == 0
+    assert rules_for("openai/gpt-5").response_format_placement(False, fmt) == 0
+    assert rules_for("openai/gpt-4o").response_format_placement(True, fmt) == 0
