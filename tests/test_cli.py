@@ -336,3 +336,22 @@ def test_serve_without_a_telemetry_file_says_the_absolute_path_it_reads_and_that
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_the_docs_excerpts_of_show_on_the_demo_run_are_lines_it_prints(tmp_path, capsys, runtime):
+    """README's and the reading-back page's excerpts of `show` on the demo run, line by line, in a real run's output
+    (a line cut short with "...)" by its start): a rule that moves the demo's counts moves the docs with it."""
+    from docs_blocks import block
+
+    path = tmp_path / "demo.jsonl"
+    assert _demo(["--run-id", "demo-docs", "--export", f"file:{path}"], runtime) == 0
+    capsys.readouterr()
+    assert cli.main(["show", "demo-docs", "implement@1", "--backend", f"file:{path}"]) == 0
+    shown = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    for name in ("demo-show-excerpt", "demo-show-usage-excerpt"):
+        for line in filter(str.strip, block(name).code.splitlines()):
+            expected = line.rstrip()
+            if expected.endswith("...)"):
+                assert any(s.startswith(expected[: -len("...)")]) for s in shown), (name, expected)
+            else:
+                assert expected in shown, (name, expected)
