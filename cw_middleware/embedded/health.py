@@ -77,10 +77,14 @@ def inside_export() -> Iterator[None]:
     """Marks this thread as inside one of cw's exporters: the exporters' log lines made meanwhile are held back."""
     outer = getattr(_exporting, "active", False)
     _exporting.active = True
+    if not outer:  # counted once per thread: the filter stays on while any thread is inside
+        exporter_logs.entered()
     try:
         yield
     finally:
         _exporting.active = outer
+        if not outer:
+            exporter_logs.left()
 
 
 _ALWAYS_HELD = ("opentelemetry.exporter.otlp.common.http",)  # the HTTP exporters' shared client
@@ -98,13 +102,17 @@ class ExporterLogs(logging.Filter):
     application's own exporters on the same loggers log as before; held-back lines go to
     the ``cw_middleware.export`` logger at DEBUG. The filter sits on an exporter's logger only
     while a pipeline of cw's uses it: this object counts the pipelines holding each logger
-    (loggers are the process's, so the count is too: one instance, `exporter_logs`).
+    (loggers are the process's, so the count is too: one instance, `exporter_logs`). A pipeline
+    that stops within its exit timeout leaves a stuck exporter behind, still retrying on its own
+    thread: the filter comes off only once no export of cw's is running.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._lock = threading.Lock()
         self._holders: Counter[str] = Counter()  # exporter logger name -> pipelines of cw's using it
+        self._attached: set[str] = set()  # the loggers carrying the filter (held, or released while exports ran)
+        self._exports = 0  # exports of cw's running now, on any thread
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not getattr(_exporting, "active", False):
@@ -124,10 +132,20 @@ class ExporterLogs(logging.Filter):
         )
         with self._lock:
             for name in names:
-                if self._holders[name] == 0:
+                if name not in self._attached:
                     logging.getLogger(name).addFilter(self)
+                    self._attached.add(name)
                 self._holders[name] += 1
         return Hold(self, names)
+
+    def entered(self) -> None:
+        with self._lock:
+            self._exports += 1
+
+    def left(self) -> None:
+        with self._lock:
+            self._exports -= 1
+            self._detach_unheld()
 
     def held(self) -> dict[str, int]:
         """Logger name -> pipelines holding it (for tests)."""
@@ -141,11 +159,22 @@ class ExporterLogs(logging.Filter):
                 self._holders[name] -= 1
                 if self._holders[name] <= 0:
                     del self._holders[name]
-                    logging.getLogger(name).removeFilter(self)
+            self._detach_unheld()
+
+    def _detach_unheld(self) -> None:
+        """Take the filter off the loggers no pipeline holds, unless an export is running (the lock is held)."""
+        if self._exports > 0:
+            return  # a stuck exporter left behind at a bounded exit still logs its retries: keep them held back
+        for name in [n for n in self._attached if n not in self._holders]:
+            logging.getLogger(name).removeFilter(self)
+            self._attached.discard(name)
 
     def after_fork_in_child(self) -> None:
-        """Another thread of the parent may have held the lock at the fork: the child's copy gets a fresh one."""
+        """Another thread of the parent may have held the lock at the fork: the child's copy gets a fresh one.
+
+        The parent's other threads are not in the child, nor are their exports."""
         self._lock = threading.Lock()
+        self._exports = 1 if getattr(_exporting, "active", False) else 0
 
 
 class Hold:

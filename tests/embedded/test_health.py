@@ -103,3 +103,32 @@ def test_inside_export_is_per_thread():
         other.join()
         seen.append(logs.filter(record))
     assert seen == [True, False]  # passed on the other thread, held back on the exporting one
+
+
+def test_a_released_logger_keeps_the_filter_while_an_export_still_runs(monkeypatch, caplog):
+    """A pipeline stopped within its exit timeout leaves a stuck exporter retrying on its own thread (the fault
+    matrix's refused gRPC collector): its lines stay held back until that export ends, then the filter comes off."""
+    logs = ExporterLogs()
+    monkeypatch.setattr(health, "exporter_logs", logs)  # the instance inside_export reports to
+    hold = logs.hold([_FakeExporter()])
+    inside, retry = threading.Event(), threading.Event()
+
+    def stuck_export() -> None:
+        with inside_export():
+            inside.set()
+            assert retry.wait(10)
+            EXPORTER_LOGGER.warning("Transient error, retrying in 1s")
+
+    exporter = threading.Thread(target=stuck_export)
+    with caplog.at_level(logging.DEBUG):
+        exporter.start()
+        assert inside.wait(10)
+        hold.release()  # the pipeline's bounded exit gave up waiting for it
+        assert logs in EXPORTER_LOGGER.filters
+        retry.set()
+        exporter.join(10)
+    lines = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+    assert not [line for line in lines if line[0] == "opentelemetry.exporter.fake.exporter"]
+    held_back = "WARNING opentelemetry.exporter.fake.exporter: Transient error, retrying in 1s"
+    assert ("cw_middleware.export", "DEBUG", held_back) in lines
+    assert logs not in EXPORTER_LOGGER.filters and logs.held() == {}  # off once no export of cw's runs
