@@ -102,23 +102,34 @@ def test_each_lock_was_compiled_from_its_in_file() -> None:
             )
 
 
-def test_every_lock_names_httpx_http2_extra_at_its_httpx_pin() -> None:
-    """litellm and arize-phoenix ask for ``httpx[http2]``; a lock from ``uv pip compile`` names plain ``httpx`` only.
+# Extras that a locked package asks of another, with what in a lock shows the asker is there:
+# (package, its extras as the asker spells them, a line that marks the lock as holding the asker).
+EXTRAS_ASKED = (
+    ("httpx", "http2", r"^h2=="),  # litellm and arize-phoenix; h2 is the extra's footprint
+    ("pydantic-ai-slim", "anthropic,bedrock,google,mcp,openai,ui", r"^arize-phoenix=="),
+)
 
-    The pip a Python 3.11 venv brings (23.2) then resolves the extra on its own, to the newest httpx
-    on the index, and refuses the install in hash mode ("all requirements must have their versions
-    pinned"): README's commands failed so the day httpx 0.29.0 came out. h2 in a lock is the extra's
-    footprint; the lock must name the extra at the version it pins httpx at.
+
+def test_every_lock_names_the_extras_its_packages_ask_for_at_the_asked_packages_pin() -> None:
+    """A lock from ``uv pip compile`` names ``httpx`` and ``pydantic-ai-slim``, not the extras other packages ask for.
+
+    The pip a Python 3.11 venv brings (23.2) then resolves ``httpx[http2]`` (litellm, arize-phoenix) or
+    ``pydantic-ai-slim[anthropic,...]`` (arize-phoenix) on its own, to the newest release on the index,
+    and refuses the install in hash mode ("all requirements must have their versions pinned"):
+    README's commands failed so the day httpx 0.29.0 came out, the Phoenix venv the day
+    pydantic-ai-slim 2.78.0 did. The lock must name the extra at the version it pins the package at.
     """
     locks = sorted(ROOT.glob("requirements*.lock")) + [ROOT / "examples" / "proxy" / "requirements.lock"]
-    checked = 0
+    checked: dict[str, int] = {}
     for lock in locks:
         text = lock.read_text()
-        if not re.search(r"^h2==", text, re.M):
-            continue
-        httpx = re.search(r"^httpx==(\S+) \\$", text, re.M)
-        extra = re.search(r"^httpx\[http2\]==(\S+) \\$", text, re.M)
-        assert httpx is not None, lock.name
-        assert extra is not None and extra.group(1) == httpx.group(1), f"{lock.name}: add httpx[http2]=={httpx.group(1)}"
-        checked += 1
-    assert checked >= 2  # requirements.lock and requirements-dev.lock at least: README's two commands
+        for package, extras, asker in EXTRAS_ASKED:
+            if not re.search(asker, text, re.M):
+                continue
+            pin = re.search(rf"^{re.escape(package)}==(\S+) \\$", text, re.M)
+            named = re.search(rf"^{re.escape(package)}\[{re.escape(extras)}\]==(\S+) \\$", text, re.M)
+            assert pin is not None, f"{lock.name}: {package}"
+            assert named is not None and named.group(1) == pin.group(1), f"{lock.name}: add {package}[{extras}]=={pin.group(1)}"
+            checked[package] = checked.get(package, 0) + 1
+    # requirements.lock and requirements-dev.lock at least (README's two commands); the Phoenix venv's lock
+    assert checked.get("httpx", 0) >= 2 and checked.get("pydantic-ai-slim", 0) >= 1, checked
