@@ -1,8 +1,10 @@
 """Gemini's counting rules checked against counts derived by hand from the rule and an o200k count."""
 
 import base64
+import json
 
 from cw_middleware.rules import rules_for
+from cw_middleware.rules._tiktoken import counter
 
 
 def _call(arguments: str, signature: str = "") -> dict:
@@ -64,3 +66,57 @@ def test_gemini_2_5_bills_a_declaration_as_its_compact_json_plus_a_wrapper():
     assert gemini_3.tools_overhead([weather], None) == 0
     assert rules_for("vertex_ai/gemini-2.5-flash").tools_overhead([weather], None) == 0
     assert len({rules_for(m).name for m in ("gemini/gemini-2.5-flash", "gemini/gemini-3-flash-preview")}) == 2
+
+
+def _tree_declaration() -> dict:
+    node = {
+        "description": "A node.",
+        "properties": {"children": {"items": {"$ref": "#/$defs/Node"}, "type": "array"}, "label": {"type": "string"}},
+        "required": ["label"],
+        "type": "object",
+    }
+    params = {"$defs": {"Node": node}, "properties": {"tree": {"$ref": "#/$defs/Node"}}, "required": ["tree"], "type": "object"}
+    return {"type": "function", "function": {"name": "record", "parameters": params}}
+
+
+def test_gemini_2_5_unrolls_a_schema_that_refers_to_itself_ten_times():
+    # Written out by hand: the node inlined 10 times down `children`, the 11th reference left as it is.
+    inner: dict = {"$ref": "#/$defs/Node"}
+    for _ in range(10):
+        inner = {
+            "description": "A node.",
+            "properties": {"children": {"items": inner, "type": "array"}, "label": {"type": "string"}},
+            "required": ["label"],
+            "type": "object",
+        }
+    unrolled = {
+        "name": "record",
+        "parameters": {"properties": {"tree": inner}, "required": ["tree"], "type": "object"},
+    }
+    o200k = counter("o200k_base")
+    expected = o200k(json.dumps(unrolled, separators=(",", ":"))) + 4
+    assert rules_for("gemini/gemini-2.5-flash").tool_definition(_tree_declaration()) == expected
+
+
+def test_a_schema_that_refers_to_itself_twice_is_counted_within_a_bound():
+    declaration = _tree_declaration()
+    node = declaration["function"]["parameters"]["$defs"]["Node"]
+    node["properties"]["sibling"] = {"$ref": "#/$defs/Node"}  # two self-references: 2**10 copies unbounded
+    for model in ("gemini/gemini-2.5-flash", "gemini/gemini-3-flash-preview", "vertex_ai/gemini-2.5-flash"):
+        tokens = rules_for(model).tool_definition(declaration)
+        # Past 2,000 inlined references the rest stay bare: some tens of thousands of tokens, not millions.
+        assert 2_000 < tokens < 200_000, (model, tokens)
+
+
+def test_a_chain_of_references_deeper_than_the_unroll_count_is_inlined_whole():
+    # Twelve distinct definitions, each referring to the next: nothing refers to itself, so all are inlined.
+    defs = {f"D{i}": {"properties": {f"k{i}": {"$ref": f"#/$defs/D{i + 1}"}}, "type": "object"} for i in range(12)}
+    defs["D12"] = {"properties": {"leaf": {"type": "string"}}, "type": "object"}
+    params = {"$defs": defs, "properties": {"root": {"$ref": "#/$defs/D0"}}, "type": "object"}
+    declaration = {"type": "function", "function": {"name": "chain", "parameters": params}}
+    inner: dict = {"properties": {"leaf": {"type": "string"}}, "type": "object"}
+    for i in reversed(range(12)):
+        inner = {"properties": {f"k{i}": inner}, "type": "object"}
+    form = {"name": "chain", "parameters": {"properties": {"root": inner}, "type": "object"}}
+    o200k = counter("o200k_base")
+    assert rules_for("gemini/gemini-2.5-flash").tool_definition(declaration) == o200k(json.dumps(form, separators=(",", ":"))) + 4
