@@ -112,8 +112,7 @@ def legacy_function(function: Any) -> Any:
 
 def _untagged_tool_key(definition: Mapping[str, Any]) -> SourceKey:
     """Untagged tools are native; an ``mcp__server__tool`` name is MCP by convention, with a warning."""
-    fn = definition.get("function", definition)
-    name = fn.get("name", "") if isinstance(fn, Mapping) else ""
-    if isinstance(name, str) and name.startswith("mcp__"):
+    name = tool_name(definition)
+    if name.startswith("mcp__"):
         return (Category.MCP_TOOLS, mcp_server_label(name[5:].split("__", 1)[0]))
     return (Category.TOOLS, "native")

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, Optional
 
 from .contract import Category, ToolItem
 from .message_count import MessageCount
+from .rules import tool_spec
 from .tags import derived_label
 
 SourceKey = tuple[Category, str]
@@ -97,7 +98,7 @@ NO_TOOLS = ToolUse()
 
 def tool_name(definition: Mapping[str, Any]) -> str:
     """The name a tool definition gives (a chat tool's ``function.name``, a flat tool's ``name``); "" without one."""
-    fn = definition.get("function", definition)
+    fn = tool_spec(definition)
     name = fn.get("name") if isinstance(fn, Mapping) else None
     return name if isinstance(name, str) else ""
 

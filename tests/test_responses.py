@@ -215,3 +215,22 @@ def test_no_content_of_a_responses_call_is_exported(provider, tmp_path, caplog):
     assert b"agent.context_window.snapshot" in exported and b"resourceLogs" in exported
     assert canary.encode() not in exported
     assert not any(canary in r.getMessage() for r in caplog.records if r.name.startswith("cw_middleware"))
+
+
+def test_a_custom_tool_is_counted_and_listed_and_only_provider_run_tools_are_left_out(runtime):
+    custom = {
+        "type": "custom",
+        "name": "apply_patch",
+        "description": "Apply a patch to the working tree.",
+        "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "*** Begin Patch" /(.|\\n)*/'},
+    }
+    base = cw.estimate(model="openai/gpt-5", input="Fix the bug.")
+    snap = cw.estimate(model="openai/gpt-5", input="Fix the bug.", tools=[custom])
+    (row,) = snap.tools
+    assert (row.name, row.category.value, row.source) == ("apply_patch", "tools", "native")
+    assert row.definition_tokens > 10 and snap.input_tokens > base.input_tokens + row.definition_tokens
+    assert "provider_tool_not_estimated" not in snap.warning_codes()
+    # A provider-run tool beside it is still left out, with the warning; the custom tool still counts.
+    both = cw.estimate(model="openai/gpt-5", input="Fix the bug.", tools=[custom, {"type": "web_search"}])
+    assert [t.name for t in both.tools] == ["apply_patch"] and both.input_tokens == snap.input_tokens
+    assert "provider_tool_not_estimated" in both.warning_codes()

@@ -38,6 +38,7 @@ _STORED_CONTEXT_KEYS = ("previous_response_id", "conversation", "prompt")
 _MESSAGE_TYPES = (None, "message")
 _CALL_TYPES = {"function_call": "arguments", "custom_tool_call": "input"}
 _OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
+_COUNTED_TOOLS = frozenset({"function", "custom"})  # tools the caller runs; the others are the provider's
 _TOOL_ROLES = ("tool", "function")
 _INSTRUCTIONS = {"category": "system_prompt", "source": "instructions"}
 _ADDITIONAL_TOOLS = {"category": "tools", "source": "additional_tools"}
@@ -109,7 +110,7 @@ def item_as_message(item: dict[str, Any]) -> Optional[dict[str, Any]]:
         call = {"id": item.get("call_id") or item.get("id") or "", "type": "function", "function": function}
         return {"role": "assistant", "content": None, "tool_calls": [call]}
     if kind == "additional_tools":  # tools made available mid-conversation (tool search, deferred tools)
-        tools = [t for t in item.get("tools") or () if isinstance(t, Mapping) and t.get("type", "function") == "function"]
+        tools = [t for t in item.get("tools") or () if isinstance(t, Mapping) and t.get("type", "function") in _COUNTED_TOOLS]
         if not tools:
             return None
         return {"role": item.get("role") or "developer", "content": None, "tools": tools, TAG_KEY: _ADDITIONAL_TOOLS}
@@ -128,16 +129,19 @@ def _output(output: Any) -> Any:
 
 
 def _function_tools(tools: Sequence[Any], warnings: set[WarningCode]) -> Any:
-    """The function tools the estimator counts: flat ones (``{"type": "function", "name": ...}``) as they are.
+    """The tools the estimator counts: flat function tools (``{"type": "function", "name": ...}``) and custom ones, as they are.
 
     The counting rules read a flat definition as they read a chat tool's ``function``, so
     the caller's list is passed on untouched (the tools cache compares it by value); only
     provider-run tools (web search, file search, remote MCP, ...) are left out, with a warning.
+    A custom tool (free-form input) is the caller's own and shown to the model: it is counted.
     """
-    if all(type(tool) is dict and tool.get("type") == "function" for tool in tools):
+    if all(type(tool) is dict and tool.get("type") in _COUNTED_TOOLS for tool in tools):
         return tools
-    warnings.add(WarningCode.PROVIDER_TOOL_NOT_ESTIMATED)
-    return [tool for tool in tools if _as_dict(tool).get("type") == "function"]
+    counted = [tool for tool in tools if _as_dict(tool).get("type") in _COUNTED_TOOLS]
+    if len(counted) < len(tools):
+        warnings.add(WarningCode.PROVIDER_TOOL_NOT_ESTIMATED)
+    return counted
 
 
 def _chat_tools(tools: Sequence[Any]) -> list[Any]:

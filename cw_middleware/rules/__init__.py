@@ -17,9 +17,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import NamedTuple, Optional
 
-from .protocol import CountingRules, PromptAdditions
+from .protocol import CountingRules, PromptAdditions, tool_spec
 
-__all__ = ["CountingRules", "ModelName", "PromptAdditions", "rules_for", "split_provider"]
+__all__ = ["CountingRules", "ModelName", "PromptAdditions", "rules_for", "split_provider", "tool_spec"]
 
 
 class ModelName(NamedTuple):

@@ -63,6 +63,35 @@ def render_function(fn: Mapping[str, Any], responses: bool = False) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def render_custom(spec: Mapping[str, Any]) -> str:
+    """A custom tool (free-form input, OpenAI's ``type: custom``) as the function namespace shows one.
+
+    ``// description`` then ``type {name} = (FREEFORM) => any;`` (the form published reconstructions
+    of OpenAI's tool prompts show); a grammar-constrained tool's grammar follows as
+    ``{name} FREEFORM grammar:`` and its definition.
+    """
+    lines = []
+    description = spec.get("description")
+    if isinstance(description, str):
+        lines.extend(description_lines(description.strip()))
+    name = spec.get("name", "")
+    lines.append(f"type {name} = (FREEFORM) => any;")
+    text = "\n".join(lines) + "\n\n"
+    grammar = _grammar_definition(spec.get("format"))
+    if grammar:
+        text += f"{name} FREEFORM grammar:\n\n{grammar}\n\n"
+    return text
+
+
+def _grammar_definition(fmt: Any) -> str:
+    """A custom tool's grammar: ``format.definition`` (Responses API), ``format.grammar.definition`` (Chat Completions)."""
+    if not isinstance(fmt, Mapping) or fmt.get("type") != "grammar":
+        return ""
+    grammar = fmt.get("grammar")
+    definition = (grammar if isinstance(grammar, Mapping) else fmt).get("definition")
+    return definition.strip() if isinstance(definition, str) else ""
+
+
 def opens_bare(fn: Mapping[str, Any]) -> bool:
     """The function's parameters open on a property with no comment line (no title, no description)."""
     params = fn.get("parameters")

@@ -123,12 +123,13 @@ Round six: a schema that refers to itself (a local ``$ref`` back into its own de
 emits for a tree) is unrolled `RECURSION_UNROLL` (10) times and the next reference left as it is
 (`_Refs`); references that do not come back are inlined whole, however deep the chain. Google says
 recursive schemas are "unrolled to a finite depth" (its developer forum, of ``responseJsonSchema``);
-before, counting stopped inlining at six levels of nesting, an arbitrary cut. Evidence, thin: one recursive declaration (one repository, 2
-records, both in one half). Each further copy of its node is 55 tokens, and 10 copies land its
-single-turn request exactly (2 over; 9 copies are 53 under, 11 are 57 over); its two-turn request, with
-a replayed 2.5 signature, lands 28 under (3.3%). Gemini (halves by source file): median 1.82 / 1.81% ->
-1.82 / 1.77%, p90 9.51 / 16.45% -> 9.51 / 13.9%; no other record changes. Vertex AI and 2.0 take the
-same unrolling for their text values (not measured: no recursive declaration is recorded there).
+before, counting stopped inlining at six levels of nesting, an arbitrary cut. Evidence, thin: one
+recursive declaration (one repository, one file, 2 records, both in one half). Each further copy of
+its node is 55 tokens, and 10 copies land its single-turn request exactly (2 over; 9 copies are 53
+under, 11 are 57 over); its two-turn request, with a replayed 2.5 signature, lands 28 under (3.3%).
+Gemini (halves by source file): median 1.82 / 1.81% -> 1.82 / 1.77%, p90 9.51 / 16.45% -> 9.51 /
+13.9%; no other record changes. Vertex AI and 2.0 take the same unrolling for their text values (not
+measured: no recursive declaration is recorded there).
 
 Searched in round three's second pass and not adopted (function declarations on the
 Gemini API, 2.5 and later): the declaration's JSON with compact separators matches

@@ -123,6 +123,14 @@ OpenAI requests whose error crosses the 2% line):
   settled (either way within 2 tokens). The Responses API opens no message for the section (its
   schema requests without instructions sit at -3 to 0); harmony-layout models are not measured.
 
+* Round six: a custom tool (``type: custom``, free-form input, on either API) is the caller's
+  own and shown to the model, so it is counted, no longer dropped as a provider-run tool: its
+  ``// description``, ``type {name} = (FREEFORM) => any;`` and, for a grammar-constrained one,
+  ``{name} FREEFORM grammar:`` with the grammar (`_typescript.render_custom`; the form published
+  reconstructions of OpenAI's tool prompts show). One recorded request has one (gpt-5, a Lark
+  grammar): 142 under before (the tool counted as nothing), 42 under now; the rest is not
+  explained by anything the request shows (a grammar preamble, likely), so no constant is added.
+
 Left open by round four: the launch-month Responses requests bill ~210 tokens more per request
 with tools; OpenAI's ``multi_tool_use`` namespace (the ``parallel`` wrapper, as public
 reconstructions of the chat prompt give it) is 195 tokens, so the block likely carried it then,
@@ -197,8 +205,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._tiktoken import counter
-from ._typescript import opens_bare, render_function
-from .protocol import PromptAdditions
+from ._typescript import opens_bare, render_custom, render_function
+from .protocol import PromptAdditions, tool_spec
 
 # Families whose encoding is o200k_base; older chat models use cl100k_base.
 _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss", "gpt-realtime", "codex")
@@ -317,7 +325,7 @@ class OpenAIRules(PromptAdditions):
         return self.text(RESULT_HEADER.format(name=name)) - self.text("tool") - TOOL_RESULT_EXTRA
 
     def tool_definition(self, tool: Mapping[str, Any]) -> int:
-        fn = tool.get("function", tool)
+        fn = tool_spec(tool)
         if not isinstance(fn, Mapping):
             return self.text(self._render(tool))
         if self.api == "chat" and self.layout == "chatml":
@@ -436,8 +444,12 @@ def _as_text(value: Any) -> str:
 
 def render_tool(tool: Mapping[str, Any], responses: bool = False) -> str:
     """A tool definition in the TypeScript-like form OpenAI shows the model (``responses``: as that API renders it)."""
-    fn = tool.get("function", tool)
-    return render_function(fn if isinstance(fn, Mapping) else {}, responses=responses)
+    fn = tool_spec(tool)
+    if not isinstance(fn, Mapping):
+        fn = {}
+    if tool.get("type") == "custom":
+        return render_custom(fn)
+    return render_function(fn, responses=responses)
 
 
 def _has_properties(schema: Any) -> bool:

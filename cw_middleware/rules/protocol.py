@@ -61,3 +61,12 @@ class CountingRules(PromptAdditions, Protocol):
     def response_format(self, response_format: Any) -> int: ...
 
     def request_overhead(self, n_messages: int) -> int: ...
+
+
+def tool_spec(definition: Mapping[str, Any]) -> Any:
+    """What a tool definition defines: a chat tool's ``function`` (or ``custom``, OpenAI's free-form tool), a flat tool itself."""
+    if "function" in definition:
+        return definition["function"]
+    if definition.get("type") == "custom" and isinstance(definition.get("custom"), Mapping):
+        return definition["custom"]
+    return definition

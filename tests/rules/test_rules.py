@@ -254,3 +254,37 @@ def test_gemini_splits_a_newline_o200k_glues_to_punctuation():
         assert rules.text('Reply in JSON:\n{\n  "ok": true\n}') == 14
     snap = cw.estimate(model="gemini/gemini-2.0-flash", messages=[{"role": "user", "content": "Answer:\n\nyes.\n"}])
     assert snap.input_tokens == 6  # 2.0: no Content marker
+
+
+GRAMMAR = '\n    start: expr\n    expr: INT ("+" INT)*\n    %import common.INT\n    '
+
+
+def test_a_custom_tool_is_counted_as_a_free_form_function_with_its_grammar():
+    o200k = counter("o200k_base")
+    # OpenAI's free-form tool, as each API spells it: flat on the Responses API, under "custom" on Chat Completions.
+    responses_tool = {
+        "type": "custom",
+        "name": "math_exp",
+        "description": "Creates valid mathematical expressions",
+        "format": {"type": "grammar", "syntax": "lark", "definition": GRAMMAR},
+    }
+    chat_tool = {
+        "type": "custom",
+        "custom": {
+            "name": "math_exp",
+            "description": "Creates valid mathematical expressions",
+            "format": {"type": "grammar", "grammar": {"syntax": "lark", "definition": GRAMMAR}},
+        },
+    }
+    # Written out by hand: the description line, the free-form signature, then the grammar (trimmed).
+    shown = (
+        "// Creates valid mathematical expressions\ntype math_exp = (FREEFORM) => any;\n\n"
+        'math_exp FREEFORM grammar:\n\nstart: expr\n    expr: INT ("+" INT)*\n    %import common.INT\n\n'
+    )
+    assert render_tool(responses_tool, responses=True) == shown
+    assert render_tool(chat_tool) == shown
+    assert rules_for("openai/gpt-5", api="responses").tool_definition(responses_tool) == o200k(shown)
+    assert rules_for("openai/gpt-4.1").tool_definition(chat_tool) == o200k(shown)
+    # Without a grammar (free text): the signature alone.
+    plain = {"type": "custom", "name": "run", "description": "Run a shell command.", "format": {"type": "text"}}
+    assert render_tool(plain, responses=True) == "// Run a shell command.\ntype run = (FREEFORM) => any;\n\n"
