@@ -238,7 +238,9 @@ class MessageCounter:
         for raw in calls:
             call = as_dict(raw)
             function = call.get("function")
-            if function is not None and not isinstance(function, Mapping):
+            if function is None and call.get("type") == "custom":
+                call = _custom_call(call)  # a custom tool's call reads as a function call whose arguments are its input
+            elif function is not None and not isinstance(function, Mapping):
                 function = as_dict(function) if hasattr(function, "model_dump") else None
                 if function is None:
                     warnings.add(WarningCode.UNREADABLE_MESSAGE)
@@ -249,6 +251,14 @@ class MessageCounter:
                 continue
             out.append(call)
         return out
+
+
+def _custom_call(call: Mapping[str, Any]) -> dict[str, Any]:
+    """A Chat Completions custom tool call (``{"type": "custom", "custom": {"name", "input"}}``) in the function form."""
+    custom = call.get("custom")
+    custom = custom if isinstance(custom, Mapping) else {}
+    function = {"name": custom.get("name", ""), "arguments": custom.get("input", "")}
+    return {**call, "type": "function", "function": function}
 
 
 def _calls_made(calls: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:

@@ -405,3 +405,24 @@ def test_a_count_stopped_before_its_first_message_leaves_one_empty_conversation_
     loading[0] = False
     assert est.estimate("m", [dict(m) for m in msgs]).by_source == Estimator().estimate("m", msgs).by_source
     assert sorted(len(c.frozen) for b in est._conversations.values() for c in b) == [2, 2]  # the other agent's is kept
+
+
+def test_a_custom_tool_call_in_chat_history_counts_as_the_call_it_is():
+    # Chat Completions spells a custom (free-form) tool's call {"type": "custom", "custom": {"name", "input"}}.
+    custom = {"id": "c1", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin Patch\n*** End Patch"}}
+    same = {"id": "c1", "type": "function", "function": {"name": "apply_patch", "arguments": "*** Begin Patch\n*** End Patch"}}
+    tool = {"type": "custom", "custom": {"name": "apply_patch", "description": "Apply a patch to the working tree."}}
+
+    def history(call: dict) -> list:
+        return [
+            {"role": "user", "content": "Fix the failing test."},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "Patch applied."},
+        ]
+
+    snap = cw.estimate(model="openai/gpt-4.1", messages=history(custom), tools=[tool])
+    assert snap.input_tokens == cw.estimate(model="openai/gpt-4.1", messages=history(same), tools=[tool]).input_tokens
+    (row,) = snap.tools
+    assert (row.name, row.invocations) == ("apply_patch", 1) and row.result_tokens > 0
+    assert "tool:apply_patch" in {d.source for d in snap.details}
+    assert "unreadable_message" not in snap.warning_codes()
