@@ -134,6 +134,34 @@ def test_the_local_server_reports_tool_calls_and_usage(runtime):
     assert _rows(answered)["read_file"].result_tokens == details["tool:read_file"] > _rows(local)["read_file"].result_tokens
 
 
+def test_a_custom_tools_call_in_a_response_counts_as_its_invocation(runtime):
+    """A free-form tool's call comes back as {"type": "custom", "custom": {"name", "input"}}: counted by its name."""
+    patch = {"type": "custom", "custom": {"name": "apply_patch", "description": "Apply a patch to the working tree."}}
+    call = {"id": "c1", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin Patch\n*** End Patch"}}
+    with running(OpenAIStub) as provider:
+        provider.body = {
+            "id": "chatcmpl-custom",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "gpt-5-2025-08-07",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                    "finish_reason": "tool_calls",
+                }
+            ],
+            "usage": {"prompt_tokens": 300, "completion_tokens": 9, "total_tokens": 309},
+        }
+        response = cw.completion(
+            model="openai/gpt-5", api_base=provider.url, api_key="sk-test", messages=_messages(), tools=[*TOOLS, patch]
+        )
+    assert response.choices[0].message.tool_calls[0].custom.name == "apply_patch"  # LiteLLM's own custom-call object
+    local, answered = cw.snapshots()[-2:]
+    assert _rows(local)["apply_patch"].invocations == 0 and _rows(answered)["apply_patch"].invocations == 1
+    assert _rows(answered)["apply_patch"].definition_tokens > 0
+
+
 def test_beyond_max_tools_the_rest_fold_into_one_row_with_a_warning(telemetry):
     rt = Runtime(resolve(export="none", max_tools=2, environ={}), telemetry.tracer_provider, telemetry.meter_provider)
     previous = set_runtime(rt)

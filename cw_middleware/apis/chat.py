@@ -184,7 +184,8 @@ def _tool_calls(choices: Any) -> tuple[str, ...]:
             message = getattr(choice, "message", None) or getattr(choice, "delta", None)
             calls = getattr(message, "tool_calls", None)
             for call in calls or ():
-                name = getattr(getattr(call, "function", None), "name", None)
+                # A function call names its function; a custom (free-form) tool's call its ``custom`` payload.
+                name = getattr(getattr(call, "function", None) or getattr(call, "custom", None), "name", None)
                 if isinstance(name, str) and name:
                     names.append(name)
             legacy = getattr(message, "function_call", None)
