@@ -108,23 +108,24 @@ def test_the_calls_a_response_makes_count_on_its_snapshot(runtime):
     assert "not_a_defined_tool" not in json.dumps([s.model_dump(mode="json") for s in (first, last)])
 
 
+def _tool_call_answer(model: str, call: dict, prompt_tokens: int) -> dict:
+    """A Chat Completions response body whose one choice calls ``call``, with its usage."""
+    return {
+        "id": "chatcmpl-tools",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [call]}, "finish_reason": "tool_calls"}
+        ],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 9, "total_tokens": prompt_tokens + 9},
+    }
+
+
 def test_the_local_server_reports_tool_calls_and_usage(runtime):
     """The local OpenAI-compatible server answers with a tool call: counted, and the rows rescale to its usage."""
     with running(OpenAIStub) as provider:
-        provider.body = {
-            "id": "chatcmpl-tools",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "gpt-4o-2024-08-06",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": None, "tool_calls": [_call("c9", "read_file")]},
-                    "finish_reason": "tool_calls",
-                }
-            ],
-            "usage": {"prompt_tokens": 2000, "completion_tokens": 9, "total_tokens": 2009},
-        }
+        provider.body = _tool_call_answer("gpt-4o-2024-08-06", _call("c9", "read_file"), prompt_tokens=2000)
         cw.completion(model="openai/gpt-4o", api_base=provider.url, api_key="sk-test", messages=_messages(), tools=TOOLS)
     local, answered = cw.snapshots()[-2:]
     assert answered.count_method.value == "response_usage_scaled_breakdown" and answered.input_tokens == 2000
@@ -139,20 +140,7 @@ def test_a_custom_tools_call_in_a_response_counts_as_its_invocation(runtime):
     patch = {"type": "custom", "custom": {"name": "apply_patch", "description": "Apply a patch to the working tree."}}
     call = {"id": "c1", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin Patch\n*** End Patch"}}
     with running(OpenAIStub) as provider:
-        provider.body = {
-            "id": "chatcmpl-custom",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "gpt-5-2025-08-07",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": None, "tool_calls": [call]},
-                    "finish_reason": "tool_calls",
-                }
-            ],
-            "usage": {"prompt_tokens": 300, "completion_tokens": 9, "total_tokens": 309},
-        }
+        provider.body = _tool_call_answer("gpt-5-2025-08-07", call, prompt_tokens=300)
         response = cw.completion(
             model="openai/gpt-5", api_base=provider.url, api_key="sk-test", messages=_messages(), tools=[*TOOLS, patch]
         )
