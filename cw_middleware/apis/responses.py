@@ -80,7 +80,7 @@ def to_chat(
         shape.messages = head
         shape.origins = [-1] * len(head)
     if tools:
-        shape.tools = _function_tools(tools, shape.warnings)
+        shape.tools = _counted_tools(tools, shape.warnings)
     shape.tool_choice = _chat_tool_choice(tool_choice)
     shape.response_format = _response_format(text, text_format)
     return shape
@@ -128,7 +128,7 @@ def _output(output: Any) -> Any:
     return _json(output)
 
 
-def _function_tools(tools: Sequence[Any], warnings: set[WarningCode]) -> Any:
+def _counted_tools(tools: Sequence[Any], warnings: set[WarningCode]) -> Any:
     """The tools the estimator counts: flat function tools (``{"type": "function", "name": ...}``) and custom ones, as they are.
 
     The counting rules read a flat definition as they read a chat tool's ``function``, so
