@@ -152,6 +152,9 @@ def test_a_custom_tools_call_in_a_response_counts_as_its_invocation(runtime):
     local, answered = cw.snapshots()[-2:]
     assert _rows(local)["apply_patch"].invocations == 0 and _rows(answered)["apply_patch"].invocations == 1
     assert _rows(answered)["apply_patch"].definition_tokens > 0
+    # the call's input and the tool's description are counted, never carried
+    carried = json.dumps([s.model_dump(mode="json") for s in (local, answered)])
+    assert "Begin Patch" not in carried and "working tree" not in carried
 
 
 def test_beyond_max_tools_the_rest_fold_into_one_row_with_a_warning(telemetry):
