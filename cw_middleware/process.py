@@ -12,6 +12,10 @@ worker thread. The process's one at-fork hook, registered here, runs each part's
 `ForkAware.after_fork_in_child` in the child: each makes its locks anew and drops what the
 parent's threads were doing. A part is renewed in place, never replaced, so a kind added
 later is renewed with no list to keep.
+
+Locks a part cannot renew, those inside a C library (SQLite's), are a `ForkGate`'s: the same
+hook has the fork wait until no thread is inside the library (`ForkGate.before_fork`), and
+lets the threads go on once it is done, in the parent and in the child.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Protocol, TypeVar, cast
+from typing import Protocol, TypeVar, cast, runtime_checkable
 
 logger = logging.getLogger("cw_middleware")
 
@@ -29,6 +33,19 @@ class ForkAware(Protocol):
 
     def after_fork_in_child(self) -> None:
         """Runs inside ``os.fork()`` in the child: fresh locks, none of the parent's work; nothing that waits."""
+        ...
+
+
+@runtime_checkable
+class ForkGate(ForkAware, Protocol):
+    """A part whose work in flight must finish before a fork: the forking thread waits for it."""
+
+    def before_fork(self) -> None:
+        """Runs in the forking thread before ``os.fork()``: wait (bounded) until no other thread is inside."""
+        ...
+
+    def after_fork_in_parent(self) -> None:
+        """Runs in the parent after ``os.fork()``: let the held-back threads go on."""
         ...
 
 
@@ -56,12 +73,34 @@ class Process:
         self._lock = threading.Lock()
         for part in list(self._parts.values()):
             try:
-                part.after_fork_in_child()
+                part.after_fork_in_child()  # a gate's too: the child's threads (none yet) may go on
             except Exception as exc:  # noqa: BLE001 - one part's failure must not leave the others unrenewed
                 logger.warning("cw_middleware: could not renew %s after fork (%s)", type(part).__name__, type(exc).__name__)
+
+    def before_fork(self) -> None:
+        """Every gate waits for its threads to leave (see the module docstring)."""
+        for gate in self._gates():
+            try:
+                gate.before_fork()
+            except Exception as exc:  # noqa: BLE001 - a gate's failure must not stop the application's fork
+                logger.warning("cw_middleware: %s could not prepare for fork (%s)", type(gate).__name__, type(exc).__name__)
+
+    def after_fork_in_parent(self) -> None:
+        for gate in self._gates():
+            try:
+                gate.after_fork_in_parent()
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("cw_middleware: %s could not resume after fork (%s)", type(gate).__name__, type(exc).__name__)
+
+    def _gates(self) -> list[ForkGate]:
+        return [part for part in list(self._parts.values()) if isinstance(part, ForkGate)]
 
 
 PROCESS = Process()
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=PROCESS.after_fork_in_child)
+    os.register_at_fork(
+        before=PROCESS.before_fork,
+        after_in_parent=PROCESS.after_fork_in_parent,
+        after_in_child=PROCESS.after_fork_in_child,
+    )

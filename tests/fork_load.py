@@ -6,7 +6,7 @@ with ``os.fork()`` (ending with ``os._exit``, as prefork servers' workers may),
 ``MODE=multiprocessing`` starts N processes with the ``fork`` start method. Each child
 makes one call in a stage of its own (run ``forked``, stage ``child-<i>``) and exits; a
 child still running after its deadline counts as hung and is killed (its stacks are in
-``child-<i>.txt`` beside the telemetry file). ``bare-`` before the mode runs the same
+``child-<i>.txt`` beside the telemetry file, as are those of a child whose flush failed). ``bare-`` before the mode runs the same
 without cw: the baseline. One JSON line on stdout:
 ``{"hung": [...], "failed": {...}, "calls_during_forks": n}``.
 """
@@ -38,7 +38,8 @@ BARE = False  # MODE bare-fork: the same load and forks with bare LiteLLM, no cw
 
 def child_call(i: int) -> int:
     """What each child does; its exit code (0: the call came back as LiteLLM's and telemetry flushed)."""
-    faulthandler.dump_traceback_later(DEADLINE - 2, exit=True, file=open(f"{STACKS}/child-{i}.txt", "w"))
+    stacks = open(f"{STACKS}/child-{i}.txt", "w")
+    faulthandler.dump_traceback_later(DEADLINE - 2, exit=True, file=stacks)
     if BARE:
         import litellm
 
@@ -50,7 +51,10 @@ def child_call(i: int) -> int:
         return 3
     # A bound, not a measure: forty children calling and flushing at once beside four threads of load
     # share two cores, and a child seen to need more than 5 s there was slow, not stuck.
-    return 0 if cw.flush(12.0) else 4
+    if cw.flush(12.0):
+        return 0
+    faulthandler.dump_traceback(stacks, all_threads=True)  # where the flush waits: beside a hung child's
+    return 4
 
 
 def _mp_target(i: int) -> None:

@@ -189,12 +189,14 @@ class FileIndex:
             if seen == self._seen:
                 return True
             report = _progress.get()
+            # A guard (a section a fork waits for) per step, not around the whole build: each chunk is one.
             with self._database.guard():
                 # Read-only first: the write lock is taken only when there is something to add.
-                if not self._holds(f, st.st_size):
-                    while self._index_chunk(f, st.st_size):
-                        if report is not None:
-                            report(self.path, self._upto, st.st_size)
+                held = self._holds(f, st.st_size)
+            while not held and self._index_chunk(f, st.st_size):
+                if report is not None:
+                    report(self.path, self._upto, st.st_size)
+            with self._database.guard():
                 self.generation = str(self._meta().get("generation", ""))
             self._seen = seen
         return True

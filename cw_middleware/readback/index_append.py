@@ -30,7 +30,7 @@ from typing import Optional
 
 from .file_index import WINDOW, FileChanged, crc_at, reset_index, store_lines, tail_crc
 from .fold import RunsFold, stage_pairs
-from .index_db import FORMAT, VERSION, IndexDatabase, IndexUnusable
+from .index_db import FORMAT, VERSION, IndexDatabase, IndexUnusable, sqlite_usable
 from .otlp_json import Span
 
 
@@ -89,6 +89,8 @@ class IndexedAppends:
                 write(fd, data)
 
     def _open(self) -> Optional[IndexDatabase]:
+        if not sqlite_usable():
+            return None  # forked while a thread was inside SQLite: the line goes out, without the index
         if self._database is None and not self._off:
             database = IndexDatabase(self.path, self._index_dir)
             if database.in_memory:  # an index only this process would see: not worth extending

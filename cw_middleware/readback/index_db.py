@@ -12,6 +12,12 @@ rebuilt if lost). The index is only a cache, so each failure has a way out:
   process keeps an index of its own in memory from then on, built from the file.
 
 Each says so once, in one warning naming the index and what happened.
+
+Every use of a connection is a section of `SqliteCalls` (`in_sqlite`): SQLite holds process-wide
+mutexes (its file system layer's, its allocator's) inside its calls, and a fork while another
+thread is inside leaves them held in the child, whose first SQLite call would wait forever (the
+exporter's first append in a forked child, 3 forks in 3,500 under load). So a fork waits
+until no thread is inside, at most `FORK_WAIT`, and holds new sections back until it is done.
 """
 
 from __future__ import annotations
@@ -19,16 +25,21 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Optional
 
 from .._log import RateLimitedLog
+from ..process import PROCESS
 
 FORMAT = "cw-middleware file index"
 VERSION = "1"
 MEMORY = "memory"  # the index directory that keeps every index in memory
 BUSY_TIMEOUT = 0.25  # seconds to wait for another process's write lock before indexing in memory instead
+# Seconds a fork waits for the threads inside SQLite: a section is a transaction (at most
+# BUSY_TIMEOUT of waiting, plus a chunk of the file indexed), so only a stuck disk takes longer.
+FORK_WAIT = 5.0
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v) WITHOUT ROWID;
@@ -45,6 +56,68 @@ _BUSY = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _OUT_OF_REACH = frozenset({3, 7, 8, 10, 13, 14, 15, 23})  # PERM, NOMEM, READONLY, IOERR, FULL, CANTOPEN, PROTOCOL, AUTH
 
 _log = RateLimitedLog()
+
+
+class SqliteCalls:
+    """The threads inside SQLite (a part of the process state, a `ForkGate`): a fork waits for them."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._inside = 0  # sections in flight, outermost ones
+        self._forks = 0  # forks under way, holding new sections back
+        self._local = threading.local()  # .depth: this thread's nested sections
+        self.usable = True  # False in a child forked while a thread was inside (FORK_WAIT ran out)
+
+    @contextmanager
+    def section(self) -> Iterator[None]:
+        depth = getattr(self._local, "depth", 0)
+        if depth == 0:
+            with self._cond:
+                self._cond.wait_for(lambda: self._forks == 0, timeout=FORK_WAIT)
+                self._inside += 1
+        self._local.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._local.depth = depth
+            if depth == 0:
+                with self._cond:
+                    self._inside -= 1
+                    self._cond.notify_all()
+
+    def before_fork(self) -> None:
+        if getattr(self._local, "depth", 0):
+            return  # forked from inside a section: waiting for it would wait for itself
+        with self._cond:
+            self._forks += 1
+            if self._cond.wait_for(lambda: self._inside == 0, timeout=FORK_WAIT):
+                return
+        _log.warning(
+            "fork-wait",
+            f"cw_middleware: a fork went ahead while another thread was inside SQLite for over {FORK_WAIT:g} s; "
+            "the child writes its telemetry without the file index, and reading the file there may not answer",
+        )
+
+    def after_fork_in_parent(self) -> None:
+        with self._cond:
+            self._forks = max(0, self._forks - 1)
+            self._cond.notify_all()
+
+    def after_fork_in_child(self) -> None:
+        mine = 1 if getattr(self._local, "depth", 0) else 0  # the forking thread's own section, if any, goes on here
+        self.usable = self.usable and self._inside == mine
+        self._cond = threading.Condition(threading.Lock())
+        self._inside, self._forks = mine, 0
+
+
+def sqlite_usable() -> bool:
+    """False in a process forked while another thread was inside SQLite: its mutexes may be held for good."""
+    return PROCESS.part(SqliteCalls).usable
+
+
+def in_sqlite() -> AbstractContextManager[None]:
+    """A section around SQLite calls (see the module docstring); nested ones count once."""
+    return PROCESS.part(SqliteCalls).section()
 
 
 class IndexUnusable(Exception):
@@ -110,9 +183,10 @@ class IndexDatabase:
 
     @contextmanager
     def guard(self) -> Iterator[sqlite3.Connection]:
-        """The connection; a storage error inside as `IndexUnusable`."""
+        """The connection, inside a section (`in_sqlite`); a storage error inside as `IndexUnusable`."""
         try:
-            yield self.connection
+            with in_sqlite():
+                yield self.connection
         except sqlite3.Error as exc:  # not OSError: reading the telemetry file is not the index's failure
             raise unusable(exc) from None
 
@@ -131,7 +205,8 @@ class IndexDatabase:
     def recover(self, problem: IndexUnusable) -> None:
         """After a failure: a damaged database on disk is made anew; any other failure, or one in memory, goes to memory."""
         try:
-            self.connection.close()
+            with in_sqlite():
+                self.connection.close()
         except sqlite3.Error:
             pass
         if self.location is not None and problem.damaged:
@@ -148,7 +223,8 @@ class IndexDatabase:
         self.connection = _open(":memory:")
 
     def close(self) -> None:
-        self.connection.close()
+        with in_sqlite():
+            self.connection.close()
 
     def _remove(self) -> None:
         assert self.location is not None
@@ -167,6 +243,11 @@ class IndexDatabase:
 
 
 def _open(location: str) -> sqlite3.Connection:
+    with in_sqlite():
+        return _open_inside(location)
+
+
+def _open_inside(location: str) -> sqlite3.Connection:
     db = sqlite3.connect(location, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
     try:
         if location != ":memory:":
