@@ -108,6 +108,7 @@ class _Conversation:
     breakpoint_idx: list[int] = field(default_factory=list)  # messages that carry a cache_control breakpoint
     # Tools, by the name the conversation's calls give them (matched to definitions per request).
     call_names: dict[str, str] = field(default_factory=dict)  # call id -> tool name
+    parallel_calls: set[str] = field(default_factory=set)  # ids of calls made several to a message
     invocations: Counter[str] = field(default_factory=Counter)  # tool name -> calls made
     results: Counter[str] = field(default_factory=Counter)  # tool name -> tokens of its results
     untagged_results: Counter[tuple[str, SourceKey]] = field(default_factory=Counter)  # moved from the plain role key
@@ -342,8 +343,11 @@ class Estimator:
                 if budget < 0:
                     raise OverBudget()  # what was counted so far stays: a later estimate goes on from it
             count = self._messages.count(rules, msg, read_message)
-            if count.result_of is not None:
-                tool = conv.call_names.get(count.result_of)
+            answers = count.result_of
+            if answers is not None:
+                if answers in conv.parallel_calls:
+                    count = self._parallel_result(rules, count, as_dict(msg))
+                tool = conv.call_names.get(answers)
                 if tool is not None:
                     count = matched(count, tool)
             elif count.parts:
@@ -355,6 +359,18 @@ class Estimator:
             conv.counts.append(count)
             _add(conv, count)
         return conv
+
+    def _parallel_result(self, rules: CountingRules, count: MessageCount, msg: Mapping[str, Any]) -> MessageCount:
+        """A result of a parallel call, with what its shown form costs beyond its text (`parallel_result_text`)."""
+        content = msg.get("content")
+        if not isinstance(content, str) or not count.entries:
+            return count
+        shown = rules.parallel_result_text(content)
+        if shown is None:
+            return count
+        (key, tokens), *rest = count.entries
+        extra = self._texts.count(rules, shown) - self._texts.count(rules, content)
+        return count._replace(entries=((key, tokens + extra), *rest))
 
     def _remember(self, head: tuple[str, int], conv: _Conversation) -> None:
         self._n_conversations += 1
@@ -413,6 +429,8 @@ def _add(conv: _Conversation, count: MessageCount) -> None:
     for call_id, name in count.calls:
         conv.call_names[call_id] = name
         conv.invocations[name] += 1
+    if len(count.calls) > 1:
+        conv.parallel_calls.update(call_id for call_id, _ in count.calls)
     for part in count.parts or (count,):
         if part.tool is not None:
             conv.results[part.tool] += sum(tokens for _, tokens in part.entries)

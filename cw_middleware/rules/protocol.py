@@ -7,7 +7,7 @@ prompt, with defaults (none) that a rules class inherits by subclassing it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Optional, Protocol
 
 
 class PromptAdditions(Protocol):
@@ -24,6 +24,10 @@ class PromptAdditions(Protocol):
     def response_format_placement(self, system_first: bool, response_format: Any) -> int:
         """Where a structured-output section goes given the first message (OpenAI: a system message of its own)."""
         return 0
+
+    def parallel_result_text(self, content: str) -> Optional[str]:
+        """The text a result of a parallel call is shown as, where it is not its content (OpenAI: a JSON string)."""
+        return None
 
     def thinking_overhead(self, thinking: Any) -> int:
         """The hidden instruction a ``thinking`` setting adds (Anthropic's extended thinking)."""

@@ -43,6 +43,7 @@ SLICE = {
     "openai-chat_completions-778e127181dd": 2.0,  # tool-call history
     "openai-chat_completions-b8afaf8cf22f": 2.0,  # a parallel call and its results
     "openai-chat_completions-2ef507ad1d59": 1.5,  # a parallel call of three, results with names
+    "openai-chat_completions-f17d3556341a": 0.5,  # a parallel call's web-page results (64k tokens), shown escaped
     "openai-chat_completions-1a259f1778f5": 1.0,  # tools + structured output
     "openai-chat_completions-81037bed6569": 2.0,  # tools + schema + history
     "openai-chat_completions-680db78f8ff6": 0.5,  # two functions opening on bare properties

@@ -1,5 +1,7 @@
 """OpenAI's counting rules: tool choice, Responses-API tool rendering, tool results, additional tools."""
 
+import json
+
 from pydantic import BaseModel
 
 import cw_middleware as cw
@@ -88,6 +90,33 @@ def test_results_of_one_parallel_call_cost_less_each():
     entry = rules.text(',{"recipient_name":"functions.get_weather","parameters":{"city":"Paris"}}')
     # one more call adds its entry to the multi_tool_use.parallel JSON, less what its result saves
     assert rules.tool_calls([call(1), call(2), call(3)]) - rules.tool_calls([call(1), call(2)]) < entry
+
+
+def test_results_of_a_parallel_call_are_shown_as_json_strings():
+    """Chat Completions: a parallel call's results bill their JSON escapes (line ends, quotes, non-ASCII); lone ones do not."""
+    page = 'Title: "Agents in 2025"\nText: caf\u00e9 menus\n\nScore: None'
+    plain = "Title: Agents in 2025 Text: cafe menus Score: None"  # nothing a JSON string escapes
+    as_object = '{"title": "Agents in 2025", "score": null}'
+
+    def call(i):
+        return {"id": f"c{i}", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+
+    def total(content, calls=2, model="openai/gpt-4o"):
+        made = [call(i) for i in range(calls)]
+        results = [{"role": "tool", "tool_call_id": c["id"], "content": content} for c in made]
+        messages = [*ASK, {"role": "assistant", "content": None, "tool_calls": made}, *results]
+        return cw.estimate(model=model, messages=messages, tools=[CHAT_TOOL]).input_tokens
+
+    text = rules_for("openai/gpt-4o").text
+    escaped = json.dumps(page)[1:-1]  # the body of the JSON string: \" for a quote, \n for a line end, \u00e9 for é
+    assert text(escaped) > text(page)
+    assert total(page) - total(plain) == 2 * (text(escaped) - text(plain))
+    assert total(page, calls=1) - total(plain, calls=1) == text(page) - text(plain)
+    # a result that is a JSON object is embedded as it is, quotes and all
+    assert total(as_object) - total(plain) == 2 * (text(as_object) - text(plain))
+    # harmony-layout models show the results as they are (no evidence of escaping there)
+    gpt5 = rules_for("openai/gpt-5").text
+    assert total(page, model="openai/gpt-5") - total(plain, model="openai/gpt-5") == 2 * (gpt5(page) - gpt5(plain))
 
 
 def test_additional_tools_item_counts_as_tools_and_reaches_the_provider_unchanged():
