@@ -16,7 +16,7 @@ Each says so once, in one warning naming the index and what happened.
 Every use of a connection is a section of `SqliteCalls` (`in_sqlite`): SQLite holds process-wide
 mutexes (its file system layer's, its allocator's) inside its calls, and a fork while another
 thread is inside leaves them held in the child, whose first SQLite call would wait forever (the
-exporter's first append in a forked child, 3 forks in 3,500 under load). So a fork waits
+exporter's first append in a forked child, 3 forks in 4,000 under load). So a fork waits
 until no thread is inside, at most `FORK_WAIT`, and holds new sections back until it is done.
 """
 
@@ -244,23 +244,19 @@ class IndexDatabase:
 
 def _open(location: str) -> sqlite3.Connection:
     with in_sqlite():
-        return _open_inside(location)
-
-
-def _open_inside(location: str) -> sqlite3.Connection:
-    db = sqlite3.connect(location, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
-    try:
-        if location != ":memory:":
-            os.chmod(location, 0o600)
-            db.execute("PRAGMA journal_mode=WAL")
-            # A rebuildable cache: a commit need not wait for the disk (WAL keeps it consistent;
-            # a power cut may lose the last commits, and the next query indexes those lines again).
-            db.execute("PRAGMA synchronous=NORMAL")
-        db.executescript(SCHEMA)
-        header = dict(db.execute("SELECT k, v FROM meta WHERE k IN ('format', 'version')").fetchall())
-        if header and header != {"format": FORMAT, "version": VERSION}:
-            raise sqlite3.DatabaseError("not an index of this format")
-    except BaseException:
-        db.close()
-        raise
-    return db
+        db = sqlite3.connect(location, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
+        try:
+            if location != ":memory:":
+                os.chmod(location, 0o600)
+                db.execute("PRAGMA journal_mode=WAL")
+                # A rebuildable cache: a commit need not wait for the disk (WAL keeps it consistent;
+                # a power cut may lose the last commits, and the next query indexes those lines again).
+                db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(SCHEMA)
+            header = dict(db.execute("SELECT k, v FROM meta WHERE k IN ('format', 'version')").fetchall())
+            if header and header != {"format": FORMAT, "version": VERSION}:
+                raise sqlite3.DatabaseError("not an index of this format")
+        except BaseException:
+            db.close()
+            raise
+        return db
