@@ -30,6 +30,7 @@ Estimator of its own: the parent's locks and caches stay behind.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections import Counter
@@ -337,28 +338,39 @@ class Estimator:
                 conv.breakpoint_idx = [i for i in best.breakpoint_idx if i < best_k]
             self._remember(head, conv)
         budget = self._message_budget
-        for msg in messages[best_k:]:
-            if budget is not None:
-                budget -= 1
-                if budget < 0:
-                    raise OverBudget()  # what was counted so far stays: a later estimate goes on from it
-            count = self._messages.count(rules, msg, read_message)
-            answers = count.result_of
-            if answers is not None:
-                if answers in conv.parallel_calls:
-                    count = self._parallel_result(rules, count, as_dict(msg))
-                tool = conv.call_names.get(answers)
-                if tool is not None:
-                    count = matched(count, tool)
-            elif count.parts:
-                count = matched_parts(count, conv.call_names)
-            if count.tagged:
-                conv.tagged_idx.append(len(conv.counts))
-            _note_position(conv, as_dict(msg), len(conv.counts))
-            conv.frozen.append(freeze(msg, as_dict))
-            conv.counts.append(count)
-            _add(conv, count)
+        new = messages[best_k:]
+        # The new texts go to the tokenizer together, not one GIL release each, which a busy thread beside
+        # this one would turn into seconds (rules/_tiktoken.py); a caller's budgeted count goes text by text.
+        dry_run = functools.partial(self._dry_run, rules, new, read_message)
+        batch = rules.counts_in_batches and len(new) >= _tiktoken.BATCH_FROM
+        with _tiktoken.batched(dry_run) if batch else contextlib.nullcontext():
+            for msg in new:
+                if budget is not None:
+                    budget -= 1
+                    if budget < 0:
+                        raise OverBudget()  # what was counted so far stays: a later estimate goes on from it
+                count = self._messages.count(rules, msg, read_message)
+                answers = count.result_of
+                if answers is not None:
+                    if answers in conv.parallel_calls:
+                        count = self._parallel_result(rules, count, as_dict(msg))
+                    tool = conv.call_names.get(answers)
+                    if tool is not None:
+                        count = matched(count, tool)
+                elif count.parts:
+                    count = matched_parts(count, conv.call_names)
+                if count.tagged:
+                    conv.tagged_idx.append(len(conv.counts))
+                _note_position(conv, as_dict(msg), len(conv.counts))
+                conv.frozen.append(freeze(msg, as_dict))
+                conv.counts.append(count)
+                _add(conv, count)
         return conv
+
+    def _dry_run(self, rules: CountingRules, messages: list[Any], read_message: Optional[ReadMessage]) -> None:
+        """The messages' counts, made only for the texts they ask the tokenizer for (`_tiktoken.batched`)."""
+        for msg in messages:
+            self._messages.count(rules, msg, read_message)
 
     def _parallel_result(self, rules: CountingRules, count: MessageCount, msg: Mapping[str, Any]) -> MessageCount:
         """A result of a parallel call, with what its shown form costs beyond its text (`parallel_result_text`)."""

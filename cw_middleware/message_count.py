@@ -17,7 +17,7 @@ from .contract import Category, WarningCode
 from .errors import TagError
 from .request_copies import AsDict, plain_text
 from .rules import CountingRules
-from .rules._tiktoken import NotReady, OverBudget, affordable
+from .rules._tiktoken import NotReady, OverBudget, affordable, recording
 from .tags import MESSAGE_ROLES, TAG_KEY, UNKNOWN_ROLE_LABEL, Tag, has_tag, read_tag, role_label
 
 # Content part types that carry text the model reads as text.
@@ -97,6 +97,8 @@ class TextCache:
                     raise
                 except Exception as exc:  # noqa: BLE001
                     raise TokenizerFailed(type(exc).__name__) from None
+                if recording():  # a placeholder from a batch's dry run (rules/_tiktoken.py): not kept
+                    return tokens
             if len(self.young) >= self._max:
                 self.old, self.young = self.young, {}
             self.young[key] = tokens

@@ -10,6 +10,8 @@ warning that the source was inferred).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from .cache_share import has_breakpoint
 from .contract import Category, WarningCode
 from .request_copies import AsDict, freeze
 from .rules import CountingRules
-from .rules._tiktoken import NotReady
+from .rules._tiktoken import BATCH_FROM, NotReady, batched
 from .tags import TAG_KEY, mcp_server_label, read_tag, strip_tool
 from .tool_rows import NO_TOOL_SET, ToolDefinition, ToolSet, tool_name
 
@@ -53,7 +55,10 @@ class ToolSetCounter:
         for cached in recent:
             if cached.tool_choice == tool_choice and cached.frozen == tools:
                 return cached
-        counted = self._count(rules, tools, tool_choice)
+        # Its definitions go to the tokenizer together (rules/_tiktoken.py, `batched`): `_count` keeps nothing.
+        dry_run = functools.partial(self._count, rules, tools, tool_choice)
+        with batched(dry_run) if rules.counts_in_batches and len(tools) >= BATCH_FROM else contextlib.nullcontext():
+            counted = self._count(rules, tools, tool_choice)
         if len(self._recent) > _MAX_RULES_NAMES:
             self._recent.clear()
             recent = self._recent.setdefault(rules.name, [])

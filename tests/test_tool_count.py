@@ -7,11 +7,12 @@ from typing import Any
 
 import cw_middleware as cw
 from cw_middleware.contract import Category, WarningCode
+from cw_middleware.rules import PromptAdditions
 from cw_middleware.tool_count import MAX_TOOL_SETS, ToolSetCounter, legacy_function
 
 
 @dataclass
-class CountingRules:
+class CountingRules(PromptAdditions):
     """Rules that count a definition as the length of its name and note every definition they count."""
 
     name: str = "test-rules"

@@ -130,7 +130,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ._tiktoken import counter
 from .protocol import PromptAdditions
@@ -252,6 +252,7 @@ def _invoke(name: str, arguments: Any) -> str:
 
 @dataclass(frozen=True)
 class AnthropicRules(PromptAdditions):
+    counts_in_batches: ClassVar[bool] = True  # every text through _tiktoken.counter
     tool_prompt: int = TOOL_PROMPT_DEFAULT[0]  # tool_choice auto / none (or absent)
     forced_tool_prompt: int = TOOL_PROMPT_DEFAULT[1]  # tool_choice any / a named tool
     structured_output_as_tool: bool = False  # LiteLLM sends response_format as a forced json_tool_call tool

@@ -160,7 +160,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ._tiktoken import counter
 from .protocol import PromptAdditions
@@ -317,6 +317,7 @@ def _parse(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class GeminiRules(PromptAdditions):
+    counts_in_batches: ClassVar[bool] = True  # every text through _tiktoken.counter
     json_declarations: bool = True  # the Gemini API, 2.5 and later; Vertex AI and 2.0 bill text values
     content_markers: bool = True  # 2.5 and later: one token per Content
     bills_signatures: bool = True  # the Gemini API does; Vertex AI does not

@@ -213,7 +213,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from ._tiktoken import counter
 from ._typescript import opens_bare, render_custom, render_function
@@ -276,6 +276,7 @@ def layout_for(model: str) -> str:
 
 @dataclass(frozen=True)
 class OpenAIRules(PromptAdditions):
+    counts_in_batches: ClassVar[bool] = True  # every text through _tiktoken.counter
     name: str
     provider: str
     exact: bool

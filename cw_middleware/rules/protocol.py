@@ -7,7 +7,7 @@ prompt, with defaults (none) that a rules class inherits by subclassing it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Optional, Protocol
+from typing import Any, ClassVar, Optional, Protocol
 
 
 class PromptAdditions(Protocol):
@@ -16,6 +16,10 @@ class PromptAdditions(Protocol):
     The rules classes subclass this protocol (the defaults are theirs by inheritance); the
     estimator calls every member of `CountingRules`, these included, without probing.
     """
+
+    # Every count goes through `_tiktoken.counter` (the built-in families do): the estimator then
+    # hands the tokenizer a request's new texts together (`_tiktoken.batched`).
+    counts_in_batches: ClassVar[bool] = False
 
     def tools_placement(self, system_first: bool, response_format: Any = None) -> int:
         """Where the tool block goes given the first message (OpenAI opens a system message of its own)."""
