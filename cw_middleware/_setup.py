@@ -54,6 +54,9 @@ class Providers:
     flush: Optional[Callable[[float], bool]] = None  # the embedded pipeline's, when we installed one
     shutdown: Optional[Callable[..., None]] = None  # shutdown(timeout=None), bounded
     for_child: Optional[Callable[[], Providers]] = None  # after os.fork(): the child's own embedded pipeline
+    # Every signal goes to cw's own pipeline or nowhere: no application observes a call's span, metrics or
+    # log events before cw's flush, so a call's end may be recorded off the caller's thread (runtime.py).
+    ours: bool = False
 
 
 def _global_tracer_provider() -> Optional[trace.TracerProvider]:
@@ -82,7 +85,7 @@ def choose_providers(
         return Providers(tracer_provider, meter_provider, logger_provider)  # the caller's, as given
     if tracer_provider is None and meter_provider is None and not _app_has_providers():
         if cfg.export == "none" and cfg.metrics_endpoint is None:
-            return Providers(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), logger_provider)
+            return _nowhere(logger_provider)
         if cfg.sdk_disabled:
             PROCESS.part(_SaidOnce).warning(
                 "sdk-disabled",
@@ -90,9 +93,14 @@ def choose_providers(
                 f"(export={cfg.export}{f', metrics={cfg.metrics}' if cfg.metrics_endpoint is not None else ''} is not "
                 "installed); cw.snapshots() and cw.estimate() still work. Unset it to export.",
             )
-            return Providers(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), logger_provider)
+            return _nowhere(logger_provider)
         return _mixed(install_embedded(cfg), None, None, logger_provider)
     return _with_the_applications(cfg, tracer_provider, meter_provider, logger_provider)
+
+
+def _nowhere(logger_provider: Any) -> Providers:
+    """The API's no-op providers: nothing exported (an application's logger provider still gets log events)."""
+    return Providers(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), logger_provider, ours=logger_provider is None)
 
 
 def _with_the_applications(
@@ -157,6 +165,7 @@ def _mixed(pipeline: Any, tp: Any, mp: Any, logger_provider: Any) -> Providers:
         pipeline.flush,
         pipeline.shutdown,
         lambda: _mixed(pipeline.for_child(), tp, mp, logger_provider),
+        ours=tp is None and mp is None and logger_provider is None,
     )
 
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any, Optional
 
 from .apis import Api, Forward, Parsed, Route, Usage
@@ -97,6 +98,7 @@ class Call:
         self._stream_calls: list[str] = []
         self._response: Optional[ResponseSide] = None  # set at the end: the response's tool calls and cache
         self._local_conversation: Optional[int] = None  # the request's conversation, counted locally (compaction)
+        self._estimated_at = 0  # ns since the epoch: when the estimate was there (the local snapshot's time)
         self._lock = threading.Lock()
 
     @classmethod
@@ -177,7 +179,7 @@ class Call:
         self.warnings |= window_codes
         self.telemetry = runtime.telemetry.start_call(self.api.operation, self.meta.provider, self.meta.model, self.stage)
         self.warnings |= runtime.take_late_warnings(self.stage)
-        self.estimated.then(self._estimated)
+        self.estimated.then(self._estimate_ready)
 
     def _rewrite(self, provider: Optional[str]) -> None:
         """The request as LiteLLM must get it; never fails (an unreadable one goes out as given)."""
@@ -196,7 +198,11 @@ class Call:
             self.broken = True
         self.args, self.kwargs = self.forward.args, self.forward.kwargs
 
-    def _estimated(self, estimate: Optional[Estimate]) -> None:
+    def _estimate_ready(self, estimate: Optional[Estimate]) -> None:
+        at = self._estimated_at = time.time_ns()  # the snapshot stands for now, even if recorded later (`_in_order`)
+        self._in_order(lambda: self._estimated(estimate, at))
+
+    def _estimated(self, estimate: Optional[Estimate], at: Optional[int] = None) -> None:
         """The estimate is there: the ``local_estimate`` snapshot, after queueing a provider count where one is due."""
         if estimate is None or self.parsed is None:
             self.broken = True
@@ -207,7 +213,7 @@ class Call:
         if self.broken:
             return
         self._start_provider_count()
-        self._publish(CountMethod.LOCAL_ESTIMATE)
+        self._publish(CountMethod.LOCAL_ESTIMATE, at=at)
 
     def drop_stream_usage(self, exc: BaseException) -> bool:
         """The provider refused the ``stream_options`` we added (a 400/422 naming it, before any chunk).
@@ -316,11 +322,27 @@ class Call:
             if self.ended:
                 return
             self.ended = True
-        self.estimated.then(lambda _: self._close(ending))
+        self.estimated.then(lambda _: self._in_order(lambda: self._close(ending), end=True))
+
+    def _in_order(self, step: Callable[[], None], end: bool = False) -> None:
+        """Run a step that publishes: a call's end on the runtime's call-end worker, where it has one.
+
+        The end of a call (its response-usage snapshot, its stage totals, its span's end) is not the
+        caller's to wait for: where the telemetry pipeline is cw's own (or none), the worker records it
+        while the caller goes on. Any other step goes there too while steps wait there, so a stage's
+        snapshots keep their order; a full queue, or a pipeline of the application's, runs it here.
+        """
+        ends = self.runtime.call_ends
+        if ends is not None and (end or not ends.idle) and ends.submit(step):
+            return
+        step()
 
     def _close(self, ending: _Ending) -> None:
         """The call's end: the response-usage snapshot (or the local estimate once more, saying why), then the span's."""
         try:
+            # The end's snapshot stands at the call's end, or at its estimate if that came later (a tokenizer
+            # still loading): never before the call's first snapshot, which readers would then take for the latest.
+            at = max(ending.at, self._estimated_at)
             usage = ending.usage
             total = None if self.mock or usage is None else usage.input_tokens
             self._response = _response_side(ending, None if self.mock else usage)
@@ -328,13 +350,13 @@ class Call:
                 pass  # a failed call has no usage: its last snapshot stays the local estimate
             elif self.mock:
                 self.warnings.add(WarningCode.MOCK_USAGE_NOT_RECONCILED)
-                self._publish(CountMethod.LOCAL_ESTIMATE)
+                self._publish(CountMethod.LOCAL_ESTIMATE, at=at)
             elif total is None:
                 self.warnings.add(WarningCode.USAGE_MISSING)
-                self._publish(CountMethod.LOCAL_ESTIMATE)
+                self._publish(CountMethod.LOCAL_ESTIMATE, at=at)
             else:
                 prefix_total = usage.cache_prefix_tokens if usage is not None else None
-                self._publish(CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN, total=total, cache_prefix_total=prefix_total)
+                self._publish(CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN, total=total, cache_prefix_total=prefix_total, at=at)
             if self.telemetry is not None:
                 self.telemetry.end(
                     response_model=ending.response_model,
@@ -348,7 +370,12 @@ class Call:
             self.runtime.log.warning("end", f"cw_middleware: could not end the call ({type(exc).__name__})")
 
     def _publish(
-        self, method: CountMethod, total: Optional[int] = None, superseded: bool = False, cache_prefix_total: Optional[int] = None
+        self,
+        method: CountMethod,
+        total: Optional[int] = None,
+        superseded: bool = False,
+        cache_prefix_total: Optional[int] = None,
+        at: Optional[int] = None,  # ns since the epoch: when the snapshot stands (a call's end); None: now
     ) -> None:
         if self.broken or self.estimate is None:
             return
@@ -368,12 +395,13 @@ class Call:
                 max_tools=self.runtime.config.max_tools,
                 order=self.estimate.order,
                 response=self._response,
+                generated_at=None if at is None else datetime.fromtimestamp(at / 1e9, UTC),
             )
             runtime = self.runtime
             newest = not superseded and runtime.is_newest_call(self.stage, self.call_seq)
             stage_key = (self.stage.run_id, self.stage.stage_id)
             snap = runtime.ledgers.add(stage_key, self.call_seq, snap, self._local_conversation, newest, runtime.parts)
-            runtime.publish(snap, self.telemetry, self.stage, superseded=superseded)
+            runtime.publish(snap, self.telemetry, self.stage, superseded=superseded, at=at)
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("publish", f"cw_middleware: could not build a snapshot ({type(exc).__name__})")
 

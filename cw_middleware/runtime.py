@@ -67,6 +67,7 @@ MAX_TRACKED_STAGES = 10_000
 
 SNAPSHOTS_WAIT = 5.0  # the most `snapshots()` waits for background estimates (calls made while a tokenizer loaded)
 MAX_BACKGROUND_ESTIMATES = 1024  # calls waiting for a tokenizer; beyond it a call publishes no local estimate
+MAX_QUEUED_ENDS = 1024  # call ends waiting for the call-end worker; beyond it a call ends on its own thread
 
 
 class Runtime:
@@ -80,6 +81,7 @@ class Runtime:
         logger_provider: Any = None,
         counter_factory: Optional[Callable[[Config], ProviderCounter]] = None,
         for_child: Optional[Callable[[], Providers]] = None,
+        ends_off_thread: bool = False,
     ) -> None:
         self.config = config or resolve()
         self.estimator = Estimator()
@@ -88,6 +90,8 @@ class Runtime:
         self.ledgers = Ledgers()  # each recent stage's running totals (stage_ledger.py)
         # Estimates of calls made while their tokenizer loaded (see pending_estimate.py).
         self.background_estimates = Worker("cw-background-estimate", MAX_BACKGROUND_ESTIMATES)
+        # Where the telemetry pipeline is cw's own (or none), a call's end is recorded here, not on its caller's thread.
+        self.call_ends: Optional[Worker] = Worker("cw-call-end", MAX_QUEUED_ENDS) if ends_off_thread else None
         self._telemetry = Telemetry(self.config, tracer_provider, meter_provider, logger_provider)
         self.log = RateLimitedLog()
         self._history: deque[CompactSnapshot] = deque(maxlen=self.config.snapshot_history)  # untracked by gc
@@ -112,16 +116,21 @@ class Runtime:
     # ------------------------------------------------------------ snapshots
 
     def publish(
-        self, snapshot: Snapshot, call: Optional[CallTelemetry], stage: Optional[StageInfo], superseded: bool = False
+        self,
+        snapshot: Snapshot,
+        call: Optional[CallTelemetry],
+        stage: Optional[StageInfo],
+        superseded: bool = False,
+        at: Optional[int] = None,
     ) -> None:
-        """Keep a snapshot and send it out; telemetry failures are logged, never raised."""
+        """Keep a snapshot and send it out (``at``: its event's time in ns); telemetry failures are logged, never raised."""
         row = compact(snapshot, self.parts)
         with self._lock:
             self._history.append(row)
         if call is None:
             return
         try:
-            call.record(snapshot, superseded=superseded)
+            call.record(snapshot, superseded=superseded, at=at)
         except Exception as exc:  # noqa: BLE001 - telemetry must never break the caller
             self.log.warning("telemetry", f"cw_middleware: could not record a snapshot ({type(exc).__name__})")
 
@@ -133,6 +142,8 @@ class Runtime:
         that has returned is listed, as it is once the tokenizers are warm.
         """
         self.background_estimates.wait_idle(wait)
+        if self.call_ends is not None:
+            self.call_ends.wait_idle(wait)
         with self._lock:
             rows = list(self._history)
         return [expand(row, self.parts) for row in rows]
@@ -186,6 +197,8 @@ class Runtime:
             self._own_pipeline()
         # Background estimates publish snapshots (and may queue counts): first.
         ok = self.background_estimates.wait_idle(timeout)
+        if self.call_ends is not None:  # ends wait for their estimates: after them
+            ok = self.call_ends.wait_idle(max(0.0, deadline - time.monotonic())) and ok
         if self._counter is not None:
             ok = self._counter.wait_idle(max(0.0, deadline - time.monotonic())) and ok
         if self._flush is not None:
@@ -201,6 +214,8 @@ class Runtime:
         if self._forked:
             self._own_pipeline()
         self.background_estimates.close(timeout=0.0)  # flush waited for them; what is left is abandoned
+        if self.call_ends is not None:
+            self.call_ends.close(timeout=0.0)
         if self._counter is not None:
             self._counter.close()
         if self._shutdown is not None:
@@ -237,6 +252,8 @@ class Runtime:
         self.estimator = Estimator()  # its lock and caches may have been mid-update in another thread
         self.ledgers.after_fork_in_child()
         self.background_estimates.reset_after_fork()  # the parent's queued estimates are the parent's calls
+        if self.call_ends is not None:
+            self.call_ends.reset_after_fork()
         self._counter = None  # its worker stayed in the parent, its HTTP connections are the parent's
         self._forked = self._for_child is not None and not self._closed
 
@@ -332,6 +349,7 @@ def _build(
         flush=chosen.flush,
         logger_provider=chosen.logger_provider,
         for_child=chosen.for_child,
+        ends_off_thread=chosen.ours,
     )
 
 

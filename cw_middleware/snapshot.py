@@ -162,6 +162,7 @@ def build_snapshot(
     max_tools: int = 20,
     order: Optional[RequestOrder] = None,
     response: Optional[ResponseSide] = None,
+    generated_at: Optional[datetime] = None,
 ) -> Snapshot:
     """A snapshot of ``by_source``, rescaled to ``total`` when one is given.
 
@@ -219,7 +220,7 @@ def build_snapshot(
             input_tokens=input_tokens,
             usage_percent=_percent(input_tokens, window),
             count_method=count_method,
-            generated_at=datetime.now(UTC),
+            generated_at=generated_at or datetime.now(UTC),
             event_seq=parts.next_seq(),
             breakdown=[parts.breakdown_item(c, t, window, read.get(c) if read else None) for c, t in per_category.items()],
             warnings=parts.warnings(codes),

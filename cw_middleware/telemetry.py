@@ -267,7 +267,8 @@ class CallTelemetry:
         # land on a span that is ending, where the SDK drops it.
         self._lock = threading.Lock()
 
-    def record(self, snapshot: Snapshot, superseded: bool = False) -> None:
+    def record(self, snapshot: Snapshot, superseded: bool = False, at: Optional[int] = None) -> None:
+        """The snapshot as the call span's event (``at``: its time in ns, the call's end for one recorded later)."""
         if not self._recording and self._owner.event_logger is None:
             with self._lock:
                 on_span = not self._ended
@@ -285,7 +286,7 @@ class CallTelemetry:
         with self._lock:
             on_span = not self._ended
             if on_span:
-                self.span.add_event(SNAPSHOT_EVENT, attributes=attrs)
+                self.span.add_event(SNAPSHOT_EVENT, attributes=attrs, timestamp=at)
                 if not superseded:
                     self._gauges, self._mirrored = snapshot, attrs
         if not on_span:

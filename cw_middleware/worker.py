@@ -53,6 +53,11 @@ class Worker:
         return len(self._jobs)
 
     @property
+    def idle(self) -> bool:
+        """No job queued, none running."""
+        return not self._jobs and not self._busy
+
+    @property
     def closed(self) -> bool:
         return self._closed
 

@@ -1,0 +1,109 @@
+"""A call's end (its response-usage snapshot, stage totals, span end) is recorded off the caller's thread
+where the telemetry pipeline is cw's own: the caller never waits for it, a stage's snapshots keep their
+order, and the span and its events carry the call's own times. With the application's providers the
+call's span is finished when the call returns, as before."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import cw_middleware as cw
+from cw_middleware.config import resolve
+from cw_middleware.runtime import Runtime, set_runtime
+
+
+@pytest.fixture
+def own_pipeline(telemetry):
+    """A Runtime whose call ends go to its call-end worker (as with cw's own pipeline), recording in memory."""
+    rt = Runtime(resolve(export="none", environ={}), telemetry.tracer_provider, telemetry.meter_provider, ends_off_thread=True)
+    previous = set_runtime(rt)
+    yield rt
+    rt.shutdown()
+    set_runtime(previous)
+
+
+def _hold(worker) -> threading.Event:
+    """A job that keeps ``worker`` busy until the returned event is set."""
+    release, started = threading.Event(), threading.Event()
+
+    def held() -> None:
+        started.set()
+        release.wait(30)
+
+    assert worker.submit(held)
+    assert started.wait(10)
+    return release
+
+
+def _call(content: str) -> None:
+    cw.completion(model="gpt-4o", messages=[{"role": "user", "content": content}], mock_response="ok")
+
+
+def test_the_caller_does_not_wait_for_its_calls_end(own_pipeline, telemetry):
+    release = _hold(own_pipeline.call_ends)
+    try:
+        with cw.stage("ends", "one"):
+            _call("a question that ends while the worker is held")  # returns: nothing waits for the held worker
+        assert own_pipeline.call_ends.pending == 2  # its local estimate (behind the held job: order) and its end
+        assert not any(s.name.startswith("chat") for s in telemetry.spans.get_finished_spans())
+    finally:
+        release.set()
+    assert own_pipeline.flush(10)
+    (span,) = [s for s in telemetry.spans.get_finished_spans() if s.name.startswith("chat")]
+    events = [e for e in span.events if e.name == "agent.context_window.snapshot"]
+    assert [e.attributes["agent.context_window.count_method"] for e in events] == ["local_estimate", "local_estimate"]
+    assert "mock_usage_not_reconciled" in events[-1].attributes["agent.context_window.warnings"]
+    # recorded late, stamped with the call's own end: no event after its span ends
+    assert all(span.start_time <= e.timestamp <= span.end_time for e in events)
+
+
+def test_a_stages_snapshots_keep_their_order_while_ends_wait(own_pipeline):
+    release = _hold(own_pipeline.call_ends)
+    try:
+        with cw.stage("ends", "order"):
+            _call("first")
+            _call("the second question, longer than the first one")
+    finally:
+        release.set()
+    snaps = [s for s in own_pipeline.snapshots() if s.stage_id == "order"]
+    # each call's local estimate, then its end: the second call's first snapshot queued behind the first's end
+    first, second = snaps[0].input_tokens, snaps[2].input_tokens
+    assert [s.input_tokens for s in snaps] == [first, first, second, second]
+    assert second > first
+    assert [s.event_seq for s in snaps] == sorted(s.event_seq for s in snaps)
+    assert snaps[-1].stage_totals is not None and snaps[-1].stage_totals.calls == 2
+
+
+def test_with_the_applications_providers_the_span_is_finished_when_the_call_returns(tmp_path):
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    runtime = cw.configure(export="none", tracer_provider=tracer_provider, meter_provider=MeterProvider())
+    try:
+        _call("read at once by the application")
+        (span,) = [s for s in spans.get_finished_spans() if s.name.startswith("chat")]  # no flush needed
+        assert [e.name for e in span.events] == ["agent.context_window.snapshot"] * 2
+        assert runtime.call_ends is None
+        ours = cw.configure(export=f"file:{tmp_path / 'telemetry.jsonl'}")  # cw's own pipeline
+        assert ours.call_ends is not None
+    finally:
+        set_runtime(None).close()
+
+
+def test_an_estimate_that_comes_after_its_call_stands_before_the_calls_end(own_pipeline, telemetry):
+    release = _hold(own_pipeline.background_estimates)
+    try:
+        with cw.stage("ends", "late-estimate"):
+            _call("a long request " * 6_000)  # past the caller's budget: estimated on the (held) background worker
+    finally:
+        release.set()
+    first, last = [s for s in own_pipeline.snapshots() if s.stage_id == "late-estimate"]
+    # the end's snapshot is the latest by time too: readers that pick by time show the call's end
+    assert first.generated_at <= last.generated_at
+    assert [w.code for w in last.warnings] == ["mock_usage_not_reconciled"]
