@@ -50,6 +50,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
 import cw_middleware as cw  # noqa: E402
+from benchmarks.call_ends import cpu_since, worker_cpu  # noqa: E402
 from benchmarks.conversation import make_tools, make_turns, request_at  # noqa: E402
 from cw_middleware.embedded.encode import to_json_line  # noqa: E402
 from cw_middleware.runtime import Runtime, set_runtime  # noqa: E402
@@ -64,18 +65,6 @@ def _load() -> str:
 def _file_runtime(path: str, **settings: Any) -> Runtime:
     """A runtime with the default file export, installed as configure() installs it."""
     return cw.configure(export=f"file:{path}", **settings)
-
-
-def _ends_cpu(runtime: Runtime) -> tuple[Any, float]:
-    """The call-end worker's thread and its CPU time so far (a call's end is recorded there, see runtime.py)."""
-    worker = runtime.call_ends
-    thread = getattr(worker, "_thread", None) if worker is not None else None
-    if thread is None or thread.ident is None:
-        return None, 0.0
-    try:
-        return thread.ident, time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
-    except (OSError, ProcessLookupError):  # the thread ended meanwhile
-        return None, 0.0
 
 
 def _span_processor(runtime: Runtime) -> Any:
@@ -161,19 +150,15 @@ def bench_calls(calls: int, mode: str) -> dict[str, Any]:
         set_runtime(runtime)
         kwargs = _request(system, turns, tools)
         gc.collect()  # collections land on whichever call allocates: keep them out of every side
-        ends_before = _ends_cpu(runtime)
+        ends_before = worker_cpu(runtime)
         start, start_cpu = time.perf_counter(), time.thread_time()
         if mode == "sync":
             fns[name](**kwargs)
         else:
             runner.run(one(fns[name], kwargs))
         took, took_cpu = time.perf_counter() - start, time.thread_time() - start_cpu
-        end_cpu = 0.0
-        if name != "bare" and runtime.call_ends is not None:
-            # The call's end is recorded on the call-end worker, not this thread: its CPU is the call's too.
-            runtime.call_ends.wait_idle(5.0)
-            ident, after = _ends_cpu(runtime)
-            end_cpu = after - (ends_before[1] if ends_before[0] == ident else 0.0)
+        # The call's end is recorded on the call-end worker, not this thread: its CPU is the call's too.
+        end_cpu = cpu_since(runtime, ends_before) if name != "bare" else 0.0
         if name == "file":
             # The export this call caused, on this thread, as CPU time: a wall-clock flush would also wait
             # for the GIL while LiteLLM's own logging threads finish the call's success handlers.
