@@ -20,6 +20,7 @@ logs share, so that a fix to it fixes every job.
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -118,6 +119,7 @@ class Worker:
         self._thread = None
 
     def _work(self) -> None:
+        _block_process_signals()
         me = threading.current_thread()
         while True:
             with self._cond:
@@ -136,6 +138,18 @@ class Worker:
                 logger.warning("cw_middleware: a background job of %s failed (%s)", self.name, type(exc).__name__)
             # Not kept while waiting for the next job (up to idle_exit): it may hold a call and its span.
             del job
+
+
+def _block_process_signals() -> None:
+    """This thread (cw's own) never takes a signal sent to the process: the kernel gives it to another thread.
+
+    Python runs signal handlers on the main thread only, and a signal the kernel delivers to another
+    thread does not interrupt the main thread's wait: a forked worker idle in ``signal.pause()`` or
+    a pipe read would not see its SIGTERM (sigterm.py) until that wait ended.
+    """
+    if hasattr(signal, "pthread_sigmask"):
+        signals = {getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, name)}
+        signal.pthread_sigmask(signal.SIG_BLOCK, signals)
 
 
 class _Outcome(Generic[T]):

@@ -91,7 +91,7 @@ def test_the_handler_goes_only_where_sigterm_was_the_default_and_never_into_the_
 
 
 _CHILD = r"""
-import os, signal, sys
+import os, signal, sys, time
 import litellm
 import cw_middleware as cw
 from cw_middleware.embedded import sink
@@ -117,7 +117,10 @@ if pid == 0:
     os.write(w, b"called")
     if mode == "during-exit":
         sys.exit(0)  # the exit hook runs, and is interrupted
-    signal.pause()  # waits for the parent's SIGTERM, as an idle Pool worker waits for its next task
+    while True:  # waits for the parent's SIGTERM, as an idle Pool worker waits for its next task
+        # Not signal.pause(): it returns only for a signal delivered to this thread, and the kernel may give
+        # the process's SIGTERM to a thread of LiteLLM's; Python runs the handler here at the next bytecode.
+        time.sleep(0.05)
 os.close(w)
 assert os.read(r, 10) == b"called"
 if sys.argv[1] == "idle":

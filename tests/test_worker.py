@@ -143,3 +143,16 @@ def test_reset_after_fork_gives_the_child_an_empty_worker_of_its_own() -> None:
     gate.release.set()
     assert answer == b"1"
     assert worker.wait_idle(10)
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_sigmask"), reason="no per-thread signal masks here")
+def test_a_workers_thread_never_takes_a_signal_sent_to_the_process():
+    """The kernel gives a process's SIGTERM to a thread that does not block it; on cw's, the main thread's
+    wait (a forked worker in signal.pause()) would never end (tests/test_sigterm.py hung 1 run in ~30)."""
+    import signal
+
+    worker = Worker("test-mask", 4)
+    mask = worker.run(lambda: signal.pthread_sigmask(signal.SIG_BLOCK, []), timeout=5)
+    worker.close()
+    assert mask is not None and {signal.SIGTERM, signal.SIGINT} <= set(mask)
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the caller's own mask is untouched
