@@ -37,6 +37,7 @@ from .errors import ConfigError, TagError
 from .estimator import Estimate, Later
 from .model_facts import OPTION_CONTEXT_WINDOW
 from .pending_estimate import PendingEstimate, estimate_in_background
+from .rules._tiktoken import MAX_HOLD_BACK, calls_in_flight
 from .runtime import Runtime, get_runtime
 from .snapshot import RequestMeta, ResponseSide, build_snapshot
 from .stages import current_stage, default_stage
@@ -200,7 +201,7 @@ class Call:
 
     def _estimate_ready(self, estimate: Optional[Estimate]) -> None:
         at = self._estimated_at = time.time_ns()  # the snapshot stands for now, even if recorded later (`_in_order`)
-        self._in_order(lambda: self._estimated(estimate, at))
+        self._in_order(lambda: self._estimated(estimate, at), first=True)
 
     def _estimated(self, estimate: Optional[Estimate], at: Optional[int] = None) -> None:
         """The estimate is there: the ``local_estimate`` snapshot, after queueing a provider count where one is due."""
@@ -324,17 +325,20 @@ class Call:
             self.ended = True
         self.estimated.then(lambda _: self._in_order(lambda: self._close(ending), end=True))
 
-    def _in_order(self, step: Callable[[], None], end: bool = False) -> None:
-        """Run a step that publishes: a call's end on the runtime's call-end worker, where it has one.
+    def _in_order(self, step: Callable[[], None], end: bool = False, first: bool = False) -> None:
+        """Run a step that publishes: a call's snapshots and end on the runtime's call-end worker, where it has one.
 
-        The end of a call (its response-usage snapshot, its stage totals, its span's end) is not the
-        caller's to wait for: where the telemetry pipeline is cw's own (or none), the worker records it
-        while the caller goes on. Any other step goes there too while steps wait there, so a stage's
+        Where the telemetry pipeline is cw's own (or none), none of it is the caller's to wait for: the
+        worker records the call's first snapshot (``first``) once no call is in flight, or after at most
+        `MAX_HOLD_BACK` seconds (a call waiting on its provider holds no GIL, a mocked or local one would
+        lose half its turns to it), and the call's end (its response-usage snapshot, stage totals, span's
+        end) while the caller goes on. Any other step goes there too while steps wait there, so a stage's
         snapshots keep their order; a full queue, or a pipeline of the application's, runs it here.
         """
         ends = self.runtime.call_ends
-        if ends is not None and (end or not ends.idle) and ends.submit(step):
-            return
+        if ends is not None and (end or first or not ends.idle):
+            if ends.submit(_after_calls_in_flight(step) if first else step):
+                return
         step()
 
     def _close(self, ending: _Ending) -> None:
@@ -415,3 +419,14 @@ def _response_side(ending: _Ending, usage: Optional[Usage]) -> Optional[Response
     if usage.cache_prefix_tokens is not None:
         written = max(0, usage.cache_prefix_tokens - usage.cache_read_tokens)
     return ResponseSide(calls, usage.cache_read_tokens, written)
+
+
+def _after_calls_in_flight(step: Callable[[], None]) -> Callable[[], None]:
+    """``step``, run once no LLM call is in flight, or `MAX_HOLD_BACK` seconds after now, whichever comes first."""
+    queued = time.monotonic()
+
+    def held_back() -> None:
+        calls_in_flight().wait_idle(MAX_HOLD_BACK - (time.monotonic() - queued))
+        step()
+
+    return held_back

@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import cw_middleware as cw
 from cw_middleware.config import resolve
+from cw_middleware.rules._tiktoken import calls_in_flight
 from cw_middleware.runtime import Runtime, set_runtime
 
 
@@ -61,6 +62,20 @@ def test_the_caller_does_not_wait_for_its_calls_end(own_pipeline, telemetry):
     assert "mock_usage_not_reconciled" in events[-1].attributes["agent.context_window.warnings"]
     # recorded late, stamped with the call's own end: no event after its span ends
     assert all(span.start_time <= e.timestamp <= span.end_time for e in events)
+
+
+def test_a_calls_first_snapshot_waits_while_a_call_is_in_flight(own_pipeline, monkeypatch):
+    # no deadline here: only the call in flight holds it back
+    monkeypatch.setattr("cw_middleware.call.MAX_HOLD_BACK", 60.0, raising=False)
+    with calls_in_flight():  # another call, still in flight (a mocked or local one would lose GIL turns to the worker)
+        with cw.stage("ends", "held-back"):
+            _call("asked while another call is in flight")
+        assert [s for s in own_pipeline.snapshots(wait=0) if s.stage_id == "held-back"] == []
+    assert own_pipeline.flush(10)
+    first, last = [s for s in own_pipeline.snapshots() if s.stage_id == "held-back"]
+    assert first.count_method.value == last.count_method.value == "local_estimate"
+    assert first.generated_at <= last.generated_at  # stamped when it was made, not when it was recorded
+    assert [w.code for w in first.warnings] == [] and [w.code for w in last.warnings] == ["mock_usage_not_reconciled"]
 
 
 def test_a_stages_snapshots_keep_their_order_while_ends_wait(own_pipeline):
