@@ -17,7 +17,7 @@
    milliseconds cw.wrap(client) adds per call to the client's own create(), against what
    cw.completion adds to litellm.completion on the same server         -> bar: client adds <= LiteLLM adds
 
-In bars 3-6 a call's end is recorded on cw's call-end worker after the call returns: the worker is
+In bars 3-7 a call's first snapshot and its end are recorded on cw's call-end worker: the worker is
 settled, untimed, before the next timed call (cw's or LiteLLM's), and what it did is printed beside
 the call's own time (benchmarks/call_ends.py).
 """
@@ -248,8 +248,15 @@ def bench_client_path(n_calls: int) -> dict[str, float]:
 
         return timed_inner
 
+    runtime = get_runtime()
+    ends: dict[str, list[float]] = {}  # per path, what the call-end worker did for each call, ms of its CPU
+
     def added(paths: dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]]]]) -> dict[str, list[float]]:
-        """Per path, the milliseconds each call spent outside the function it forwards to; paths alternate."""
+        """Per path, the milliseconds each call spent outside the function it forwards to; paths alternate.
+
+        As in bars 3-6, cw's call-end worker is settled, untimed, after each call: its work would
+        otherwise land in the next call, whichever path that is.
+        """
         out: dict[str, list[float]] = {name: [] for name in paths}
         names = list(paths)
         for i in range(n_calls + 2):
@@ -257,11 +264,15 @@ def bench_client_path(n_calls: int) -> dict[str, float]:
                 call, request = paths[name]
                 kwargs = request()  # fresh dicts for every call, as an agent sends them
                 gc.collect()
+                before = worker_cpu(runtime)
                 start = time.perf_counter()
                 call(**kwargs)
                 total = time.perf_counter() - start
                 if i >= 2:  # the first calls warm caches, connections and imports
                     out[name].append(1000 * (total - inner[-1]))
+                    ends.setdefault(name, []).append(1000 * cpu_since(runtime, before))
+                else:
+                    cpu_since(runtime, before)  # settled all the same
         return out
 
     create, completion = Completions.__dict__["create"], litellm.completion
@@ -292,6 +303,8 @@ def bench_client_path(n_calls: int) -> dict[str, float]:
         "bare_client_median_ms": statistics.median(bare_ms),
         "client_added_ms": statistics.median(spent["client"]),
         "litellm_added_ms": statistics.median(spent["litellm"]),
+        "client_end_worker_ms": statistics.median(ends["client"]),
+        "litellm_end_worker_ms": statistics.median(ends["litellm"]),
     }
 
 
@@ -371,6 +384,10 @@ def main() -> int:
         print(f"  bare client.chat.completions.create median {client['bare_client_median_ms']:.2f} ms")
         print(f"  cw.wrap(client) adds {client['client_added_ms']:+.2f} ms a call")
         print(f"  cw.completion adds {client['litellm_added_ms']:+.2f} ms a call to litellm.completion")
+        print(
+            "  after they returned, on cw's call-end worker (CPU, not timed in the calls): "
+            f"client {client['client_end_worker_ms']:.2f} ms, LiteLLM {client['litellm_end_worker_ms']:.2f} ms"
+        )
         ok7 = client["client_added_ms"] <= client["litellm_added_ms"]
         print(f"  7. client path adds no more than the LiteLLM path       {'PASS' if ok7 else 'FAIL'}")
         ok = ok and ok7

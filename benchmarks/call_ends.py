@@ -25,11 +25,11 @@ def settle(runtime: Optional[Runtime]) -> None:
 def worker_cpu(runtime: Optional[Runtime]) -> tuple[Optional[int], float]:
     """The call-end worker's thread and its CPU time so far, in seconds ((None, 0.0) with no thread)."""
     ends = runtime.call_ends if runtime is not None else None
-    thread = getattr(ends, "_thread", None) if ends is not None else None
-    if thread is None or thread.ident is None:
+    ident = ends.thread_ident if ends is not None else None
+    if ident is None:
         return None, 0.0
     try:
-        return thread.ident, time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        return ident, time.clock_gettime(time.pthread_getcpuclockid(ident))
     except (OSError, ProcessLookupError):  # the thread ended meanwhile
         return None, 0.0
 

@@ -341,9 +341,9 @@ class Estimator:
         new = messages[best_k:]
         # The new texts go to the tokenizer together, not one GIL release each, which a busy thread beside
         # this one would turn into seconds (rules/_tiktoken.py); a caller's budgeted count goes text by text.
-        dry_run = functools.partial(self._dry_run, rules, new, read_message)
         batch = rules.counts_in_batches and len(new) >= _tiktoken.BATCH_FROM
-        with _tiktoken.batched(dry_run) if batch else contextlib.nullcontext():
+        together = _tiktoken.batched(functools.partial(self._dry_run, rules, new, read_message)) if batch else None
+        with together or contextlib.nullcontext():
             for msg in new:
                 if budget is not None:
                     budget -= 1

@@ -85,6 +85,16 @@ def test_idle_exit_ends_the_thread_and_the_next_job_starts_one() -> None:
     assert threads[1] is not threads[0]
 
 
+def test_thread_ident_names_the_thread_that_runs_the_jobs() -> None:
+    worker = Worker("t-ident", max_jobs=4, idle_exit=30)
+    assert worker.thread_ident is None  # no job yet, no thread
+    seen: list[int] = []
+    worker.submit(lambda: seen.append(threading.get_ident()))
+    assert worker.wait_idle(10)
+    assert worker.thread_ident == seen[0] != threading.get_ident()
+    worker.close()
+
+
 def test_run_answers_or_gives_up_while_the_job_is_still_blocked() -> None:
     worker = Worker("t-run", max_jobs=4)
     assert worker.run(lambda: 41 + 1, timeout=10) == 42
