@@ -37,7 +37,7 @@ from .errors import ConfigError, TagError
 from .estimator import Estimate, Later
 from .model_facts import OPTION_CONTEXT_WINDOW
 from .pending_estimate import PendingEstimate, estimate_in_background
-from .rules._tiktoken import MAX_HOLD_BACK, calls_in_flight
+from .rules._tiktoken import MAX_HOLD_BACK
 from .runtime import Runtime, get_runtime
 from .snapshot import RequestMeta, ResponseSide, build_snapshot
 from .stages import current_stage, default_stage
@@ -101,6 +101,9 @@ class Call:
         self._local_conversation: Optional[int] = None  # the request's conversation, counted locally (compaction)
         self._estimated_at = 0  # ns since the epoch: when the estimate was there (the local snapshot's time)
         self._lock = threading.Lock()
+        # Set once the request's send is over (a response, a stream to read, an error): the call-end
+        # worker records the call's first snapshot after that, or at most MAX_HOLD_BACK seconds in.
+        self.sent = threading.Event()
 
     @classmethod
     def start(cls, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any], route: Optional[Route] = None) -> Call:
@@ -329,17 +332,28 @@ class Call:
         """Run a step that publishes: a call's snapshots and end on the runtime's call-end worker, where it has one.
 
         Where the telemetry pipeline is cw's own (or none), none of it is the caller's to wait for: the
-        worker records the call's first snapshot (``first``) once no call is in flight, or after at most
-        `MAX_HOLD_BACK` seconds (a call waiting on its provider holds no GIL, a mocked or local one would
-        lose half its turns to it), and the call's end (its response-usage snapshot, stage totals, span's
-        end) while the caller goes on. Any other step goes there too while steps wait there, so a stage's
-        snapshots keep their order; a full queue, or a pipeline of the application's, runs it here.
+        worker records the call's first snapshot (``first``) once the request's send is over, or after
+        at most `MAX_HOLD_BACK` seconds, so that a live page shows a long call while it runs (a call
+        waiting on its provider holds no GIL; a mocked or local one would lose turns to the worker), and
+        the call's end (its response-usage snapshot, stage totals, span's end) while the caller goes on.
+        Any other step goes there too while steps wait there, so a stage's snapshots keep their order;
+        a full queue, or a pipeline of the application's, runs it here.
         """
         ends = self.runtime.call_ends
         if ends is not None and (end or first or not ends.idle):
-            if ends.submit(_after_calls_in_flight(step) if first else step):
+            if ends.submit(self._after_send(step) if first else step):
                 return
         step()
+
+    def _after_send(self, step: Callable[[], None]) -> Callable[[], None]:
+        """``step``, run once the request's send is over, or `MAX_HOLD_BACK` seconds after now, whichever comes first."""
+        queued = time.monotonic()
+
+        def held_back() -> None:
+            self.sent.wait(max(0.0, MAX_HOLD_BACK - (time.monotonic() - queued)))
+            step()
+
+        return held_back
 
     def _close(self, ending: _Ending) -> None:
         """The call's end: the response-usage snapshot (or the local estimate once more, saying why), then the span's."""
@@ -419,14 +433,3 @@ def _response_side(ending: _Ending, usage: Optional[Usage]) -> Optional[Response
     if usage.cache_prefix_tokens is not None:
         written = max(0, usage.cache_prefix_tokens - usage.cache_read_tokens)
     return ResponseSide(calls, usage.cache_read_tokens, written)
-
-
-def _after_calls_in_flight(step: Callable[[], None]) -> Callable[[], None]:
-    """``step``, run once no LLM call is in flight, or `MAX_HOLD_BACK` seconds after now, whichever comes first."""
-    queued = time.monotonic()
-
-    def held_back() -> None:
-        calls_in_flight().wait_idle(MAX_HOLD_BACK - (time.monotonic() - queued))
-        step()
-
-    return held_back

@@ -8,10 +8,12 @@ from __future__ import annotations
 import threading
 
 import pytest
+from gates import HANG_GUARD
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from providers import CHAT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
 from cw_middleware.config import resolve
@@ -64,18 +66,65 @@ def test_the_caller_does_not_wait_for_its_calls_end(own_pipeline, telemetry):
     assert all(span.start_time <= e.timestamp <= span.end_time for e in events)
 
 
-def test_a_calls_first_snapshot_waits_while_a_call_is_in_flight(own_pipeline, monkeypatch):
-    # no deadline here: only the call in flight holds it back
+def _held_call(provider, stage_id: str) -> threading.Thread:  # noqa: F811
+    """A call in flight: sent to the local provider, which holds its answer until the test releases it."""
+
+    def call() -> None:
+        with cw.stage("ends", stage_id):
+            cw.completion(
+                model="openai/gpt-4o",
+                messages=[{"role": "user", "content": "a question the provider takes its time to answer"}],
+                api_base=f"{provider.url}/v1",
+                api_key="sk-test",
+            )
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    assert provider.wait_for_hits(CHAT, 1, timeout=HANG_GUARD)  # sent: its estimate is made, its first snapshot queued
+    return thread
+
+
+def test_a_calls_first_snapshot_waits_until_its_request_is_sent(own_pipeline, provider, monkeypatch):  # noqa: F811
+    # no deadline here: only the call's own send holds its first snapshot back
     monkeypatch.setattr("cw_middleware.call.MAX_HOLD_BACK", 60.0, raising=False)
-    with calls_in_flight():  # another call, still in flight (a mocked or local one would lose GIL turns to the worker)
-        with cw.stage("ends", "held-back"):
-            _call("asked while another call is in flight")
+    answer = provider.hold(CHAT)
+    thread = _held_call(provider, "held-back")
+    try:
         assert [s for s in own_pipeline.snapshots(wait=0) if s.stage_id == "held-back"] == []
+    finally:
+        answer.set()
+        thread.join(HANG_GUARD)
     assert own_pipeline.flush(10)
     first, last = [s for s in own_pipeline.snapshots() if s.stage_id == "held-back"]
-    assert first.count_method.value == last.count_method.value == "local_estimate"
+    assert first.count_method.value == "local_estimate"
+    assert last.count_method.value == "response_usage_scaled_breakdown"
     assert first.generated_at <= last.generated_at  # stamped when it was made, not when it was recorded
-    assert [w.code for w in first.warnings] == [] and [w.code for w in last.warnings] == ["mock_usage_not_reconciled"]
+
+
+def test_a_calls_first_snapshot_does_not_wait_for_other_calls_in_flight(own_pipeline, monkeypatch):
+    # Back-to-back calls of an agent beside others (a proxy, a pool): each call's first snapshot is
+    # recorded once its own send is over, never held (nor its request kept) until all calls pause.
+    monkeypatch.setattr("cw_middleware.call.MAX_HOLD_BACK", 60.0, raising=False)
+    with calls_in_flight():  # another call of the process, still in flight throughout
+        with cw.stage("ends", "beside-others"):
+            _call("first")
+            _call("second")
+        assert own_pipeline.flush(10)
+        snaps = [s for s in own_pipeline.snapshots(wait=0) if s.stage_id == "beside-others"]
+    assert [s.count_method.value for s in snaps] == ["local_estimate"] * 4
+
+
+def test_a_long_calls_first_snapshot_is_there_while_the_call_runs(own_pipeline, provider):  # noqa: F811
+    answer = provider.hold(CHAT)
+    thread = _held_call(provider, "long")
+    try:
+        assert own_pipeline.flush(10)  # waits for the call-end worker: the first snapshot, past its hold-back
+        (first,) = [s for s in own_pipeline.snapshots(wait=0) if s.stage_id == "long"]
+        assert first.count_method.value == "local_estimate"
+        assert thread.is_alive()  # the provider has not answered yet
+    finally:
+        answer.set()
+        thread.join(HANG_GUARD)
 
 
 def test_a_stages_snapshots_keep_their_order_while_ends_wait(own_pipeline):
