@@ -8,7 +8,7 @@ the call from step to step:
 
 * its local estimate, a `PendingEstimate` (pending_estimate.py): there at once, or, while a
   tokenizer loads, coming from the runtime's background-estimate worker. What needs it is
-  chained onto it: the ``local_estimate`` snapshot and the provider count (`_estimated`), then
+  chained onto it: the provider count and the ``local_estimate`` snapshot (`_estimate_ready`), then
   the call's end;
 * its end, an `_Ending` (the usage, or the exception LiteLLM raised, and when), which takes one
   path whatever ended the call (`_end`, then `_close` once the estimate is there).
@@ -85,7 +85,7 @@ class Call:
         self.call_seq = runtime.register_call(self.stage)
         self.parsed: Optional[Parsed] = None
         self.estimated = PendingEstimate.ready(None)  # the local estimate, once `_estimate` asked for it
-        self.estimate: Optional[Estimate] = None  # set once it is there (`_estimated`)
+        self.estimate: Optional[Estimate] = None  # set once it is there (`_estimate_ready`)
         self.forward: Optional[Forward] = None
         self.meta = RequestMeta(self.stage.run_id, self.stage.stage_id, None, None, None)
         self.warnings: set[WarningCode] = set()
@@ -203,11 +203,12 @@ class Call:
         self.args, self.kwargs = self.forward.args, self.forward.kwargs
 
     def _estimate_ready(self, estimate: Optional[Estimate]) -> None:
-        at = self._estimated_at = time.time_ns()  # the snapshot stands for now, even if recorded later (`_in_order`)
-        self._in_order(lambda: self._estimated(estimate, at), first=True)
+        """The estimate is there: a provider count starts where one is due, and the ``local_estimate`` snapshot follows.
 
-    def _estimated(self, estimate: Optional[Estimate], at: Optional[int] = None) -> None:
-        """The estimate is there: the ``local_estimate`` snapshot, after queueing a provider count where one is due."""
+        The count starts at once, so that it may answer while a long call runs; its snapshot queues
+        behind the local one (`_on_provider_count`), which may be recorded later (`_in_order`).
+        """
+        at = self._estimated_at = time.time_ns()  # the snapshot stands for now, even if recorded later
         if estimate is None or self.parsed is None:
             self.broken = True
             return
@@ -217,7 +218,7 @@ class Call:
         if self.broken:
             return
         self._start_provider_count()
-        self._publish(CountMethod.LOCAL_ESTIMATE, at=at)
+        self._in_order(lambda: self._publish(CountMethod.LOCAL_ESTIMATE, at=at), first=True)
 
     def drop_stream_usage(self, exc: BaseException) -> bool:
         """The provider refused the ``stream_options`` we added (a 400/422 naming it, before any chunk).
@@ -270,7 +271,7 @@ class Call:
         if tokens is not None:
             # A count that lands after a newer call of the stage began is kept but never "latest".
             superseded = not self.runtime.is_newest_call(self.stage, self.call_seq)
-            self._publish(CountMethod.PROVIDER_API_SCALED_BREAKDOWN, total=tokens, superseded=superseded)
+            self._in_order(lambda: self._publish(CountMethod.PROVIDER_API_SCALED_BREAKDOWN, total=tokens, superseded=superseded))
             return
         if failure is None:
             return

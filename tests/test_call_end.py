@@ -13,7 +13,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from providers import CHAT, provider  # noqa: F401 - the fixture
+from providers import ANTHROPIC, CHAT, MESSAGES, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
 from cw_middleware.config import resolve
@@ -125,6 +125,37 @@ def test_a_long_calls_first_snapshot_is_there_while_the_call_runs(own_pipeline, 
     finally:
         answer.set()
         thread.join(HANG_GUARD)
+
+
+def test_a_provider_count_starts_while_the_call_runs(own_pipeline, provider, monkeypatch):  # noqa: F811
+    # The local snapshot may wait for the send; the count does not: it may answer while a long call runs.
+    monkeypatch.setattr("cw_middleware.call.MAX_HOLD_BACK", 60.0, raising=False)
+    answer = provider.hold(MESSAGES)
+
+    def call() -> None:
+        with cw.stage("ends", "counted"):
+            cw.completion(
+                model="anthropic/claude-3-5-sonnet-20241022",
+                messages=[{"role": "user", "content": "a question counted by the provider while it is answered"}],
+                api_base=provider.url,
+                api_key="sk-ant-test",
+                cw_provider_count="always",
+            )
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    try:
+        assert provider.wait_for_hits(ANTHROPIC, 1, timeout=HANG_GUARD)  # counted while the answer is held
+        assert thread.is_alive()
+    finally:
+        answer.set()
+        thread.join(HANG_GUARD)
+    assert own_pipeline.flush(10)
+    snaps = [s for s in own_pipeline.snapshots() if s.stage_id == "counted"]
+    methods = [s.count_method.value for s in snaps]
+    assert methods[0] == "local_estimate"  # the count's snapshot queued behind it
+    assert "provider_api_scaled_breakdown" in methods and "response_usage_scaled_breakdown" in methods
+    assert [s.event_seq for s in snaps] == sorted(s.event_seq for s in snaps)
 
 
 def test_a_stages_snapshots_keep_their_order_while_ends_wait(own_pipeline):
