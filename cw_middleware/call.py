@@ -319,6 +319,7 @@ class Call:
         self._end(_Ending(time.time_ns(), usage, response_model, tool_calls=tool_calls))
 
     def fail(self, exc: BaseException) -> None:
+        self.sent.set()  # a send that failed is over
         self._end(_Ending(time.time_ns(), error=exc))
 
     def _end(self, ending: _Ending) -> None:
@@ -341,9 +342,8 @@ class Call:
         a full queue, or a pipeline of the application's, runs it here.
         """
         ends = self.runtime.call_ends
-        if ends is not None and (end or first or not ends.idle):
-            if ends.submit(self._after_send(step) if first else step):
-                return
+        if ends is not None and (end or first or not ends.idle) and ends.submit(self._after_send(step) if first else step):
+            return
         step()
 
     def _after_send(self, step: Callable[[], None]) -> Callable[[], None]:

@@ -84,19 +84,17 @@ def run_call(
     """
     with _tiktoken.calls_in_flight():
         call = Call.start(api, args, kwargs, route)
-        try:
-            while True:
-                try:
-                    with forwarding_scope():
-                        response = send(*call.args, **call.kwargs)
-                    break
-                except BaseException as exc:
-                    if call.drop_stream_usage(exc):
-                        continue  # the endpoint refused the stream_options we added: once more, as the caller wrote it
-                    call.fail(exc)
-                    raise
-        finally:
-            call.sent.set()  # the call's first snapshot may be recorded now (call.py, `_in_order`)
+        while True:
+            try:
+                with forwarding_scope():
+                    response = send(*call.args, **call.kwargs)
+                break
+            except BaseException as exc:
+                if call.drop_stream_usage(exc):
+                    continue  # the endpoint refused the stream_options we added: once more, as the caller wrote it
+                call.fail(exc)  # its send is over too
+                raise
+        call.sent.set()  # the call's first snapshot may be recorded now (call.py, `_in_order`)
     return observe(call, response)
 
 
@@ -111,19 +109,17 @@ async def arun_call(
     """`run_call` for a coroutine ``send``."""
     with _tiktoken.calls_in_flight():
         call = Call.start(api, args, kwargs, route)
-        try:
-            while True:
-                try:
-                    with forwarding_scope():
-                        response = await send(*call.args, **call.kwargs)
-                    break
-                except BaseException as exc:
-                    if call.drop_stream_usage(exc):
-                        continue
-                    call.fail(exc)
-                    raise
-        finally:
-            call.sent.set()  # the call's first snapshot may be recorded now (call.py, `_in_order`)
+        while True:
+            try:
+                with forwarding_scope():
+                    response = await send(*call.args, **call.kwargs)
+                break
+            except BaseException as exc:
+                if call.drop_stream_usage(exc):
+                    continue
+                call.fail(exc)  # its send is over too
+                raise
+        call.sent.set()  # the call's first snapshot may be recorded now (call.py, `_in_order`)
     return observe(call, response)
 
 
