@@ -102,7 +102,7 @@ class Call:
         self._estimated_at = 0  # ns since the epoch: when the estimate was there (the local snapshot's time)
         self._lock = threading.Lock()
         # Set once the request's send is over (a response, a stream to read, an error): the call-end
-        # worker records the call's first snapshot after that, or at most MAX_HOLD_BACK seconds in.
+        # worker records the call's first snapshot after that, or at most MAX_HOLD_BACK seconds after its estimate.
         self.sent = threading.Event()
 
     @classmethod
