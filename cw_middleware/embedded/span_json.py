@@ -34,11 +34,11 @@ _KEPT_ELEMENTS = frozenset({str, int, bool, type(None)})
 
 
 def _double(value: float) -> str:
+    if value - value == 0.0:  # finite: inf - inf and NaN - NaN are NaN (a span holds ~45 doubles; one test each)
+        return float.__repr__(value)
     if value != value:
         return '"NaN"'
-    if value in (float("inf"), float("-inf")):
-        return '"Infinity"' if value > 0 else '"-Infinity"'
-    return float.__repr__(value)
+    return '"Infinity"' if value > 0 else '"-Infinity"'
 
 
 def _value(value: Any) -> str:
