@@ -8,7 +8,7 @@ the call from step to step:
 
 * its local estimate, a `PendingEstimate` (pending_estimate.py): there at once, or, while a
   tokenizer loads, coming from the runtime's background-estimate worker. What needs it is
-  chained onto it: the provider count and the ``local_estimate`` snapshot (`_estimate_ready`), then
+  chained onto it: the ``local_estimate`` snapshot and the provider count (`_estimate_ready`), then
   the call's end;
 * its end, an `_Ending` (the usage, or the exception LiteLLM raised, and when), which takes one
   path whatever ended the call (`_end`, then `_close` once the estimate is there).
@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from .apis import Api, Forward, Parsed, Route, Usage
 from .apis.chat import refused_stream_usage, remember_refusal
@@ -42,6 +42,9 @@ from .runtime import Runtime, get_runtime
 from .snapshot import RequestMeta, ResponseSide, build_snapshot
 from .stages import current_stage, default_stage
 from .telemetry import CallTelemetry
+
+if TYPE_CHECKING:
+    from .provider_count import CountTarget  # imported when a count is due: it brings httpx
 
 # Per-call options of ours; removed before LiteLLM sees the request.
 OPTION_PROVIDER_COUNT = "cw_provider_count"
@@ -203,10 +206,11 @@ class Call:
         self.args, self.kwargs = self.forward.args, self.forward.kwargs
 
     def _estimate_ready(self, estimate: Optional[Estimate]) -> None:
-        """The estimate is there: a provider count starts where one is due, and the ``local_estimate`` snapshot follows.
+        """The estimate is there: the ``local_estimate`` snapshot is queued, and a provider count starts where one is due.
 
-        The count starts at once, so that it may answer while a long call runs; its snapshot queues
-        behind the local one (`_on_provider_count`), which may be recorded later (`_in_order`).
+        The count starts at once, so that it may answer while a long call runs; the local snapshot is
+        queued before it starts, so the count's snapshot (`_on_provider_count`) always lands behind it,
+        even where the local one is recorded later (`_in_order`).
         """
         at = self._estimated_at = time.time_ns()  # the snapshot stands for now, even if recorded later
         if estimate is None or self.parsed is None:
@@ -217,8 +221,10 @@ class Call:
         self.warnings |= estimate.warnings | self.parsed.warnings
         if self.broken:
             return
-        self._start_provider_count()
+        count = self._provider_count_due()  # before the local snapshot: its warnings ride on that snapshot
         self._in_order(lambda: self._publish(CountMethod.LOCAL_ESTIMATE, at=at), first=True)
+        if count is not None:
+            self.runtime.counter().submit(*count, self._on_provider_count)
 
     def drop_stream_usage(self, exc: BaseException) -> bool:
         """The provider refused the ``stream_options`` we added (a 400/422 naming it, before any chunk).
@@ -239,8 +245,8 @@ class Call:
 
     # ------------------------------------------------------------ provider count
 
-    def _start_provider_count(self) -> None:
-        """Queue a background count where the policy asks for one; never waits for it."""
+    def _provider_count_due(self) -> Optional[tuple[CountTarget, dict[str, Any]]]:
+        """(target, clean request) of the background count the policy asks for; None where none is due."""
         policy = self.runtime.config.provider_count
         per_call_policy = self.options.get(OPTION_PROVIDER_COUNT)
         if per_call_policy is not None:
@@ -251,9 +257,9 @@ class Call:
                 self.runtime.log.warning("policy", message)
         assert self.estimate is not None and self.forward is not None
         if policy is ProviderCountPolicy.NEVER or (policy is ProviderCountPolicy.AUTO and self.estimate.rules.exact):
-            return
+            return None
         if self.mock and policy is not ProviderCountPolicy.ALWAYS:
-            return  # a mocked call sends nothing upstream unless a count was asked for explicitly
+            return None  # a mocked call sends nothing upstream unless a count was asked for explicitly
         from . import provider_count  # imports httpx: only calls that may count pay for it, not the read side
 
         # An official client's count uses its own key and base URL, never one from the environment.
@@ -261,10 +267,8 @@ class Call:
         target = provider_count.target_for(self.meta.provider, self.model, self.endpoint, environ)
         if target is None:
             self.warnings.add(WarningCode.PROVIDER_UNCONFIGURED)
-            return
-        # The clean (untagged) request, as the provider will see it.
-        request = self.api.count_request(self.forward, self.model)
-        self.runtime.counter().submit(target, request, self._on_provider_count)
+            return None
+        return target, self.api.count_request(self.forward, self.model)  # the clean (untagged) request, as the provider sees it
 
     def _on_provider_count(self, tokens: Optional[int], failure: Optional[WarningCode]) -> None:
         """Runs on the counter's worker thread (or, for a full queue, inside submit)."""
