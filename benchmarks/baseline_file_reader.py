@@ -14,11 +14,11 @@ import re
 from collections.abc import Iterator
 from typing import Optional
 
-from cw_middleware import codec as keys
-from cw_middleware.contract import StageContextWindow
-from cw_middleware.errors import BackendResponseError, BackendUnavailable
-from cw_middleware.readback.fold import Horizon, RunFold, RunsFold, RunSummary, StageFold, StageSummary
-from cw_middleware.readback.otlp_json import Span, iter_spans
+from cw_middleware import _codec as keys
+from cw_middleware._contract import StageContextWindow
+from cw_middleware._errors import BackendResponseError, BackendUnavailable
+from cw_middleware._readback.fold import Horizon, RunFold, RunsFold, RunSummary, StageFold, StageSummary
+from cw_middleware._readback.otlp_json import Span, iter_spans
 
 # Ids made only of these characters are written byte-identically by every JSON encoder we know.
 _PLAIN_ID = re.compile(r"^[A-Za-z0-9 ._@:#+=,;!~*()\[\]{}^$|?'-]+$")

@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from benchmarks.conversation import make_tools, make_turns, request_at  # noqa: E402
-from cw_middleware.estimator import Estimator  # noqa: E402
-from cw_middleware.rules import _tiktoken, rules_for  # noqa: E402
+from cw_middleware._counting.estimator import Estimator  # noqa: E402
+from cw_middleware._counting.rules import _tiktoken, rules_for  # noqa: E402
 
 MODEL = "gpt-4o"
 

@@ -1,7 +1,7 @@
 """cw's call-end worker, for benchmarks that time calls: wait until it is idle, and read its CPU time.
 
 Where cw owns the telemetry pipeline a call's end is recorded on that worker, after the call has
-returned (cw_middleware/runtime.py). A benchmark that times calls back to back settles it between
+returned (cw_middleware/_capture/runtime.py). A benchmark that times calls back to back settles it between
 calls, untimed, as a caller waiting for its next response would: left running, its work lands in
 whichever call is timed next, bare LiteLLM's too. What it did for a call is read as that thread's
 CPU time, so that the work is reported where it went, not dropped.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from cw_middleware.runtime import Runtime
+from cw_middleware._capture.runtime import Runtime
 
 
 def settle(runtime: Optional[Runtime]) -> None:

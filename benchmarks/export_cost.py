@@ -57,8 +57,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import cw_middleware as cw  # noqa: E402
 from benchmarks.call_ends import cpu_since, worker_cpu  # noqa: E402
 from benchmarks.conversation import make_tools, make_turns, request_at  # noqa: E402
-from cw_middleware.embedded.encode import to_json_line  # noqa: E402
-from cw_middleware.runtime import Runtime, set_runtime  # noqa: E402
+from cw_middleware._capture.runtime import Runtime, set_runtime  # noqa: E402
+from cw_middleware._embedded.encode import to_json_line  # noqa: E402
 
 MODEL = "gpt-4o"
 

@@ -52,7 +52,7 @@ for i in range(1, calls + 1):
     if i in checkpoints:
         row = {{"calls": i, "rss_mb": rss_mb()}}
         if mode == "cw":
-            from cw_middleware.runtime import get_runtime
+            from cw_middleware._capture.runtime import get_runtime
             rt = get_runtime()
             est = rt.estimator
             row["caches"] = {{

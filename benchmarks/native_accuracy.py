@@ -28,8 +28,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import cw_middleware as cw  # noqa: E402
 from benchmarks.accuracy import DEFAULT_DATA, DEFAULT_SCORER, _pct  # noqa: E402
-from cw_middleware.apis import CHAT, MESSAGES, RESPONSES, Api  # noqa: E402
-from cw_middleware.runtime import get_runtime  # noqa: E402
+from cw_middleware._capture.apis import CHAT, MESSAGES, RESPONSES, Api  # noqa: E402
+from cw_middleware._capture.runtime import get_runtime  # noqa: E402
 
 # (provider, api of the record) -> the adapter the official client's request goes through, and the facts provider.
 NATIVE: dict[tuple[str, str], tuple[Api, str]] = {

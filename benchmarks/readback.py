@@ -21,11 +21,12 @@ from datetime import UTC, datetime
 
 
 def generate(path: str, snapshots: int) -> tuple[float, list[tuple[str, str]]]:
-    from cw_middleware.config import resolve
-    from cw_middleware.contract import Category, CountMethod
-    from cw_middleware.embedded import install
-    from cw_middleware.snapshot import RequestMeta, SnapshotParts, build_snapshot
-    from cw_middleware.telemetry import StageInfo, Telemetry
+    from cw_middleware._config import resolve
+    from cw_middleware._contract import Category, CountMethod, StageInfo
+    from cw_middleware._counting.model_facts import RequestMeta
+    from cw_middleware._embedded import install
+    from cw_middleware._snapshots.build import SnapshotParts, build_snapshot
+    from cw_middleware._snapshots.telemetry import Telemetry
 
     cfg = resolve(export=f"file:{path}", environ={}, export_queue_size=1_000_000)
     parts = SnapshotParts()

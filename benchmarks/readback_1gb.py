@@ -50,11 +50,12 @@ def run_name(run: int, copy: int = 0) -> str:
 
 def write_seed(path: str, calls: int) -> int:
     """The seed through the real pipeline; returns the number of runs it holds."""
-    from cw_middleware.config import resolve
-    from cw_middleware.contract import Category, CountMethod
-    from cw_middleware.embedded import install
-    from cw_middleware.snapshot import RequestMeta, SnapshotParts, build_snapshot
-    from cw_middleware.telemetry import StageInfo, Telemetry
+    from cw_middleware._config import resolve
+    from cw_middleware._contract import Category, CountMethod, StageInfo
+    from cw_middleware._counting.model_facts import RequestMeta
+    from cw_middleware._embedded import install
+    from cw_middleware._snapshots.build import SnapshotParts, build_snapshot
+    from cw_middleware._snapshots.telemetry import Telemetry
 
     cfg = resolve(export=f"file:{path}", environ={}, export_queue_size=1_000_000)
     parts = SnapshotParts()
@@ -134,7 +135,7 @@ def queries(copies: int, runs: int) -> dict[str, tuple[str, ...]]:
 def query(path: str, call: list[str], baseline: bool, repeat: int) -> dict[str, object]:
     """Run one query `repeat` times in this process: seconds of each, peak RSS, a summary of the answer."""
     import cw_middleware as cw
-    from cw_middleware.readback import Reader
+    from cw_middleware._readback import Reader
 
     if baseline:
         sys.path.insert(0, HERE)
@@ -159,7 +160,7 @@ def query(path: str, call: list[str], baseline: bool, repeat: int) -> dict[str, 
 
 def build(path: str) -> dict[str, object]:
     """A cold index build alone, in this process (the caller gives it an empty CW_INDEX_DIR)."""
-    from cw_middleware.readback.file_index import FileIndex
+    from cw_middleware._readback.file_index import FileIndex
 
     started, cpu = time.perf_counter(), time.process_time()
     index = FileIndex(path)

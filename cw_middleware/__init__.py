@@ -3,23 +3,59 @@
 Swap ``litellm.completion`` for ``cw_middleware.completion`` (or call
 ``cw_middleware.instrument()`` to observe every caller of LiteLLM); tag prompt
 segments and tools; read the breakdown back from your telemetry backend.
+
+The public API is this module's ``__all__``, plus one import path a LiteLLM Proxy
+config names, ``cw_middleware.litellm_proxy.handler``. Everything under a name
+with a leading underscore is internal and may move. The package follows a
+request's data flow, one wing a step (each wing's ``__init__`` is its map)::
+
+    _capture/    entry points and a call's lifecycle (LiteLLM, instrument(), the
+                 official clients, the Proxy callback, stages, the runtime)
+    _counting/   a request -> its tokens per (category, source): tags, the estimator,
+                 rules/ per provider family, model facts, cost, the provider count
+    _snapshots/  building, keeping and emitting snapshots (OpenTelemetry API only)
+    _embedded/   the embedded OTLP pipeline: the only user of the OpenTelemetry SDK
+    _readback/   a stage's answer read back from a backend, one module a backend
+    _serve/      the HTTP API, its event stream and the live page
+    _cli/        the ``cw-middleware`` command
+
+under a kernel both sides share: ``_contract`` (the JSON contract), ``_codec``
+(telemetry names and the snapshot's encoding), ``_config``, ``_errors``,
+``_process`` (the one owner of process state), ``_worker`` (the one background
+worker), ``_log`` and ``_offline``. A wing imports only wings below it in that
+list's data flow and the kernel; nothing imports upward.
 """
 
-from .clients import wrap
-from .config import Config, ProviderCountPolicy
-from .contract import (
+from ._capture.clients import wrap
+from ._capture.instrument import instrument, uninstrument
+from ._capture.propagation import bind
+from ._capture.runtime import configure, flush
+from ._capture.stages import current_stage, stage
+from ._capture.wrapper import acompletion, aresponses, completion, estimate, responses, snapshots
+from ._config import Config, ProviderCountPolicy
+from ._contract import (
     BreakdownItem,
     Category,
+    CategoryTotals,
+    Compaction,
+    Cost,
     CountMethod,
     DetailItem,
+    HistoryPoint,
+    RunReport,
     Snapshot,
     SnapshotWarning,
     StageContextWindow,
+    StageRow,
+    StageTotals,
     Staleness,
+    ToolItem,
     UnavailableReason,
+    UnusedTool,
     WarningCode,
 )
-from .errors import (
+from ._counting.tags import ToolSource, message, segment, tool
+from ._errors import (
     BackendError,
     BackendResponseError,
     BackendUnavailable,
@@ -28,13 +64,7 @@ from .errors import (
     NotFound,
     TagError,
 )
-from .instrument import instrument, uninstrument
-from .propagation import bind
-from .readback import Reader, ReaderOptions, RunSummary, SnapshotReader, StageSummary, reader
-from .runtime import configure, flush
-from .stages import current_stage, stage
-from .tags import ToolSource, message, segment, tool
-from .wrapper import acompletion, aresponses, completion, estimate, responses, snapshots
+from ._readback import Missing, Reader, ReaderOptions, RunSummary, SnapshotReader, StageSummary, reader
 
 __version__ = "0.1.0"
 
@@ -44,25 +74,35 @@ __all__ = [
     "BackendUnavailable",
     "BreakdownItem",
     "Category",
+    "CategoryTotals",
+    "Compaction",
     "Config",
     "ConfigError",
+    "Cost",
     "CountMethod",
     "CwMiddlewareError",
     "DetailItem",
+    "HistoryPoint",
+    "Missing",
     "NotFound",
     "ProviderCountPolicy",
     "Reader",
     "ReaderOptions",
+    "RunReport",
     "RunSummary",
     "Snapshot",
     "SnapshotReader",
     "SnapshotWarning",
     "StageContextWindow",
+    "StageRow",
     "StageSummary",
+    "StageTotals",
     "Staleness",
     "TagError",
+    "ToolItem",
     "ToolSource",
     "UnavailableReason",
+    "UnusedTool",
     "WarningCode",
     "__version__",
     "acompletion",

@@ -8,7 +8,7 @@ so neither is set globally here:
 
 * `encoding_file(name)` finds the encoding files LiteLLM ships (cl100k_base,
   o200k_base, p50k_base in ``litellm_core_utils/tokenizers``), which
-  ``rules/_tiktoken.py`` loads directly: no environment variable, no cache written;
+  ``_counting/rules/_tiktoken.py`` loads directly: no environment variable, no cache written;
 * `litellm()` imports LiteLLM; when cw_middleware is the first to import it,
   ``LITELLM_LOCAL_MODEL_COST_MAP=True`` is set only for the duration of that import
   (LiteLLM then uses its bundled model map instead of fetching one) and removed
@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
-from .process import PROCESS
+from ._process import PROCESS
 
 COST_MAP_VARIABLE = "LITELLM_LOCAL_MODEL_COST_MAP"
 # Where tiktoken's own constructors fetch each encoding; LiteLLM names its copies by sha1 of

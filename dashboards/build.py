@@ -4,7 +4,7 @@ Built with Grafana's own grafana-foundation-sdk (the dev extra, pinned to the Gr
 build); the committed `cw-context-window.json` must equal a fresh build (a test checks it,
 runs every panel's PromQL on a real Prometheus fed by a real agent run, and validates the
 JSON against Grafana's dashboard schema). Metric and label names come from the contract
-(`cw_middleware.schema`), as our scrape endpoint and the Collector pipeline of
+(`cw_middleware/_codec.py`), as our scrape endpoint and the Collector pipeline of
 examples/collector/ store them.
 
 Template variables: `datasource` (a Prometheus data source), `service` (service.name),
@@ -30,7 +30,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import prometheus as prom_model
 
-from cw_middleware import codec as keys
+from cw_middleware import _codec as keys
 
 OUT = Path(__file__).with_name("cw-context-window.json")
 UID = "cw-context-window"

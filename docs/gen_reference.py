@@ -3,10 +3,11 @@
     python docs/gen_reference.py          # rewrite docs/reference/*.md
     python docs/gen_reference.py --check  # exit 1, naming the stale pages, when a page differs
 
-Sources: the settings from `cw_middleware.config.SETTINGS` / `READ_SETTINGS`; span, event,
-attribute and metric names from `cw_middleware.codec` (and the contract's enums from
-`cw_middleware.contract`); the CLI from `cw_middleware.cli.build_parser()`; the HTTP API from
-`cw_middleware.serve.openapi.openapi_document()`. tests/test_docs_reference.py fails when a
+Sources: the settings from `cw_middleware._config.SETTINGS` / `READ_SETTINGS`; span, event,
+attribute and metric names from `cw_middleware._codec` (and the contract's enums from
+`cw_middleware._contract`); the CLI from `cw_middleware._cli.main.build_parser()`; the HTTP API from
+`cw_middleware._serve.openapi.openapi_document()`; the layout of the code from the packages'
+`__init__` docstrings. tests/test_docs_reference.py fails when a
 committed page is not what this script writes, so a change to any of them must carry its page.
 """
 
@@ -46,7 +47,7 @@ def _value(value: Any) -> str:
 
 
 def settings_page() -> str:
-    from cw_middleware.config import READ_SETTINGS, SETTINGS, Default, Setting
+    from cw_middleware._config import READ_SETTINGS, SETTINGS, Default, Setting
 
     def table(rows: tuple[Setting, ...], argument: str) -> str:
         lines = [f"| {argument} | environment | default | meaning |", "|---|---|---|---|"]
@@ -62,7 +63,7 @@ def settings_page() -> str:
         return "\n".join(lines) + "\n"
 
     return (
-        HEADER.format(source="cw_middleware/config.py (SETTINGS, READ_SETTINGS)")
+        HEADER.format(source="cw_middleware/_config.py (SETTINGS, READ_SETTINGS)")
         + "# Settings\n\n"
         + "Each setting is resolved once: an argument beats an environment variable beats the default. "
         + "Where a setting lists several variables, the first one set wins. "
@@ -81,8 +82,8 @@ def settings_page() -> str:
 
 
 def _codec_constants() -> list[tuple[str, str, str]]:
-    """(name, value, trailing comment) of each string constant of codec.py, in source order."""
-    from cw_middleware import codec
+    """(name, value, trailing comment) of each string constant of _codec.py, in source order."""
+    from cw_middleware import _codec as codec
 
     source = Path(codec.__file__).read_text(encoding="utf-8")
     out = []
@@ -95,9 +96,9 @@ def _codec_constants() -> list[tuple[str, str, str]]:
 
 def _instruments() -> list[tuple[str, str, str, str, str]]:
     """(name, kind, unit, Prometheus name, description) of every instrument `Telemetry` creates, as it creates them."""
-    from cw_middleware import codec
-    from cw_middleware.config import Config
-    from cw_middleware.telemetry import Telemetry
+    from cw_middleware import _codec as codec
+    from cw_middleware._config import Config
+    from cw_middleware._snapshots.telemetry import Telemetry
 
     made: list[tuple[str, str, str, str]] = []
 
@@ -122,8 +123,8 @@ def _instruments() -> list[tuple[str, str, str, str, str]]:
 
 
 def telemetry_page() -> str:
-    from cw_middleware import codec
-    from cw_middleware.contract import (
+    from cw_middleware import _codec as codec
+    from cw_middleware._contract import (
         WARNING_MESSAGES,
         Category,
         CountMethod,
@@ -158,9 +159,9 @@ def telemetry_page() -> str:
         return "| value | meaning |\n|---|---|\n" + "".join(f"| `{m.value}` | {_cell(meaning(m))} |\n" for m in kind)
 
     return (
-        HEADER.format(source="cw_middleware/codec.py and cw_middleware/contract.py")
+        HEADER.format(source="cw_middleware/_codec.py and cw_middleware/_contract.py")
         + "# Telemetry names\n\n"
-        + "Every name cw-middleware exports, as `cw_middleware/codec.py` spells it (writers and readers import "
+        + "Every name cw-middleware exports, as `cw_middleware/_codec.py` spells it (writers and readers import "
         + "it and nothing of each other). What they mean together: [Telemetry contract](../telemetry.md). "
         + f"Schema version: `{codec.ATTR_SCHEMA}={codec.SCHEMA_VERSION}`.\n\n"
         + "## Spans\n\n"
@@ -178,7 +179,7 @@ def telemetry_page() -> str:
         + "\n### Values\n\n"
         + table(values)
         + "\n## Metrics\n\n"
-        + "The instruments `cw_middleware/telemetry.py` creates, and the name a Prometheus backend stores "
+        + "The instruments `cw_middleware/_snapshots/telemetry.py` creates, and the name a Prometheus backend stores "
         + "each under (dots as underscores, counters with `_total`: the `PROM_*` constants the reader and the "
         + "dashboards query).\n\n"
         + "| name | instrument | unit | Prometheus | description |\n|---|---|---|---|---|\n"
@@ -201,13 +202,13 @@ def telemetry_page() -> str:
 
 
 def cli_page() -> str:
-    from cw_middleware.cli import EXIT_BACKEND, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, build_parser
+    from cw_middleware._cli.main import EXIT_BACKEND, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, build_parser
 
     parser = build_parser()
     parser.prog = "cw-middleware"
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     parts = [
-        HEADER.format(source="cw_middleware/cli.py (build_parser)"),
+        HEADER.format(source="cw_middleware/_cli/main.py (build_parser)"),
         "# Command line\n\n",
         "`cw-middleware` (also `python -m cw_middleware`). How the commands fit together: "
         "[Reading back](../reading-back.md#the-cli).\n\n",
@@ -223,11 +224,11 @@ def cli_page() -> str:
 
 
 def http_page() -> str:
-    from cw_middleware.serve.openapi import openapi_document
+    from cw_middleware._serve.openapi import openapi_document
 
     doc = openapi_document()
     parts = [
-        HEADER.format(source="the OpenAPI document (cw_middleware/serve/openapi.py), also served at GET /openapi.json"),
+        HEADER.format(source="the OpenAPI document (cw_middleware/_serve/openapi.py), also served at GET /openapi.json"),
         f"# HTTP API\n\n{doc['info']['description']} OpenAPI {doc['openapi']}, served by `cw-middleware serve` at "
         "`GET /openapi.json`. How to run it: [Reading back](../reading-back.md#the-http-api).\n\n",
         "| route | operation | summary | token |\n|---|---|---|---|\n",
@@ -283,11 +284,44 @@ def _type(spec: dict[str, Any]) -> str:
     return str(kind) + (f" ({spec['format']})" if "format" in spec else "")
 
 
+# ---------------------------------------------------------------- the layout of the code
+
+# The face, then the wings along a request's data flow, then the kernel under them.
+WINGS = ("_capture", "_counting", "_snapshots", "_embedded", "_readback", "_serve", "_cli")
+
+
+def layout_page() -> str:
+    """The package's map, as its own docstrings draw it: the face's, then each wing's ``__init__``."""
+    import ast
+
+    package = ROOT / "cw_middleware"
+
+    def docstring(path: Path) -> str:
+        return ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+
+    lines = [
+        HEADER.format(source="the docstrings of cw_middleware/__init__.py and of each wing's __init__.py"),
+        "# The layout of the code\n",
+        "Each section is the docstring of a package's `__init__.py`: the map a newcomer reads there is the one below.\n",
+        "## `cw_middleware/` (the face)\n",
+        "```text",
+        docstring(package / "__init__.py"),
+        "```\n",
+    ]
+    for wing in WINGS:
+        lines += [f"## `cw_middleware/{wing}/`\n", "```text", docstring(package / wing / "__init__.py"), "```\n"]
+    kernel = sorted(p for p in package.glob("_*.py") if p.name != "__init__.py" and p.name != "__main__.py")
+    lines += ["## The kernel\n", "| module | what it is for |", "|---|---|"]
+    lines += [f"| `{p.name}` | {_cell(docstring(p).splitlines()[0])} |" for p in kernel]
+    return "\n".join(lines) + "\n"
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "settings.md": settings_page,
     "telemetry.md": telemetry_page,
     "cli.md": cli_page,
     "http-api.md": http_page,
+    "layout.md": layout_page,
 }
 
 

@@ -15,7 +15,7 @@ import json
 import os
 
 import cw_middleware as cw
-from cw_middleware.render import render
+from cw_middleware._cli.render import render
 
 MEMORY_FILE = """# AGENTS.md
 - Run `pytest -q` before every commit.

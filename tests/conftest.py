@@ -25,9 +25,9 @@ from servers.phoenix import phoenix_server  # noqa: F401
 from servers.prometheus import prometheus_server, victoria_metrics_server  # noqa: F401
 
 import cw_middleware  # noqa: F401
-from cw_middleware.config import resolve
-from cw_middleware.rules import _tiktoken
-from cw_middleware.runtime import Runtime, set_runtime
+from cw_middleware._capture.runtime import Runtime, set_runtime
+from cw_middleware._config import resolve
+from cw_middleware._counting.rules import _tiktoken
 
 # The first calls of a process estimate in the background while a tokenizer loads (tests/test_cold_start.py
 # proves it in fresh processes); every other test sees the steady state, whatever runs first.

@@ -7,9 +7,9 @@ import os
 from collections.abc import Iterator
 from typing import Any, Optional
 
-from cw_middleware.config import resolve
-from cw_middleware.embedded import install
-from cw_middleware.runtime import Runtime, set_runtime
+from cw_middleware._capture.runtime import Runtime, set_runtime
+from cw_middleware._config import resolve
+from cw_middleware._embedded import install
 
 
 @contextlib.contextmanager

@@ -81,7 +81,7 @@ def test_hundreds_of_new_messages_are_counted_on_the_worker(runtime, held_worker
 
 def test_the_workers_estimate_waits_for_the_calls_in_flight(runtime, monkeypatch):
     """A count of megabytes beside a call still in LiteLLM would take half that call's GIL turns."""
-    from cw_middleware.rules import _tiktoken
+    from cw_middleware._counting.rules import _tiktoken
 
     monkeypatch.setattr(_tiktoken, "MAX_HOLD_BACK", 60.0)  # the bound, out of the way: the wait is what is tested
     in_flight, finish = threading.Event(), threading.Event()

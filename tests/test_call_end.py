@@ -16,9 +16,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from providers import ANTHROPIC, CHAT, MESSAGES, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware.config import resolve
-from cw_middleware.rules._tiktoken import calls_in_flight
-from cw_middleware.runtime import Runtime, set_runtime
+from cw_middleware._capture.runtime import Runtime, set_runtime
+from cw_middleware._config import resolve
+from cw_middleware._counting.rules._tiktoken import calls_in_flight
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def _held_call(provider, stage_id: str) -> threading.Thread:  # noqa: F811
 
 def test_a_calls_first_snapshot_waits_until_its_request_is_sent(own_pipeline, provider, monkeypatch):  # noqa: F811
     # no deadline here: only the call's own send holds its first snapshot back
-    monkeypatch.setattr("cw_middleware.call.MAX_HOLD_BACK", 60.0)
+    monkeypatch.setattr("cw_middleware._capture.call.MAX_HOLD_BACK", 60.0)
     answer = provider.hold(CHAT)
     thread = _held_call(provider, "held-back")
     try:
@@ -104,7 +104,7 @@ def test_a_calls_first_snapshot_waits_until_its_request_is_sent(own_pipeline, pr
 def test_a_calls_first_snapshot_does_not_wait_for_other_calls_in_flight(own_pipeline, monkeypatch):
     # Back-to-back calls of an agent beside others (a proxy, a pool): each call's first snapshot is
     # recorded once its own send is over, never held (nor its request kept) until all calls pause.
-    monkeypatch.setattr("cw_middleware.call.MAX_HOLD_BACK", 60.0)
+    monkeypatch.setattr("cw_middleware._capture.call.MAX_HOLD_BACK", 60.0)
     with calls_in_flight():  # another call of the process, still in flight throughout
         with cw.stage("ends", "beside-others"):
             _call("first")
@@ -129,7 +129,7 @@ def test_a_long_calls_first_snapshot_is_there_while_the_call_runs(own_pipeline, 
 
 def test_a_provider_count_starts_while_the_call_runs(own_pipeline, provider, monkeypatch):  # noqa: F811
     # The local snapshot may wait for the send; the count does not: it may answer while a long call runs.
-    monkeypatch.setattr("cw_middleware.call.MAX_HOLD_BACK", 60.0)
+    monkeypatch.setattr("cw_middleware._capture.call.MAX_HOLD_BACK", 60.0)
     answer = provider.hold(MESSAGES)
 
     def call() -> None:

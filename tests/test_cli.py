@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from cw_middleware import cli
-from cw_middleware.runtime import get_runtime, set_runtime
+from cw_middleware._capture.runtime import get_runtime, set_runtime
+from cw_middleware._cli import main as cli
 
 
 def test_demo_exports_and_reads_back(tmp_path, capsys, runtime):
@@ -36,11 +36,11 @@ def test_bad_export_is_a_usage_error(capsys, runtime):
 
 def test_serve_path_never_imports_heavy_modules(tmp_path):
     # LiteLLM (seconds) and tiktoken stay out; the OpenTelemetry SDK (~40 ms) comes with the
-    # package, so a worker's first LLM call does not import it (_setup.py says why).
+    # package, so a worker's first LLM call does not import it (_capture/providers.py says why).
     code = (
         "import sys\n"
         "import cw_middleware as cw\n"
-        "from cw_middleware.server import make_server\n"
+        "from cw_middleware._serve.server import make_server\n"
         f"s = make_server(cw.reader('file:{tmp_path}/t.jsonl'), '127.0.0.1', 0)\n"
         "s.server_close()\n"
         "print(sorted(m for m in ('litellm', 'tiktoken') if m in sys.modules))\n"
@@ -193,7 +193,7 @@ def test_a_file_that_is_not_otlp_json_is_said_to_be_so(tmp_path, capsys):
 
 
 def test_the_backend_help_lists_the_registered_schemes(monkeypatch):
-    from cw_middleware.readback import BACKENDS, Backend
+    from cw_middleware._readback import BACKENDS, Backend
 
     monkeypatch.setitem(BACKENDS, "tempo", Backend("tempo", "tempo+http://HOST:3200", lambda url, options: None))
     helps = []

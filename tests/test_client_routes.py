@@ -5,7 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from cw_middleware.clients.routes import route_of
+from cw_middleware._capture.clients.routes import route_of
 
 
 @pytest.mark.parametrize(

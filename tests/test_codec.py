@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from cw_middleware.codec import snapshot_attributes, span_level, window_from_attributes
-from cw_middleware.contract import Category, CountMethod, Staleness, WarningCode
-from cw_middleware.snapshot import RequestMeta, build_snapshot
+from cw_middleware._codec import snapshot_attributes, span_level, window_from_attributes
+from cw_middleware._contract import Category, CountMethod, Staleness, WarningCode
+from cw_middleware._counting.model_facts import RequestMeta
+from cw_middleware._snapshots.build import build_snapshot
 
 BY_SOURCE = {
     (Category.SYSTEM_PROMPT, "system"): 120,
@@ -71,9 +72,9 @@ def _rich_snapshot():
     """A response-usage snapshot with every issue-21 part: tool rows, cached tokens, cost."""
     import litellm
 
-    from cw_middleware.cost import prices_from
-    from cw_middleware.estimator import Estimator
-    from cw_middleware.snapshot import ResponseSide
+    from cw_middleware._counting.cost import prices_from
+    from cw_middleware._counting.estimator import Estimator
+    from cw_middleware._snapshots.build import ResponseSide
 
     tools = [
         {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}},
@@ -111,8 +112,8 @@ def test_tools_cost_and_cache_round_trip_with_their_names():
     assert attrs["agent.context_window.cached_tokens"] == 256
     assert attrs["agent.context_window.cached.system_prompt"] == snap.tokens("system_prompt")  # the prefix
     # no key is both a value and the prefix of others (stores that nest dotted keys keep both), stage totals included
-    from cw_middleware.snapshot import SnapshotParts
-    from cw_middleware.stage_ledger import Ledgers
+    from cw_middleware._snapshots.build import SnapshotParts
+    from cw_middleware._snapshots.ledger import Ledgers
 
     staged = snapshot_attributes(Ledgers().add(("run-1", "plan@1"), 1, snap, 100, True, SnapshotParts()))
     assert "agent.context_window.stage.calls" in staged and "agent.context_window.unused_tools.name" in staged
@@ -122,8 +123,8 @@ def test_tools_cost_and_cache_round_trip_with_their_names():
     assert (back.tools, back.cost, back.cached_tokens, back.breakdown) == (snap.tools, snap.cost, 256, snap.breakdown)
     assert [u.name for u in back.unused_tools] == ["unused_one"]
     # the in-process history keeps them too
-    from cw_middleware.snapshot import SnapshotParts
-    from cw_middleware.snapshot_rows import compact, expand
+    from cw_middleware._snapshots.build import SnapshotParts
+    from cw_middleware._snapshots.rows import compact, expand
 
     again = expand(compact(snap), SnapshotParts())
     assert again == snap and again.model_dump() == snap.model_dump()

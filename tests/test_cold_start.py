@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 import cw_middleware as cw
-from cw_middleware.rules import _tiktoken
+from cw_middleware._counting.rules import _tiktoken
 spans = InMemorySpanExporter()
 provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(spans))
@@ -60,12 +60,12 @@ def test_the_first_call_returns_before_the_tokenizer_and_its_estimate_follows():
         def spy(*a, **k):
             sent.append(json.dumps(k["messages"]))
             return litellm.completion(*a, **k)
-        import cw_middleware.wrapper as w
+        import cw_middleware._capture.wrapper as w
         w.original = lambda name: spy
         resp = cw.completion(model="gpt-4o", messages=MESSAGES, tools=TOOLS, mock_response="On it.")
         returned_ns = time.time_ns()
         loaded_at_return = _tiktoken.ready("o200k_base")
-        from cw_middleware.runtime import get_runtime
+        from cw_middleware._capture.runtime import get_runtime
         seen_at_return = len(get_runtime().snapshots(wait=0))  # cw.snapshots() would wait for it
         flushed = cw.flush(10.0)
         snaps = cw.snapshots()
@@ -206,7 +206,7 @@ def test_the_first_call_imports_no_telemetry_code(tmp_path, way_in):
         call = litellm.completion if {way_in == "instrument()"} else cw.completion
         before = set(sys.modules)  # a provider's counting rules still load with its first call: ~2 ms each
         reply = call(model="gpt-4o", messages=[{{"role": "user", "content": "hi"}}], mock_response="ok")
-        during = sorted(m for m in set(sys.modules) - before if m.startswith(("opentelemetry", "cw_middleware.embedded")))
+        during = sorted(m for m in set(sys.modules) - before if m.startswith(("opentelemetry", "cw_middleware._embedded")))
         cw.flush(10.0)
         print(json.dumps({{"during": during, "reply": reply.choices[0].message.content, "snapshots": len(cw.snapshots())}}))
         """,
@@ -220,7 +220,7 @@ def test_the_loader_reads_nothing_while_a_call_is_in_flight():
     out = _fresh(
         """
         import json, time
-        from cw_middleware.rules import _tiktoken
+        from cw_middleware._counting.rules import _tiktoken
         with _tiktoken.calls_in_flight():
             _tiktoken.prefetch("o200k_base")
             time.sleep(0.3)

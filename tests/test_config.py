@@ -1,4 +1,4 @@
-"""Settings (cw_middleware/config.py): one table, one precedence, the same export rule on both sides."""
+"""Settings (cw_middleware/_config.py): one table, one precedence, the same export rule on both sides."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 import cw_middleware as cw
-from cw_middleware.config import READ_SETTINGS, SETTINGS, Config, ReadConfig, resolve, resolve_read
+from cw_middleware._config import READ_SETTINGS, SETTINGS, Config, ReadConfig, resolve, resolve_read
 
 
 def test_every_setting_is_written_down_once_with_its_meaning() -> None:

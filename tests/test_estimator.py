@@ -11,10 +11,10 @@ import tiktoken
 from providers import provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-import cw_middleware.estimator as estimator_module
-from cw_middleware.contract import Category, WarningCode
-from cw_middleware.estimator import Estimator
-from cw_middleware.rules import PromptAdditions
+import cw_middleware._counting.estimator as estimator_module
+from cw_middleware._contract import Category, WarningCode
+from cw_middleware._counting.estimator import Estimator
+from cw_middleware._counting.rules import PromptAdditions
 
 ENC = tiktoken.get_encoding("o200k_base")
 
@@ -267,7 +267,7 @@ def test_caches_are_bounded(monkeypatch):
 
 
 def test_tagged_messages_are_found_through_the_prefix_cache():
-    from cw_middleware.tags import TAG_KEY, strip_messages
+    from cw_middleware._counting.tags import TAG_KEY, strip_messages
 
     est = Estimator()
     msgs = [cw.message("system", [cw.segment("rules", "system_prompt")]), {"role": "user", "content": "a"}]
@@ -311,7 +311,7 @@ def test_alternating_tool_sets_are_both_cached(monkeypatch):
 
 
 def test_legacy_functions_keep_their_tags_and_lose_them_before_the_provider(runtime):
-    from cw_middleware.tags import TAG_KEY, strip_tools
+    from cw_middleware._counting.tags import TAG_KEY, strip_tools
 
     fn = fn_tool("search")["function"]
     tagged = cw.tool(fn, source=cw.ToolSource.mcp("github"))
@@ -321,7 +321,7 @@ def test_legacy_functions_keep_their_tags_and_lose_them_before_the_provider(runt
 
 
 def test_tuple_content_tags_are_counted_and_stripped(runtime):
-    from cw_middleware.tags import TAG_KEY, strip_messages
+    from cw_middleware._counting.tags import TAG_KEY, strip_messages
 
     msg = {"role": "system", "content": (cw.segment("rules", "system_prompt"), cw.segment("memo " * 30, "memory", "AGENTS.md"))}
     snap = cw.estimate(model="gpt-4o", messages=[msg])
@@ -385,7 +385,7 @@ def test_tuple_content_edited_in_place_is_recounted(monkeypatch):
 def test_a_count_stopped_before_its_first_message_leaves_one_empty_conversation_not_one_a_call(monkeypatch):
     """While a tokenizer loads, each call's estimate stops at its first message (`Later`); the conversation
     it opened is taken up again by the next, so the counted conversations stay in the cache."""
-    from cw_middleware.rules._tiktoken import NotReady
+    from cw_middleware._counting.rules._tiktoken import NotReady
 
     rules = CountingRules()
     use_rules(monkeypatch, rules)

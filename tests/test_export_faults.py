@@ -13,8 +13,8 @@ from http_servers import HeldCollector, HeldGrpcCollector
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import cw_middleware as cw
+from cw_middleware._embedded import health
 from cw_middleware._log import RateLimitedLog
-from cw_middleware.embedded import health
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
 
@@ -131,7 +131,7 @@ def test_configure_leaves_the_applications_provider_alone(monkeypatch, tmp_path)
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from cw_middleware.runtime import configure, set_runtime
+    from cw_middleware._capture.runtime import configure, set_runtime
 
     app_provider = TracerProvider()
     spans = InMemorySpanExporter()

@@ -1,5 +1,10 @@
 """The public API is a contract: adding or removing a name is a deliberate change of this list."""
 
+import dataclasses
+import pkgutil
+import typing
+from types import ModuleType
+
 import cw_middleware as cw
 
 PUBLIC = {
@@ -15,8 +20,9 @@ PUBLIC = {
     # the contract
     "Snapshot", "StageContextWindow", "BreakdownItem", "DetailItem", "SnapshotWarning",
     "Category", "CountMethod", "Staleness", "UnavailableReason", "WarningCode",
-    # read-back
-    "reader", "Reader", "ReaderOptions", "SnapshotReader", "StageSummary", "RunSummary",
+    # read-back, and the types its answers are made of
+    "reader", "Reader", "ReaderOptions", "SnapshotReader", "StageSummary", "RunSummary", "Missing",
+    "Cost", "ToolItem", "UnusedTool", "StageTotals", "CategoryTotals", "Compaction", "HistoryPoint", "StageRow", "RunReport",
     # errors
     "CwMiddlewareError", "TagError", "ConfigError", "NotFound", "BackendError", "BackendUnavailable", "BackendResponseError",
     "__version__",
@@ -27,6 +33,39 @@ def test_all_is_exactly_the_public_api():
     assert set(cw.__all__) == PUBLIC
     for name in cw.__all__:
         assert getattr(cw, name) is not None
+
+
+def test_all_is_what_the_package_namespace_holds():
+    """As httpx derives its export test from ``vars(httpx)``: a public name the face imports cannot be left out of
+    ``__all__``, and nothing in ``__all__`` is missing from the face. A submodule is a path, not a name."""
+    public = {name for name, value in vars(cw).items() if not name.startswith("_") and not isinstance(value, ModuleType)}
+    assert public == set(cw.__all__) - {"__version__"}
+
+
+def test_every_module_below_the_face_reads_as_internal():
+    """Only the face and the Proxy's callback path are importable by a public name; the rest is underscored."""
+    top = {info.name for info in pkgutil.iter_modules(cw.__path__)}
+    assert {name for name in top if not name.startswith("_")} == {"litellm_proxy"}
+
+
+def test_what_the_reader_answers_is_made_of_public_types():
+    """Every class a `Reader` method returns (or holds in what it returns) is exported by the face."""
+    seen: set[type] = set()
+
+    def walk(tp: object) -> None:
+        for arg in typing.get_args(tp):
+            walk(arg)
+        if isinstance(tp, type) and tp.__module__.startswith("cw_middleware") and tp not in seen:
+            seen.add(tp)
+            for field in getattr(tp, "model_fields", {}).values():
+                walk(field.annotation)
+            for hint in typing.get_type_hints(tp).values() if dataclasses.is_dataclass(tp) else ():
+                walk(hint)
+
+    for name in ("context_window", "stages", "runs", "history", "summary"):
+        walk(typing.get_type_hints(getattr(cw.Reader, name))["return"])
+    assert {"StageContextWindow", "StageTotals", "HistoryPoint", "RunReport", "Staleness"} <= {tp.__name__ for tp in seen}
+    assert {tp.__name__ for tp in seen} <= set(cw.__all__)
 
 
 def test_contract_enum_values_are_pinned():
@@ -44,11 +83,11 @@ def test_contract_enum_values_are_pinned():
         # issue 21: which tool, unused definitions, money, cache, the stage so far
         "tools", "unused_tools", "unused_tool_tokens", "cost", "cached_tokens", "stage_totals", "compaction",
     }  # fmt: skip
-    assert set(cw.contract.Cost.model_fields) >= {"currency", "input_cost", "by_category"}
+    assert set(cw.Cost.model_fields) >= {"currency", "input_cost", "by_category"}
     totals = {"calls", "input_tokens", "input_cost", "peak_usage_percent", "by_category"}
-    assert set(cw.contract.StageTotals.model_fields) >= totals
-    assert set(cw.contract.CategoryTotals.model_fields) >= {"tokens", "cost", "cached_tokens"}
-    assert "cached_tokens" in cw.contract.BreakdownItem.model_fields
-    assert set(cw.contract.ToolItem.model_fields) >= {
+    assert set(cw.StageTotals.model_fields) >= totals
+    assert set(cw.CategoryTotals.model_fields) >= {"tokens", "cost", "cached_tokens"}
+    assert "cached_tokens" in cw.BreakdownItem.model_fields
+    assert set(cw.ToolItem.model_fields) >= {
         "name", "category", "source", "definition_tokens", "result_tokens", "invocations",
     }  # fmt: skip

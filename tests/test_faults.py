@@ -19,13 +19,13 @@ import pytest
 from providers import CANARY, CHAT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-import cw_middleware.estimator as estimate_module  # noqa: E402
-from cw_middleware import call as call_module
-from cw_middleware import wrapper as wrapper_module
-from cw_middleware.apis import chat as chat_api
-from cw_middleware.contract import CountMethod
-from cw_middleware.model_facts import ModelFacts
-from cw_middleware.telemetry import CallTelemetry, Telemetry
+import cw_middleware._counting.estimator as estimate_module  # noqa: E402
+from cw_middleware._capture import call as call_module
+from cw_middleware._capture import wrapper as wrapper_module
+from cw_middleware._capture.apis import chat as chat_api
+from cw_middleware._contract import CountMethod
+from cw_middleware._counting.model_facts import ModelFacts
+from cw_middleware._snapshots.telemetry import CallTelemetry, Telemetry
 
 SECRET = "SECRET-prompt-text-4711"
 MESSAGES = [

@@ -60,8 +60,10 @@ def counting(**hooks):
     return real(**hooks)
 os.register_at_fork = counting
 import cw_middleware as cw  # every module of the package the call path loads
-from cw_middleware import wrapper, estimator, embedded, provider_count  # noqa: F401
-from cw_middleware.rules import _tiktoken
+from cw_middleware import _embedded  # noqa: F401
+from cw_middleware._capture import wrapper  # noqa: F401
+from cw_middleware._counting import estimator, provider_count  # noqa: F401
+from cw_middleware._counting.rules import _tiktoken
 with _tiktoken.calls_in_flight():  # a call in flight in the parent while it forks
     pid = os.fork()
     if pid == 0:
@@ -72,12 +74,12 @@ print(json.dumps({"hooks": [m for m in registered if m.startswith("cw_middleware
 
 
 def test_one_at_fork_hook_owns_the_childs_reset():
-    """process.py is the one owner: a second hook elsewhere would run in an order nobody chose."""
+    """_process.py is the one owner: a second hook elsewhere would run in an order nobody chose."""
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     proc = subprocess.run([sys.executable, "-c", _ONE_HOOK], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["hooks"] == ["cw_middleware.process"]
+    assert report["hooks"] == ["cw_middleware._process"]
     # The child starts with none of its parent's calls: its tokenizer loader does not hold back for them.
     assert report["child"] == 0
 
@@ -87,8 +89,8 @@ import json, os, signal, threading
 import litellm
 import cw_middleware as cw
 from cw_middleware import _log
-from cw_middleware.apis import chat
-from cw_middleware.process import PROCESS
+from cw_middleware._capture.apis import chat
+from cw_middleware._process import PROCESS
 
 with cw.stage("fork-locks", "warm-up"):  # the call path makes its parts of the process state
     cw.completion(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], mock_response="ok")
@@ -148,8 +150,8 @@ def test_a_fork_renews_every_lock_of_the_process_state(tmp_path):
 
 _SQLITE_AT_FORK = r"""
 import json, os, sys, threading
-from cw_middleware.readback import index_db
-from cw_middleware.readback.index_append import IndexedAppends
+from cw_middleware._readback import index_db
+from cw_middleware._readback.index_append import IndexedAppends
 
 inside, leave, order = threading.Event(), threading.Event(), []
 

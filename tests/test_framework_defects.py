@@ -15,7 +15,7 @@ from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
 from providers import CHAT, RESPONSES, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware.contract import CountMethod, WarningCode
+from cw_middleware._contract import CountMethod, WarningCode
 
 MESSAGES = [{"role": "system", "content": "You are a terse assistant."}, {"role": "user", "content": "Say hello."}]
 
@@ -160,7 +160,7 @@ def test_a_fault_inside_the_middleware_publishes_nothing_and_logs_once(runtime, 
 
 def test_an_entry_point_reached_again_inside_our_call_is_part_of_it(runtime, monkeypatch):
     """LiteLLM calling one of its instrumented entry points itself (the Responses bridge, the Router)."""
-    from cw_middleware import _litellm
+    from cw_middleware._capture import litellm_originals as _litellm
 
     real, reached = litellm.completion, []
 

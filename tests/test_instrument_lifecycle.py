@@ -24,7 +24,7 @@ from providers import CHAT, provider  # noqa: F401 - the fixture
 from test_instrument import _final, _kwargs, clean_litellm  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware.instrument import instrumented
+from cw_middleware._capture.instrument import instrumented
 
 
 def _module(name: str, source: str) -> types.ModuleType:
@@ -136,7 +136,7 @@ import importlib, logging, sys
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(message)s")
 import litellm
 import cw_middleware as cw
-from cw_middleware.instrument import instrumented, litellm_instrumented
+from cw_middleware._capture.instrument import instrumented, litellm_instrumented
 
 cw.configure(export="none")
 kwargs = dict(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], mock_response="ok")

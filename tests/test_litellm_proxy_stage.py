@@ -10,8 +10,8 @@ import litellm
 import pytest
 
 import cw_middleware as cw
-from cw_middleware import litellm_proxy
-from cw_middleware.litellm_proxy import ProxyHandler, stage_of_request
+from cw_middleware._capture import litellm_proxy
+from cw_middleware._capture.litellm_proxy import ProxyHandler, stage_of_request
 
 
 def _data(headers=None, metadata=None, field="metadata"):

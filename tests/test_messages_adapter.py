@@ -12,8 +12,8 @@ from dataclasses import replace
 import pytest
 
 import cw_middleware as cw
-from cw_middleware.apis import MESSAGES
-from cw_middleware.estimator import Estimator
+from cw_middleware._capture.apis import MESSAGES
+from cw_middleware._counting.estimator import Estimator
 
 MODEL = "claude-sonnet-4-5"
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

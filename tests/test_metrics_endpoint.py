@@ -16,9 +16,9 @@ from servers import free_port, require_prometheus_extra
 from test_content_free import CANARIES, _request
 
 import cw_middleware as cw
-from cw_middleware.config import resolve
-from cw_middleware.embedded.readers import takes_series_limits
-from cw_middleware.errors import ConfigError
+from cw_middleware._config import resolve
+from cw_middleware._embedded.readers import takes_series_limits
+from cw_middleware._errors import ConfigError
 
 require_prometheus_extra()  # skips the module (fails it under CW_CI=1) before prometheus_client is imported
 import prometheus_client  # noqa: E402
@@ -235,7 +235,7 @@ def test_a_model_litellm_does_not_know_keeps_its_name(runtime):
 
 
 def test_configured_context_window_matches_either_spelling(telemetry):
-    from cw_middleware.runtime import Runtime, set_runtime
+    from cw_middleware._capture.runtime import Runtime, set_runtime
 
     config = resolve(export="none", context_windows={"gpt-4o": 1000}, environ={})
     previous = set_runtime(Runtime(config, telemetry.tracer_provider, telemetry.meter_provider))

@@ -17,7 +17,7 @@ import litellm
 import pytest
 
 import cw_middleware as cw
-from cw_middleware.errors import ConfigError, TagError
+from cw_middleware._errors import ConfigError, TagError
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent. " * 20}
 USER = {"role": "user", "content": "Fix the failing test, please. " * 10}
@@ -84,7 +84,7 @@ def test_a_tagged_odd_message_keeps_its_category_and_loses_its_tag_before_the_pr
         sent.append(json.dumps(kwargs["messages"], default=str))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr("cw_middleware.wrapper.original", lambda name: spy)
+    monkeypatch.setattr("cw_middleware._capture.wrapper.original", lambda name: spy)
     odd = {"role": ["user"], "content": "remember this " * 20, "cw_tag": {"category": "memory", "source": "notes"}}
     cw.completion(model="gpt-4o", messages=[SYSTEM, odd], mock_response="ok")
     snap = cw.snapshots()[-1]
@@ -144,7 +144,7 @@ def test_the_largest_window_accepted_is_exported_without_an_sdk_error(tmp_path, 
 
 
 def test_configured_windows_are_bounded_too():
-    from cw_middleware.config import resolve
+    from cw_middleware._config import resolve
 
     assert resolve(environ={}, context_windows={"m": 2**31 - 1}).context_windows["m"] == 2**31 - 1
     with pytest.raises(ConfigError, match="2147483647"):

@@ -36,7 +36,7 @@ snap = cw.estimate(model="gpt-4o", messages=[{"role": "user", "content": "Count 
 cw.completion(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], mock_response="ok")
 after = dict(os.environ)
 changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-from cw_middleware.rules import _tiktoken
+from cw_middleware._counting.rules import _tiktoken
 print(json.dumps({
     "import_changed": after_import != before,
     "changed": changed,
@@ -79,7 +79,7 @@ def test_import_and_calls_leave_the_environment_unchanged_and_stay_offline(tmp_p
 
 _SAME_AS_TIKTOKEN = """
 import json, os, tiktoken
-from cw_middleware.rules import _tiktoken
+from cw_middleware._counting.rules import _tiktoken
 texts = ["plain words", "<|endoftext|> as text", "日本語のテキスト", "x = {'a': [1, 2, 3]}\\n\\n\\tdef f(): pass"]
 out = {}
 for name in ("o200k_base", "cl100k_base"):

@@ -31,7 +31,7 @@ from embedded_helpers import embedded_runtime
 from servers import require_binary
 
 import cw_middleware as cw
-from cw_middleware.formats import format_percent, format_tokens
+from cw_middleware._cli.formats import format_percent, format_tokens
 
 CANARY = "CANARY-page-91d2e7"
 RUN = "run-page-1"
@@ -356,9 +356,9 @@ def test_the_page_ships_in_the_wheel_and_nothing_loads_from_elsewhere(tmp_path):
     )
     wheel = next(tmp_path.glob("cw_middleware-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    static = ROOT / "cw_middleware" / "serve" / "static"
-    shipped = {f"cw_middleware/serve/static/{p.name}" for p in static.iterdir() if p.is_file()}
-    assert {"cw_middleware/serve/static/index.html", "cw_middleware/serve/static/app.js"} <= shipped <= names
+    static = ROOT / "cw_middleware" / "_serve" / "static"
+    shipped = {f"cw_middleware/_serve/static/{p.name}" for p in static.iterdir() if p.is_file()}
+    assert {"cw_middleware/_serve/static/index.html", "cw_middleware/_serve/static/app.js"} <= shipped <= names
     for path in static.iterdir():
         text = path.read_text(encoding="utf-8")
         assert not re.search(r"(?:src|href)=\"(?:https?:)?//|url\((?:https?:)?//|@import", text), path.name
@@ -416,7 +416,7 @@ def _closest_pair(colours: dict[str, str]) -> dict[str, float]:
 
 
 def test_the_category_colours_stay_apart_under_colour_blindness_simulation():
-    css = (ROOT / "cw_middleware" / "serve" / "static" / "app.css").read_text()
+    css = (ROOT / "cw_middleware" / "_serve" / "static" / "app.css").read_text()
     names = ["system_prompt", "tools", "mcp_tools", "skills", "memory", "conversation", "other", "free"]
     palette = {n: re.search(rf"--{n}:\s*(#[0-9A-Fa-f]{{6}})", css).group(1) for n in names}
     closest = _closest_pair(palette)

@@ -20,10 +20,17 @@ from gates import HANG_GUARD, returns_while_held
 from providers import ANTHROPIC, CANARY, CHAT, GEMINI, OPENAI_COUNT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware import count_bodies
-from cw_middleware.config import resolve
-from cw_middleware.contract import CountMethod, WarningCode
-from cw_middleware.provider_count import CountError, CountTarget, ProviderCounter, canonical_request, count_tokens, target_for
+from cw_middleware._config import resolve
+from cw_middleware._contract import CountMethod, WarningCode
+from cw_middleware._counting import count_bodies
+from cw_middleware._counting.provider_count import (
+    CountError,
+    CountTarget,
+    ProviderCounter,
+    canonical_request,
+    count_tokens,
+    target_for,
+)
 
 CLAUDE = "anthropic/claude-3-5-sonnet-20241022"
 GEMINI_MODEL = "gemini/gemini-2.0-flash"
@@ -412,7 +419,7 @@ class _SaysWhenDelivered(ProviderCounter):
 
 
 def test_count_failure_before_the_response_rides_on_the_calls_next_snapshot(telemetry, provider, caplog):  # noqa: F811
-    from cw_middleware.runtime import Runtime, set_runtime
+    from cw_middleware._capture.runtime import Runtime, set_runtime
 
     counters: list[_SaysWhenDelivered] = []
     rt = Runtime(
@@ -613,7 +620,7 @@ def test_a_finished_call_is_collectable_while_the_counter_waits_for_its_next_cou
     """The counter's thread waits up to 30 s for its next count: it must not keep the last one's call and span."""
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
-    from cw_middleware.runtime import Runtime, set_runtime
+    from cw_middleware._capture.runtime import Runtime, set_runtime
 
     # No span processor: nothing but the middleware could keep a finished span alive.
     rt = Runtime(resolve(export="none", environ={}), TracerProvider())

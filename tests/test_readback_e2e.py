@@ -14,9 +14,9 @@ from embedded_helpers import embedded_runtime
 from http_servers import OpenAIStub, running
 
 import cw_middleware as cw
-from cw_middleware import cli
-from cw_middleware.contract import Category, CountMethod, Staleness, UnavailableReason
-from cw_middleware.server import make_server
+from cw_middleware._cli import main as cli
+from cw_middleware._contract import Category, CountMethod, Staleness, UnavailableReason
+from cw_middleware._serve.server import make_server
 
 RUN = "run-42"
 
@@ -196,7 +196,7 @@ def test_show_subprocess_never_imports_litellm(tmp_path):
     code = (
         "import sys, runpy\n"
         f"sys.argv = ['cw-middleware', 'show', 'r', 's', '--backend', 'file:{path}', '--json']\n"
-        "from cw_middleware.cli import main\n"
+        "from cw_middleware._cli.main import main\n"
         "rc = main(sys.argv[1:])\n"
         "heavy = sorted(m for m in ('litellm', 'tiktoken') if m in sys.modules)\n"
         "print('HEAVY', heavy, file=sys.stderr)\n"

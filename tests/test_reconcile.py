@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from cw_middleware.reconcile import apportion, usage_input_tokens
+from cw_middleware._snapshots.reconcile import apportion, usage_input_tokens
 
 
 def test_parts_sum_exactly_to_the_total_for_random_inputs():

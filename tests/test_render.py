@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import random
 
-from cw_middleware.contract import Category, CountMethod
-from cw_middleware.render import BAR_WIDTH, render
-from cw_middleware.snapshot import RequestMeta, build_snapshot
+from cw_middleware._cli.render import BAR_WIDTH, render
+from cw_middleware._contract import Category, CountMethod
+from cw_middleware._counting.model_facts import RequestMeta
+from cw_middleware._snapshots.build import build_snapshot
 
 FREE = "·"
 

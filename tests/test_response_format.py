@@ -1,4 +1,4 @@
-"""The response format as LiteLLM sends it (cw_middleware/response_format.py): a pydantic class counts as its wire schema."""
+"""The response format as LiteLLM sends it (_counting/response_format.py): a pydantic class counts as its wire schema."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import pytest
 from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
-from cw_middleware.server import make_server
+from cw_middleware._serve.server import make_server
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +201,7 @@ def test_a_server_bound_to_every_address_answers_to_ip_addresses_but_not_to_name
 
 
 def test_the_openapi_document_lists_every_route_itself_and_the_page_files_included(serve):
-    from cw_middleware.server import ROUTES
+    from cw_middleware._serve.server import ROUTES
 
     status, doc, _ = _get(serve().url + "/openapi.json")
     assert status == 200

@@ -16,7 +16,7 @@ from stubs import TraceStore, serving
 from stubs.jaeger import JaegerStub
 
 import cw_middleware as cw
-from cw_middleware.server import Limits, make_server
+from cw_middleware._serve.server import Limits, make_server
 
 RUN = "run-live-1"
 STAGE = "agent@1"

@@ -18,8 +18,8 @@ from embedded_helpers import embedded_runtime
 from gates import HANG_GUARD, eventually, returns_while_held
 
 import cw_middleware as cw
-from cw_middleware.readback import Missing, Reader
-from cw_middleware.server import Limits, make_server
+from cw_middleware._readback import Missing, Reader
+from cw_middleware._serve.server import Limits, make_server
 
 
 @pytest.fixture(scope="module")
@@ -305,14 +305,14 @@ class _BigRun:
     STAGES = 200
 
     def latest(self, run_id, stage_id):
-        from cw_middleware.contract import Category, DetailItem, StageContextWindow, Staleness
+        from cw_middleware._contract import Category, DetailItem, StageContextWindow, Staleness
 
         details = [DetailItem(category=Category.MEMORY, source=f"memory-file-{i:03d}-" + "x" * 200, tokens=i) for i in range(40)]
         return StageContextWindow(stage_id=stage_id, available=True, staleness=Staleness.LIVE, input_tokens=1, details=details)
 
     def stages(self, run_id):
-        from cw_middleware.contract import Staleness
-        from cw_middleware.readback import StageSummary
+        from cw_middleware._contract import Staleness
+        from cw_middleware._readback import StageSummary
 
         return [StageSummary(f"stage-{i:03d}@1", "agent", Staleness.LIVE) for i in range(self.STAGES)]
 

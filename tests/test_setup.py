@@ -37,7 +37,7 @@ with cw.stage("r", "s"):
     cw.completion(model="gpt-4o", messages=[{{"role": "user", "content": "{CANARY}"}}], mock_response="ok")
 cw.flush()
 print("snapshots", len(cw.snapshots()))
-from cw_middleware.cli import main
+from cw_middleware._cli.main import main
 print("demo exit", main(["demo", "--turns", "1", "--export", "file:PATH.demo"]))
 """
 

@@ -94,7 +94,7 @@ _CHILD = r"""
 import os, signal, sys, time
 import litellm
 import cw_middleware as cw
-from cw_middleware.embedded import sink
+from cw_middleware._embedded import sink
 mode = sys.argv[1]
 r, w = os.pipe()
 pid = os.fork()

@@ -1,7 +1,8 @@
 """Snapshot building: exact sums after scaling, bounded details, a valid contract model."""
 
-from cw_middleware.contract import Category, CountMethod, Snapshot, WarningCode
-from cw_middleware.snapshot import RequestMeta, SnapshotParts, build_snapshot
+from cw_middleware._contract import Category, CountMethod, Snapshot, WarningCode
+from cw_middleware._counting.model_facts import RequestMeta
+from cw_middleware._snapshots.build import SnapshotParts, build_snapshot
 
 META = RequestMeta("run", "stage", "openai", "gpt-4o", 1000)
 PARTS = SnapshotParts()
@@ -51,7 +52,7 @@ def test_the_history_holds_snapshots_as_rows_the_collector_untracks(runtime):
     import gc
 
     import cw_middleware as cw
-    from cw_middleware.snapshot_rows import compact, expand
+    from cw_middleware._snapshots.rows import compact, expand
 
     tools = [cw.tool({"type": "function", "function": {"name": "s"}}, source=cw.ToolSource.mcp("github"))]
     messages = [
@@ -72,7 +73,7 @@ def test_the_history_holds_snapshots_as_rows_the_collector_untracks(runtime):
 def test_rows_seen_again_are_not_flattened_again(runtime, monkeypatch):
     """A call's snapshots share their tool and detail rows (issue 22 gap 3): the history flattens each list once."""
     import cw_middleware as cw
-    from cw_middleware import snapshot_rows as snapshot_module
+    from cw_middleware._snapshots import rows as snapshot_module
 
     flattened = []
     real = snapshot_module._flat_tools

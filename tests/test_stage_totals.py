@@ -18,8 +18,8 @@ from stubs.jaeger import JaegerStub
 from stubs.tempo import TempoStub
 
 import cw_middleware as cw
-from cw_middleware.contract import CATEGORIES
-from cw_middleware.server import make_server
+from cw_middleware._contract import CATEGORIES
+from cw_middleware._serve.server import make_server
 
 RUN = "run-totals"
 TOOLS = [

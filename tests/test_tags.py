@@ -3,7 +3,7 @@
 import pytest
 
 import cw_middleware as cw
-from cw_middleware.tags import TAG_KEY, strip_messages, strip_tools
+from cw_middleware._counting.tags import TAG_KEY, strip_messages, strip_tools
 
 
 def test_segment_carries_category_and_source():

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import tiktoken
 
-from cw_middleware.estimator import Estimator
-from cw_middleware.rules import _tiktoken, rules_for
-from cw_middleware.rules.anthropic import claude_pieces
+from cw_middleware._counting.estimator import Estimator
+from cw_middleware._counting.rules import _tiktoken, rules_for
+from cw_middleware._counting.rules.anthropic import claude_pieces
 
 ORACLE = tiktoken.get_encoding("o200k_base")  # tiktoken itself, not the package's copy
 

@@ -1,4 +1,4 @@
-"""Tool sets counted once (cw_middleware/tool_count.py): compared by value, a few kept per rules name, sources by tag or name."""
+"""Tool sets counted once (_counting/tool_count.py): compared by value, a few kept per rules name, sources by tag or name."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cw_middleware as cw
-from cw_middleware.contract import Category, WarningCode
-from cw_middleware.rules import PromptAdditions
-from cw_middleware.tool_count import MAX_TOOL_SETS, ToolSetCounter, legacy_function
+from cw_middleware._contract import Category, WarningCode
+from cw_middleware._counting.rules import PromptAdditions
+from cw_middleware._counting.tool_count import MAX_TOOL_SETS, ToolSetCounter, legacy_function
 
 
 @dataclass

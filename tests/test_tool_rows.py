@@ -12,8 +12,8 @@ from stubs.jaeger import JaegerStub
 from stubs.tempo import TempoStub
 
 import cw_middleware as cw
-from cw_middleware.config import resolve
-from cw_middleware.runtime import Runtime, set_runtime
+from cw_middleware._capture.runtime import Runtime, set_runtime
+from cw_middleware._config import resolve
 
 
 def _tool(name: str, description: str, source: cw.ToolSource | None = None) -> dict:
@@ -215,7 +215,7 @@ def test_a_result_without_a_matching_call_stays_plain(runtime, role):
 
 def test_an_unchanged_conversation_and_tool_set_reuse_their_rows_and_a_new_turn_updates_them(runtime, monkeypatch):
     """Issue 21's estimate cost: the rows are made once per tool set and conversation, not per turn (tool_rows.ToolUse.memo)."""
-    from cw_middleware import snapshot as snapshot_module
+    from cw_middleware._snapshots import build as snapshot_module
 
     made = []
     real = snapshot_module.tool_rows

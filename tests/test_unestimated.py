@@ -14,9 +14,10 @@ import pytest
 from providers import CHAT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware.contract import Category, CountMethod
-from cw_middleware.reconcile import apportion, reconcile
-from cw_middleware.snapshot import RequestMeta, build_snapshot
+from cw_middleware._contract import Category, CountMethod
+from cw_middleware._counting.model_facts import RequestMeta
+from cw_middleware._snapshots.build import build_snapshot
+from cw_middleware._snapshots.reconcile import apportion, reconcile
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
 SYSTEM = {"role": "system", "content": "You describe pictures briefly."}

@@ -1,4 +1,4 @@
-"""The one bounded worker (cw_middleware/worker.py): event-gated jobs, no wall-clock bounds."""
+"""The one bounded worker (cw_middleware/_worker.py): event-gated jobs, no wall-clock bounds."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import weakref
 
 import pytest
 
-from cw_middleware.worker import Worker
+from cw_middleware._worker import Worker
 
 
 class Gate:

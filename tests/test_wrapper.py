@@ -8,7 +8,7 @@ import litellm
 import pytest
 
 import cw_middleware as cw
-from cw_middleware.contract import CountMethod, WarningCode
+from cw_middleware._contract import CountMethod, WarningCode
 
 MSGS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]
 
@@ -97,8 +97,8 @@ def test_errors_from_litellm_reach_the_caller_unchanged(runtime):
 
 
 def test_snapshot_history_is_bounded(telemetry):
-    from cw_middleware.config import resolve
-    from cw_middleware.runtime import Runtime, set_runtime
+    from cw_middleware._capture.runtime import Runtime, set_runtime
+    from cw_middleware._config import resolve
 
     rt = Runtime(resolve(export="none", snapshot_history=5, environ={}), telemetry.tracer_provider, telemetry.meter_provider)
     previous = set_runtime(rt)
@@ -130,7 +130,7 @@ def test_a_stream_dropped_before_its_end_still_ends_its_call(runtime, telemetry)
 
 
 def test_a_bad_environment_never_breaks_the_call(monkeypatch, caplog):
-    from cw_middleware.runtime import set_runtime
+    from cw_middleware._capture.runtime import set_runtime
 
     monkeypatch.setenv("CW_PROVIDER_COUNT", "sometimes")
     previous = set_runtime(None)  # as in a fresh process: the first call configures from the environment
@@ -151,8 +151,8 @@ def test_stage_ids_follow_the_readers_rules():
 
 
 def test_the_fallback_after_a_bad_environment_sends_nothing_upstream(monkeypatch):
-    from cw_middleware.config import ProviderCountPolicy
-    from cw_middleware.runtime import get_runtime, set_runtime
+    from cw_middleware._capture.runtime import get_runtime, set_runtime
+    from cw_middleware._config import ProviderCountPolicy
 
     monkeypatch.setenv("CW_PROVIDER_COUNT_TIMEOUT", "5s")
     previous = set_runtime(None)

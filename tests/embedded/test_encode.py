@@ -1,4 +1,4 @@
-"""The SDK-encoder path to OTLP JSON lines (cw_middleware/embedded/encode.py): hex ids, one compact line a batch.
+"""The SDK-encoder path to OTLP JSON lines (cw_middleware/_embedded/encode.py): hex ids, one compact line a batch.
 
 Spans go through it here as the encoder of record that `span_json` must match; metrics and log events are written by it.
 """
@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from cw_middleware.embedded.encode import encode_metrics_json, to_json_line
+from cw_middleware._embedded.encode import encode_metrics_json, to_json_line
 
 
 def _spans():

@@ -1,4 +1,4 @@
-"""Exporter health and log muting (cw_middleware/embedded/health.py): one warning a fault, exporters' lines held back."""
+"""Exporter health and log muting (cw_middleware/_embedded/health.py): one warning a fault, exporters' lines held back."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
+from cw_middleware._embedded import health
+from cw_middleware._embedded.health import ExporterLogs, Health, inside_export
 from cw_middleware._log import RateLimitedLog
-from cw_middleware.embedded import health
-from cw_middleware.embedded.health import ExporterLogs, Health, inside_export
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Pipeline assembly (cw_middleware/embedded/pipeline.py): threads started when needed, flush and shutdown bounded."""
+"""Pipeline assembly (cw_middleware/_embedded/pipeline.py): threads started when needed, flush and shutdown bounded."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from servers import require_prometheus_extra
 
-from cw_middleware.config import resolve
-from cw_middleware.embedded import install, pipeline
-from cw_middleware.embedded.health import exporter_logs
+from cw_middleware._config import resolve
+from cw_middleware._embedded import install, pipeline
+from cw_middleware._embedded.health import exporter_logs
 
 
 def _threads(*names: str) -> list[threading.Thread]:

@@ -1,4 +1,4 @@
-"""Metric readers (cw_middleware/embedded/readers.py): the series limit where the installed SDK can apply it, else said.
+"""Metric readers (cw_middleware/_embedded/readers.py): the series limit where the installed SDK can apply it, else said.
 
 opentelemetry-sdk takes ``cardinality_limits`` on its readers from 1.45.2 on; on 1.44.0 and
 1.45.1 passing it was a TypeError that left telemetry off (issue 17 item 2). The expectation
@@ -18,9 +18,9 @@ import pytest
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from servers import free_port, require_prometheus_extra
 
+from cw_middleware._config import resolve
+from cw_middleware._embedded import health, install, readers
 from cw_middleware._log import RateLimitedLog
-from cw_middleware.config import resolve
-from cw_middleware.embedded import health, install, readers
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Span records (cw_middleware/embedded/records.py): tuples the collector ignores (their lines: test_span_json.py)."""
+"""Span records (cw_middleware/_embedded/records.py): tuples the collector ignores (their lines: test_span_json.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from cw_middleware.embedded.records import Origins, compact
+from cw_middleware._embedded.records import Origins, compact
 
 
 def _finished(limits: SpanLimits | None = None):

@@ -1,4 +1,4 @@
-"""The JSON-lines file sink (cw_middleware/embedded/sink.py): whole lines appended, faults said once, never raised."""
+"""The JSON-lines file sink (cw_middleware/_embedded/sink.py): whole lines appended, faults said once, never raised."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
+from cw_middleware._embedded import health
+from cw_middleware._embedded.sink import JsonLinesFile
 from cw_middleware._log import RateLimitedLog
-from cw_middleware.embedded import health
-from cw_middleware.embedded.sink import JsonLinesFile
 
 
 @pytest.fixture(autouse=True)
@@ -95,7 +95,7 @@ def test_a_file_that_ends_whole_gets_no_extra_line_end(tmp_path):
 
 _CUT_SHORT = r"""
 import resource, signal, sys
-from cw_middleware.embedded.sink import JsonLinesFile
+from cw_middleware._embedded.sink import JsonLinesFile
 path = sys.argv[1]
 sink = JsonLinesFile(path)
 assert sink.append(b'{"resourceSpans":[1]}\n')

@@ -1,4 +1,4 @@
-"""Span records written straight to OTLP JSON (cw_middleware/embedded/span_json.py): the SDK encoder's bytes, span by span.
+"""Span records written straight to OTLP JSON (cw_middleware/_embedded/span_json.py): the SDK encoder's bytes, span by span.
 
 The reference is the SDK's own path, run here: ``encode_spans`` → protobuf → ``MessageToDict``
 → hex ids → compact JSON (`to_json_line`). Every case is a real span from a real
@@ -20,9 +20,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import cw_middleware as cw
-from cw_middleware.embedded.encode import to_json_line
-from cw_middleware.embedded.records import Origins, compact
-from cw_middleware.embedded.span_json import SpanLines
+from cw_middleware._embedded.encode import to_json_line
+from cw_middleware._embedded.records import Origins, compact
+from cw_middleware._embedded.span_json import SpanLines
 
 TEXTS = ["", "plain", 'quote " backslash \\ slash /', "tab\tnew\nline\r\x00\x1f\x7f", "ü · ∑ 漢字 😀", "\u2028\u2029"]
 NUMBERS = [0, 1, -1, 2**31, 2**53 + 1, 2**63 - 1, -(2**63)]

@@ -17,8 +17,8 @@ from typing import Any, Optional
 
 import pytest
 
-from cw_middleware.readback import otlp_json
-from cw_middleware.readback.otlp_json import Span
+from cw_middleware._readback import otlp_json
+from cw_middleware._readback.otlp_json import Span
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"

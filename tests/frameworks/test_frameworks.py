@@ -41,7 +41,7 @@ AGENT_REQUEST = frozenset({"system_prompt", "tools", "conversation"})  # instruc
 FRAMEWORKS = {
     "langchain-litellm": Framework("langchain_litellm_chat.py", ("nonstream", "stream"), AGENT_REQUEST),
     "openai-agents": Framework("openai_agents_litellm.py", ("nonstream", "stream"), AGENT_REQUEST),
-    # The official openai client, no LiteLLM: observed through the client's methods (cw_middleware/clients/).
+    # The official openai client, no LiteLLM: observed through the client's methods (cw_middleware/_capture/clients/).
     "openai-agents-client": Framework("openai_agents_openai_client.py", ("nonstream", "stream"), AGENT_REQUEST),
     "langchain-openai": Framework("langchain_openai_chat.py", ("nonstream", "stream"), AGENT_REQUEST),
     "pydantic-ai": Framework("pydantic_ai_openai.py", ("nonstream", "stream"), AGENT_REQUEST),

@@ -25,9 +25,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cw_middleware.readback import file_index, file_lines
-from cw_middleware.readback.fold import INDEX_KEYS, RunsFold, stage_pairs
-from cw_middleware.readback.otlp_json import decode_line, index_spans
+from cw_middleware._readback import file_index, file_lines
+from cw_middleware._readback.fold import INDEX_KEYS, RunsFold, stage_pairs
+from cw_middleware._readback.otlp_json import decode_line, index_spans
 
 EXAMPLES = int(os.environ.get("CW_FUZZ_EXAMPLES", "120"))
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"

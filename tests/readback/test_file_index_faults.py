@@ -27,9 +27,9 @@ import pytest
 from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
-from cw_middleware import cli
-from cw_middleware.readback.index_db import index_location
-from cw_middleware.server import Limits, make_server
+from cw_middleware._cli import main as cli
+from cw_middleware._readback.index_db import index_location
+from cw_middleware._serve.server import Limits, make_server
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
 RUN = "run-a"

@@ -17,8 +17,8 @@ import pytest
 from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
-from cw_middleware import cli
-from cw_middleware.readback import file_index
+from cw_middleware._cli import main as cli
+from cw_middleware._readback import file_index
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
 
@@ -63,8 +63,8 @@ def test_a_quick_build_and_the_library_say_nothing(telemetry, tmp_path, monkeypa
 
 CHILD = r"""
 import sys
-from cw_middleware import cli
-from cw_middleware.readback import file_index
+from cw_middleware._cli import main as cli
+from cw_middleware._readback import file_index
 file_index.CHUNK_BYTES = 2000
 cli.TERMINAL_AFTER = 0.0
 sys.exit(cli.main(sys.argv[1:]))

@@ -29,8 +29,8 @@ import pytest
 from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
-from cw_middleware.readback import file_index
-from cw_middleware.readback.otlp_file import OtlpFileReader
+from cw_middleware._readback import file_index
+from cw_middleware._readback.otlp_file import OtlpFileReader
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
 NON_ASCII_RUN = "rün-k1-3-ü"  # a run of the large file's second copy (see the `large_file` fixture)
@@ -66,7 +66,7 @@ def rotate():
 sys.setswitchinterval(1e-4)  # the watcher gets its turn between the scan's steps
 watcher = threading.Thread(target=rotate, daemon=True)
 watcher.start()
-from cw_middleware.cli import main
+from cw_middleware._cli.main import main
 code = main(sys.argv[4:])
 watcher.join(30)  # the refill finishes before the process ends
 sys.exit(code)

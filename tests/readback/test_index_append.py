@@ -1,4 +1,4 @@
-"""The embedded exporter extends the file's index as it appends (cw_middleware/readback/index_append.py, issue 22 gap 4).
+"""The embedded exporter extends the file's index as it appends (cw_middleware/_readback/index_append.py, issue 22 gap 4).
 
 A query on a file cw wrote reads no line it does not need: the seam counts the lines the
 reader's index decodes (`file_index._line_spans`). What the writer stored must be what the
@@ -22,8 +22,8 @@ import pytest
 from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
-from cw_middleware.readback import file_index
-from cw_middleware.readback.index_db import index_location
+from cw_middleware._readback import file_index
+from cw_middleware._readback.index_db import index_location
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,7 +141,7 @@ WRITER = textwrap.dedent(
     sys.path[:0] = [{root!r}, {tests!r}]
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import cw_middleware as cw
-    from cw_middleware.readback import index_append, index_db
+    from cw_middleware._readback import index_append, index_db
     from embedded_helpers import embedded_runtime
     path, run_id, stages, crash_after = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     index_db.BUSY_TIMEOUT = 60  # writers wait for each other's turn here (a test on a loaded machine)

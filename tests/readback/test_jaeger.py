@@ -107,7 +107,7 @@ def test_a_missing_stage_costs_its_search_and_one_probe_not_a_run_listing(store)
 
 
 def test_a_search_deeper_than_the_store_is_a_clear_error(store, monkeypatch):
-    monkeypatch.setattr("cw_middleware.readback.http.time.sleep", lambda s: None)
+    monkeypatch.setattr("cw_middleware._readback.http.time.sleep", lambda s: None)
     with serving(JaegerStub(store, max_traces=100)) as jaeger:
         with pytest.raises(cw.BackendUnavailable, match=r"Jaeger at jaeger\+http://127\.0\.0\.1:\d+ answered HTTP 500"):
             cw.reader(f"jaeger+{jaeger.url}").stages(RUN)
@@ -148,7 +148,7 @@ def test_recorded_api_v3_answers_decode():
 
 
 def test_no_traces_found_is_absence_and_errors_are_clear(monkeypatch):
-    monkeypatch.setattr("cw_middleware.readback.http.time.sleep", lambda s: None)
+    monkeypatch.setattr("cw_middleware._readback.http.time.sleep", lambda s: None)
     answers = {
         "none": httpx.Response(404, json={"error": {"httpCode": 404, "message": "No traces found"}}),
         "garbage": httpx.Response(200, text=f"<html>{SECRET}</html>"),
@@ -203,7 +203,7 @@ def test_stub_answers_in_the_recorded_shapes():
 
 
 def test_the_cli_takes_the_jaeger_url(store, capsys):
-    from cw_middleware import cli
+    from cw_middleware._cli import main as cli
 
     with serving(JaegerStub(store)) as jaeger:
         assert cli.main(["show", RUN, "review@1", "--backend", f"jaeger+{jaeger.url}", "--json"]) == 0

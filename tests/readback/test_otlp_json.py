@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cw_middleware.contract import Category, CountMethod, Staleness, UnavailableReason
-from cw_middleware.readback import fold
-from cw_middleware.readback.otlp_json import any_value, iter_spans, normalize_id
+from cw_middleware._contract import Category, CountMethod, Staleness, UnavailableReason
+from cw_middleware._readback import fold
+from cw_middleware._readback.otlp_json import any_value, iter_spans, normalize_id
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TRACE_HEX = "b181d3e495396a7b1953a675c7c146bd"

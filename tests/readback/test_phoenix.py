@@ -15,7 +15,7 @@ from servers.phoenix import is_loopback
 from stubs import TraceStore
 
 import cw_middleware as cw
-from cw_middleware.readback.phoenix import decode_phoenix_span
+from cw_middleware._readback.phoenix import decode_phoenix_span
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 SECRET = "phoenix-CANARY-key"
@@ -161,7 +161,7 @@ def test_pages_are_followed_and_ids_are_sent_json_quoted():
 
 
 def test_failures_are_clear_and_never_show_the_key(monkeypatch, caplog):
-    monkeypatch.setattr("cw_middleware.readback.http.time.sleep", lambda s: None)
+    monkeypatch.setattr("cw_middleware._readback.http.time.sleep", lambda s: None)
     caplog.set_level(logging.DEBUG)
     for response, error, message in [
         (httpx.Response(401, json={"detail": SECRET}), cw.BackendResponseError, "refused the request"),

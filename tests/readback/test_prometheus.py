@@ -15,9 +15,9 @@ from servers.agent_metrics import FINISHED_RUN, NON_AGENT_STAGE, ODD_STAGE, RUN,
 from test_content_free import CANARIES
 
 import cw_middleware as cw
-from cw_middleware.contract import CountMethod, Staleness, UnavailableReason
-from cw_middleware.readback import BACKENDS
-from cw_middleware.readback.prometheus import PrometheusReader, parse_duration, quote
+from cw_middleware._contract import CountMethod, Staleness, UnavailableReason
+from cw_middleware._readback import BACKENDS
+from cw_middleware._readback.prometheus import PrometheusReader, parse_duration, quote
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "prometheus-2.42-query-responses.json"
 # What a metrics backend can tell; the rest (details, event_seq, the snapshot's own warnings) it cannot.
@@ -170,7 +170,7 @@ def test_answers_and_listings_are_content_free(server):
 
 @pytest.mark.system
 def test_the_cli_reads_from_prometheus(server, capsys):
-    from cw_middleware import cli
+    from cw_middleware._cli import main as cli
 
     assert cli.main(["show", RUN, "implement@1", "--backend", server.reader_url, "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 import cw_middleware as cw
-from cw_middleware.readback import BACKENDS, Backend, BackendURL, Missing, ReaderOptions, parse_backend_url, resolve_options
-from cw_middleware.readback.http import BackendClient
+from cw_middleware._readback import BACKENDS, Backend, BackendURL, Missing, ReaderOptions, parse_backend_url, resolve_options
+from cw_middleware._readback.http import BackendClient
 
 SECRET = "s3cr3t-CANARY-pw"
 
@@ -125,7 +125,7 @@ def _client(handler, **options):
 
 
 def test_client_retries_5xx_with_backoff_then_succeeds(monkeypatch):
-    monkeypatch.setattr("cw_middleware.readback.http.time.sleep", lambda s: sleeps.append(s))
+    monkeypatch.setattr("cw_middleware._readback.http.time.sleep", lambda s: sleeps.append(s))
     sleeps: list[float] = []
     answers = iter([503, 500, 200])
 
@@ -138,7 +138,7 @@ def test_client_retries_5xx_with_backoff_then_succeeds(monkeypatch):
 
 
 def test_client_errors_name_the_backend_never_credentials_or_bodies(monkeypatch, caplog):
-    monkeypatch.setattr("cw_middleware.readback.http.time.sleep", lambda s: None)
+    monkeypatch.setattr("cw_middleware._readback.http.time.sleep", lambda s: None)
     seen_auth = []
 
     def handler(request):

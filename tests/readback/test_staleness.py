@@ -11,9 +11,9 @@ import pytest
 from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
-from cw_middleware.contract import Staleness
-from cw_middleware.readback.fold import Horizon
-from cw_middleware.readback.otlp_file import OtlpFileReader
+from cw_middleware._contract import Staleness
+from cw_middleware._readback.fold import Horizon
+from cw_middleware._readback.otlp_file import OtlpFileReader
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

@@ -157,7 +157,7 @@ def test_the_documented_search_example_decodes():
 
 
 def test_failures_are_clear_and_bounded(monkeypatch):
-    monkeypatch.setattr("cw_middleware.readback.http.time.sleep", lambda s: sleeps.append(s))
+    monkeypatch.setattr("cw_middleware._readback.http.time.sleep", lambda s: sleeps.append(s))
     sleeps: list[float] = []
     answers = iter([httpx.Response(502), httpx.Response(500), httpx.Response(200, json={"traces": []})])
     assert _mock_reader(lambda request: next(answers)).runs() == []
@@ -191,7 +191,7 @@ def test_stub_search_results_carry_no_events_and_trimmed_hex_ids(store):
 
 
 def test_the_cli_takes_the_tempo_url(store, capsys):
-    from cw_middleware import cli
+    from cw_middleware._cli import main as cli
 
     with serving(TempoStub(store)) as tempo:
         assert cli.main(["show", RUN, "implement@1", "--backend", f"tempo+{tempo.url}", "--json"]) == 0

@@ -3,8 +3,8 @@
 import math
 
 import cw_middleware as cw
-from cw_middleware.rules import rules_for
-from cw_middleware.rules._tiktoken import counter
+from cw_middleware._counting.rules import rules_for
+from cw_middleware._counting.rules._tiktoken import counter
 
 
 def test_text_counts_claude_pieces_per_o200k_token():

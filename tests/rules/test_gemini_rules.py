@@ -3,8 +3,8 @@
 import base64
 import json
 
-from cw_middleware.rules import rules_for
-from cw_middleware.rules._tiktoken import counter
+from cw_middleware._counting.rules import rules_for
+from cw_middleware._counting.rules._tiktoken import counter
 
 
 def _call(arguments: str, signature: str = "") -> dict:

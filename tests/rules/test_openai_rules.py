@@ -5,11 +5,11 @@ import json
 from pydantic import BaseModel
 
 import cw_middleware as cw
-from cw_middleware.apis.responses import RESPONSES, item_as_message
-from cw_middleware.count_bodies import to_openai_responses
-from cw_middleware.rules import rules_for
-from cw_middleware.rules.openai import render_tool
-from cw_middleware.wrapper import _local_estimate, get_runtime
+from cw_middleware._capture.apis.responses import RESPONSES, item_as_message
+from cw_middleware._capture.wrapper import _local_estimate, get_runtime
+from cw_middleware._counting.count_bodies import to_openai_responses
+from cw_middleware._counting.rules import rules_for
+from cw_middleware._counting.rules.openai import render_tool
 
 WEATHER = {
     "name": "get_weather",

@@ -3,9 +3,9 @@
 import math
 
 import cw_middleware as cw
-from cw_middleware.rules import rules_for, split_provider
-from cw_middleware.rules._tiktoken import counter
-from cw_middleware.rules.openai import render_tool
+from cw_middleware._counting.rules import rules_for, split_provider
+from cw_middleware._counting.rules._tiktoken import counter
+from cw_middleware._counting.rules.openai import render_tool
 
 
 def test_openai_plain_message_framing_is_role_plus_three():

@@ -27,9 +27,9 @@ from providers import ANTHROPIC, CHAT, FakeProvider, running_provider
 from test_content_free import _request as canary_request
 
 import cw_middleware as cw
-from cw_middleware.config import resolve
-from cw_middleware.embedded import install
-from cw_middleware.runtime import Runtime, set_runtime
+from cw_middleware._capture.runtime import Runtime, set_runtime
+from cw_middleware._config import resolve
+from cw_middleware._embedded import install
 
 from . import free_port, require_binary, require_prometheus_extra
 from .prometheus import PROMETHEUS_HINT, VICTORIA_HINT, MetricsServer, running_prometheus, running_victoria_metrics

@@ -1,0 +1,8 @@
+"""The ``cw-middleware`` command (also ``python -m cw_middleware``).
+
+main.py           the parser and each subcommand: estimate, demo, runs, stages, show, summary, serve
+demo.py           a short mocked agent conversation through the wrapper, for the first run
+render.py         a breakdown in the terminal, in the spirit of Claude Code's /context
+render_usage.py   beyond the categories: tools, unused definitions, cost, cache, history
+formats.py        how numbers are written (tokens, shares, dollars); the page's format.js follows it
+"""

@@ -1,0 +1,141 @@
+"""Terminal rendering beyond the categories: which tool, what is unused, what it costs, what was cached, over time.
+
+`render.render` prints a window's categories; this module adds the parts issue 21 brought
+(`usage_lines` after them: the per-tool table, the unused definitions, the cost and the
+stage so far) and draws a stage's history (`render_history`: one row per call, a bar to
+scale, compactions marked) and a run's summary (`render_summary`). Numbers, enum values,
+source labels and the names of defined tools only. No LiteLLM import.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+from .._contract import CATEGORIES, HistoryPoint, RunReport, Snapshot, StageContextWindow, StageTotals, never_called
+from .formats import format_tokens as _fmt
+from .formats import format_usd
+
+HISTORY_BAR = 40
+
+
+def category_extra(view: Union[Snapshot, StageContextWindow], category: str) -> str:
+    """The cost and cached share of one category, for its line in `render.render` ("" without either)."""
+    parts = []
+    if view.cost is not None:
+        parts.append(f"{format_usd(view.cost.by_category.get(category)):>9}")  # type: ignore[call-overload]
+    item = next((b for b in view.breakdown if b.category.value == category), None)
+    if item is not None and item.cached_tokens is not None and item.tokens:
+        parts.append(f"cached {100 * item.cached_tokens / item.tokens:3.0f}%")
+    return ("  " + "  ".join(parts)) if parts else ""
+
+
+def usage_lines(view: Union[Snapshot, StageContextWindow], top_tools: int = 20) -> list[str]:
+    """The per-tool table, the unused definitions, the cost and cache, and the stage so far."""
+    lines: list[str] = []
+    if view.tools:
+        lines += ["", "  Tools                           source              definition   results   invoked"]
+        for t in view.tools[:top_tools]:
+            if t.folded:
+                name, source = f"(+{t.folded} more tools)", ""
+            else:
+                name = t.name + ("  (unused)" if never_called(t) else "")
+                source = f"{t.category.value if t.category else ''}/{t.source or ''}"
+            lines.append(
+                f"    {name:<30} {source:<20} {_fmt(t.definition_tokens):>9} {_fmt(t.result_tokens):>9} {t.invocations:>8}x"
+            )
+        if len(view.tools) > top_tools:
+            lines.append(f"    … {len(view.tools) - top_tools} more rows")
+    unused = view.unused_tools if isinstance(view, StageContextWindow) else None
+    if unused:
+        per_request = sum(u.definition_tokens for u in unused)
+        over = sum(u.stage_definition_tokens for u in unused)
+        requests = max(u.requests for u in unused)
+        lines.append("")
+        lines.append(
+            f"  Unused definitions: {len(unused)} tool(s) never called in the stage, {_fmt(per_request)} tokens a request, "
+            f"{_fmt(over)} over its {requests} request(s)"
+        )
+        for u in unused[:top_tools]:
+            lines.append(
+                f"    {u.name:<30} {_fmt(u.definition_tokens):>9} a request  {_fmt(u.stage_definition_tokens):>9} in all"
+            )
+    money = []
+    if view.cost is not None:
+        money.append(f"this request {format_usd(view.cost.input_cost)} input ({view.cost.currency})")
+    if view.cached_tokens is not None and view.input_tokens:
+        share = 100 * view.cached_tokens / view.input_tokens
+        money.append(f"cached {_fmt(view.cached_tokens)} of {_fmt(view.input_tokens)} ({share:.1f}%)")
+    if money:
+        lines += ["", "  Cost: " + "; ".join(money)]
+    if view.stage_totals is not None:
+        lines += ["", "  " + stage_line(view.stage_totals)]
+    if view.compaction is not None:
+        c = view.compaction
+        lines.append(f"  ↓ this request was compacted: conversation {_fmt(c.before_tokens)} -> {_fmt(c.after_tokens)} tokens")
+    return lines
+
+
+def stage_line(t: StageTotals) -> str:
+    parts = []
+    if t.calls is not None:
+        parts.append(f"{t.calls} call(s)")
+    if t.input_tokens is not None:
+        parts.append(f"{_fmt(t.input_tokens)} input tokens")
+    parts.append(f"{format_usd(t.input_cost)} input")
+    if t.peak_usage_percent is not None:
+        parts.append(f"peak {t.peak_usage_percent:.1f}%")
+    if t.cached_tokens and t.input_tokens:
+        parts.append(f"cached {100 * t.cached_tokens / t.input_tokens:.1f}%")
+    if t.compactions:
+        parts.append(f"{t.compactions} compaction(s)")
+    costly = sorted(((c.cost or 0.0, cat) for cat, c in t.by_category.items()), reverse=True)
+    top = ", ".join(f"{cat.value} {format_usd(cost)}" for cost, cat in costly[:3] if cost)
+    return "Stage so far: " + ", ".join(parts) + (f"  (most: {top})" if top else "")
+
+
+def render_history(points: list[HistoryPoint], title: str = "") -> str:
+    """The stage over time: one row per call, oldest first, a bar to scale (the window, else the largest)."""
+    lines = [title] if title else []
+    if not points:
+        return "\n".join([*lines, "  no snapshots"])
+    window = max((p.context_window_tokens or 0) for p in points)
+    largest = max(p.input_tokens for p in points)
+    # To the window while the stage fills a quarter of it; else to its largest request (a 128k bar of 1% is empty).
+    on_window = window and largest >= window / 4
+    scale = max(window, largest) if on_window else (largest or 1)
+    lines.append(f"  {len(points)} call(s), oldest first; bar: tokens, to {'the window' if on_window else 'the largest request'}")
+    lines.append(f"  {'#':>3} {'at':<8} {'tokens':>8} {'':<{HISTORY_BAR}} {'window':>7} {'cost':>9}")
+    for i, p in enumerate(points, 1):
+        cells = p.input_tokens * HISTORY_BAR / scale
+        bar = ("█" * int(cells) + ("▌" if cells - int(cells) >= 0.5 else "")).ljust(HISTORY_BAR)
+        at = p.generated_at.strftime("%H:%M:%S") if p.generated_at else "?"
+        used = f"{p.usage_percent:6.1f}%" if p.usage_percent is not None else "      -"
+        row = f"  {i:>3} {at:<8} {_fmt(p.input_tokens):>8} {bar} {used} {format_usd(p.input_cost):>9}"
+        if p.compaction is not None:
+            row += f"  ↓ compacted {_fmt(p.compaction.before_tokens)} -> {_fmt(p.compaction.after_tokens)}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def render_summary(report: RunReport) -> str:
+    t = report.totals
+    head = f"run {report.run_id}: {len(report.stages)} stage(s), " + stage_line(t).removeprefix("Stage so far: ")
+    lines = [head + (f"  [{report.model}]" if report.model else "")]
+    lines.append(f"  {'stage':<28} {'state':<7} {'calls':>5} {'latest':>8} {'window':>7} {'peak':>6} {'cost':>9}")
+    for s in report.stages:
+        st = s.stage_totals
+        calls = str(st.calls) if st is not None and st.calls is not None else "-"
+        peak = f"{st.peak_usage_percent:5.1f}%" if st is not None and st.peak_usage_percent is not None else "     -"
+        used = f"{s.usage_percent:6.1f}%" if s.usage_percent is not None else "      -"
+        latest = _fmt(s.input_tokens) if s.input_tokens is not None else "-"
+        cost = format_usd(st.input_cost) if st is not None else "-"
+        lines.append(f"  {s.stage_id:<28} {s.staleness.value:<7} {calls:>5} {latest:>8} {used} {peak} {cost:>9}")
+    lines.append("")
+    lines.append(f"  {'category':<15} {'tokens':>9} {'cost':>9} {'cached':>7}")
+    for category in CATEGORIES:
+        ct = t.by_category.get(category)
+        if ct is None or not ct.tokens:
+            continue
+        cached = f"{100 * ct.cached_tokens / ct.tokens:5.1f}%" if ct.tokens else "     -"
+        lines.append(f"  {category.value:<15} {_fmt(ct.tokens):>9} {format_usd(ct.cost):>9} {cached:>7}")
+    return "\n".join(lines)

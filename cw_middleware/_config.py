@@ -1,0 +1,522 @@
+"""Settings, resolved once from arguments, environment and defaults: the only module that reads the environment.
+
+Precedence: an argument (to `cw.configure()`, or a reader's or the CLI's own option)
+beats an environment variable beats the default. Each setting is written down once,
+in `SETTINGS` (the call path's, resolved into a frozen `Config` by `resolve`) or in
+`READ_SETTINGS` (the read side's: CLI, server, readers, resolved into `ReadConfig` by
+`resolve_read`): its name, its environment variables, its default, how its value is
+read and what it means. The documentation's settings reference is generated from these
+tables, so it cannot drift from the code.
+
+One kind of read stays at call time, on purpose: the provider's own variables
+(`provider_variable`: API keys, base URLs, ``AZURE_API_VERSION``), which LiteLLM itself
+reads on every call and a user may set after the first one.
+
+The embedded file (``file:PATH``) holds OTLP JSON lines, one export batch a line:
+``{"resourceSpans":[...]}`` and ``{"resourceMetrics":[...]}``, the OpenTelemetry
+file-exporter and Collector ``file`` exporter format. Relative paths are resolved
+against the working directory of the process.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Optional
+from urllib.parse import unquote
+
+from ._errors import ConfigError
+
+DEFAULT_TELEMETRY_FILE = "cw-telemetry.jsonl"
+DEFAULT_METRICS_HOST = "127.0.0.1"
+# The largest context window accepted (2**31 - 1): three orders of magnitude above any model's, and an
+# int every backend stores exactly (the OTLP SDK logs a traceback per export for an int above int64).
+MAX_CONTEXT_WINDOW = 2**31 - 1
+DEFAULT_STALE_AFTER = 1800.0  # seconds without a sign of life before an unended stage reads "stored", not "live"
+OTLP_PROTOCOLS = ("http/protobuf", "grpc")
+
+
+class StreamUsagePolicy(StrEnum):
+    """Whether a stream the caller sent without ``stream_options`` is asked for its usage (``include_usage``)."""
+
+    AUTO = "auto"  # where the endpoint is known to accept it; dropped and retried once if it refuses
+    NEVER = "never"  # the request goes out exactly as written; the stream's snapshot keeps the local estimate
+
+
+class ProviderCountPolicy(StrEnum):
+    AUTO = "auto"  # only where the local tokenizer is approximate and credentials exist
+    ALWAYS = "always"
+    NEVER = "never"
+
+
+# ---------------------------------------------------------------- how values are read
+# Each parser takes the raw value (an argument of any type, or an environment string) and the
+# name it came under (the argument's or the variable's), which every error message names.
+
+
+def parse_export(value: object, name: str = "export") -> str:
+    text = str(value).strip()
+    if text in ("otlp", "none") or (text.startswith("file:") and len(text) > 5):
+        return text
+    raise ConfigError(f"{name} must be 'file:PATH', 'otlp' or 'none', got {value!r}")
+
+
+def parse_metrics(value: object, name: str = "metrics") -> str:
+    """``export`` | ``none`` | ``prometheus:[HOST:]PORT``, normalised to ``prometheus:HOST:PORT``.
+
+    HOST defaults to 127.0.0.1: the endpoint serves whoever can reach it, so anything wider
+    (``0.0.0.0``, a LAN address) must be written out. IPv6 hosts go in brackets: ``[::1]:9464``.
+    """
+    text = str(value).strip()
+    if text in ("export", "none"):
+        return text
+    usage = f"{name} must be 'export', 'none' or 'prometheus:HOST:PORT' (e.g. prometheus:127.0.0.1:9464), got {value!r}"
+    if not text.startswith("prometheus:"):
+        raise ConfigError(usage)
+    host, sep, port_text = text[len("prometheus:") :].rpartition(":")
+    if not sep:
+        host = DEFAULT_METRICS_HOST
+    if host.startswith("["):
+        if not host.endswith("]"):
+            raise ConfigError(usage)
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise ConfigError(f"{usage}: {host} is not an IPv6 address") from None
+    elif not host or ":" in host or any(c.isspace() or c in "/@?#" for c in host):
+        raise ConfigError(usage)
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ConfigError(f"{usage}: the port must be 1-65535")
+    return f"prometheus:{host}:{int(port_text)}"
+
+
+def parse_policy(value: object, name: str = "provider_count") -> ProviderCountPolicy:
+    try:
+        return ProviderCountPolicy(str(value).strip().lower())
+    except ValueError:
+        raise ConfigError(f"{name} must be 'auto', 'always' or 'never', got {value!r}") from None
+
+
+def parse_stream_usage(value: object, name: str = "stream_usage") -> StreamUsagePolicy:
+    try:
+        return StreamUsagePolicy(str(value).strip().lower())
+    except ValueError:
+        raise ConfigError(f"{name} must be 'auto' or 'never', got {value!r}") from None
+
+
+def parse_seconds(value: object, name: str) -> float:
+    """A duration in seconds (> 0, finite) from a number or a numeric string; ConfigError naming ``name`` otherwise."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from None
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise ConfigError(f"{name} must be > 0 seconds, got {value!r}")
+    return seconds
+
+
+def parse_positive_int(value: object, name: str) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def parse_flag(value: object, name: str) -> bool:
+    """A bool argument as given; from the environment ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"{name} must be 1 or 0 (true or false), got {value!r}")
+
+
+def parse_otel_flag(value: object, name: str) -> bool:
+    """OpenTelemetry's boolean variables: true only for ``true`` (any case), as the specification says."""
+    return value if isinstance(value, bool) else str(value).strip().lower() == "true"
+
+
+def parse_text(value: object, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def parse_context_windows(value: object, name: str = "context_windows") -> Mapping[str, int]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{name} must be a mapping of model name to window size, got {type(value).__name__}")
+    windows = dict(value)
+    for model, size in windows.items():
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_CONTEXT_WINDOW:
+            raise ConfigError(f"context window for {model!r} must be an integer from 1 to {MAX_CONTEXT_WINDOW}, got {size!r}")
+    return windows
+
+
+def parse_otlp_protocol(value: object, name: str = "otlp_protocol") -> str:
+    text = str(value).strip().lower()
+    if text not in OTLP_PROTOCOLS:
+        raise ConfigError(f"{name} must be one of {', '.join(OTLP_PROTOCOLS)}, got {value!r}")
+    return text
+
+
+def parse_headers(value: object, name: str = "headers") -> Mapping[str, str]:
+    """A mapping as given, or ``k=v,k2=v2`` (the OTEL_EXPORTER_OTLP_HEADERS format, values percent-decoded)."""
+    if isinstance(value, Mapping):
+        return {str(k): str(v) for k, v in value.items()}
+    out = {}
+    for item in str(value).split(","):
+        if not item.strip():
+            continue
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{name} must be 'name=value' pairs separated by commas")
+        out[unquote(key.strip())] = unquote(text.strip())
+    return out
+
+
+def _as_is(value: object, name: str) -> Any:
+    return value
+
+
+# ---------------------------------------------------------------- the tables
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: written down once, read by `resolve`/`resolve_read`, listed by the docs."""
+
+    name: str  # the argument and the field of Config / ReadConfig
+    env: tuple[str, ...]  # environment variables, the first one set wins
+    default: Any  # a value, or a function of the environment (`Default`)
+    parse: Callable[[object, str], Any]
+    doc: str
+    default_doc: str = ""  # the default in words, where it is not a plain value
+
+
+@dataclass(frozen=True)
+class Default:
+    """A default that depends on other variables (the export goes to OTLP when its endpoint is set)."""
+
+    compute: Callable[[Mapping[str, str]], Any]
+
+
+def _default_export(env: Mapping[str, str]) -> str:
+    return "otlp" if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") else f"file:{DEFAULT_TELEMETRY_FILE}"
+
+
+def _default_index_dir(env: Mapping[str, str]) -> str:
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "cw-middleware", "file-index")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("service_name", ("OTEL_SERVICE_NAME",), "cw-middleware", parse_text, "The service name on every span and metric."),
+    Setting(
+        "export",
+        ("CW_EXPORT",),
+        Default(_default_export),
+        parse_export,
+        "Where snapshots go: `file:PATH` (OTLP JSON lines), `otlp` (the OTEL_EXPORTER_OTLP_* endpoint) or `none`.",
+        f"`file:{DEFAULT_TELEMETRY_FILE}`, or `otlp` when OTEL_EXPORTER_OTLP_ENDPOINT is set",
+    ),
+    Setting(
+        "otlp_protocol",
+        ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        "http/protobuf",
+        parse_otlp_protocol,
+        "The OTLP transport for `export=otlp`: `http/protobuf` or `grpc`.",
+    ),
+    Setting(
+        "otlp_endpoint",
+        ("OTEL_EXPORTER_OTLP_ENDPOINT",),
+        None,
+        parse_text,
+        "The OTLP endpoint (read by the OTLP exporters themselves; cw names it in its messages).",
+        "the exporters' default, http://localhost:4318 (grpc: 4317)",
+    ),
+    Setting(
+        "provider_count",
+        ("CW_PROVIDER_COUNT",),
+        ProviderCountPolicy.AUTO,
+        parse_policy,
+        "Provider token counts: `auto` (only where the local count is approximate and credentials exist), `always` or `never`.",
+    ),
+    Setting(
+        "provider_count_timeout",
+        ("CW_PROVIDER_COUNT_TIMEOUT",),
+        5.0,
+        parse_seconds,
+        "Seconds one provider count may take in all.",
+    ),
+    Setting(
+        "context_windows",
+        (),
+        {},
+        parse_context_windows,
+        "Context window sizes by model name, for models LiteLLM does not know (or to override it).",
+        "none (LiteLLM's model map)",
+    ),
+    Setting("max_details", (), 20, parse_positive_int, "The most per-source detail rows a snapshot carries."),
+    Setting(
+        "max_tools",
+        ("CW_MAX_TOOLS",),
+        20,
+        parse_positive_int,
+        "The most per-tool rows a snapshot carries; the rest fold into one row, `(other tools)`, with a warning.",
+    ),
+    Setting("snapshot_history", (), 1000, parse_positive_int, "How many recent snapshots `cw.snapshots()` keeps."),
+    Setting(
+        "metrics",
+        ("CW_METRICS",),
+        "export",
+        parse_metrics,
+        "`export` (metrics go where `export` sends them), `prometheus:HOST:PORT` (a scrape endpoint instead) or `none`.",
+    ),
+    Setting(
+        "metric_run_labels",
+        ("CW_METRIC_RUN_LABELS",),
+        False,
+        parse_flag,
+        "Add run and stage ids to metric labels (one series per stage: mind the cardinality).",
+    ),
+    Setting(
+        "metric_series_limit",
+        ("CW_METRIC_SERIES_LIMIT",),
+        2000,
+        parse_positive_int,
+        "The most series one metric keeps in the process; beyond it, one overflow series (the SDK's cardinality limit).",
+    ),
+    Setting(
+        "log_events",
+        ("CW_LOG_EVENTS",),
+        False,
+        parse_flag,
+        "Also emit each snapshot as a log-based event (OTEP 4430).",
+    ),
+    Setting(
+        "export_queue_size",
+        ("OTEL_BSP_MAX_QUEUE_SIZE",),
+        2048,
+        parse_positive_int,
+        "Spans waiting for export; a full queue drops (counted, said once a minute), never blocks.",
+    ),
+    Setting(
+        "export_interval_ms",
+        ("OTEL_BSP_SCHEDULE_DELAY",),
+        1000,
+        parse_positive_int,
+        "Milliseconds between span exports.",
+    ),
+    Setting(
+        "metric_interval_ms",
+        ("OTEL_METRIC_EXPORT_INTERVAL",),
+        60000,
+        parse_positive_int,
+        "Milliseconds between metric exports.",
+    ),
+    Setting(
+        "stream_usage",
+        ("CW_STREAM_USAGE",),
+        StreamUsagePolicy.AUTO,
+        parse_stream_usage,
+        "`auto`: ask OpenAI-family streams for their usage where the endpoint accepts `stream_options`; "
+        "`never`: streams go out exactly as written.",
+    ),
+    Setting(
+        "exit_timeout",
+        ("CW_EXIT_TIMEOUT",),
+        2.0,
+        parse_seconds,
+        "Seconds cw may add to the process's exit to export what is left (a slower backend loses it).",
+    ),
+    Setting(
+        "sdk_disabled",
+        ("OTEL_SDK_DISABLED",),
+        False,
+        parse_otel_flag,
+        "OpenTelemetry's own off switch: nothing is exported (`cw.snapshots()` and `cw.estimate()` still work).",
+    ),
+)
+
+READ_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "backend",
+        ("CW_BACKEND",),
+        None,
+        parse_text,
+        "Where the CLI, the server and `cw.reader()` read from: `file:PATH`, `prometheus+http://HOST:PORT`, "
+        "`phoenix+http://...`, `jaeger+http://...`, `tempo+http://...`.",
+        "the file `export` writes (CW_EXPORT), `file:" + DEFAULT_TELEMETRY_FILE + "` by default",
+    ),
+    Setting(
+        "stale_after",
+        ("CW_STALE_AFTER",),
+        DEFAULT_STALE_AFTER,
+        parse_seconds,
+        "Seconds without a new snapshot after which a stage reads `stored` instead of `live`.",
+    ),
+    Setting(
+        "index_dir",
+        ("CW_INDEX_DIR",),
+        Default(_default_index_dir),
+        parse_text,
+        "Where the file reader keeps its indexes (`memory`: nowhere, rebuilt per process).",
+        "$XDG_CACHE_HOME/cw-middleware/file-index (~/.cache/... without it)",
+    ),
+    Setting("backend_token", ("CW_BACKEND_TOKEN",), None, parse_text, "A bearer token sent to the backend.", "none"),
+    Setting("backend_user", ("CW_BACKEND_USER",), None, parse_text, "A basic-auth user for the backend.", "none"),
+    Setting("backend_password", ("CW_BACKEND_PASSWORD",), "", _as_is, "The basic-auth password (with CW_BACKEND_USER).", "empty"),
+    Setting(
+        "backend_headers",
+        ("CW_BACKEND_HEADERS",),
+        {},
+        parse_headers,
+        "Extra headers for the backend, `name=value` pairs separated by commas (values percent-decoded).",
+        "none",
+    ),
+    Setting("backend_timeout", ("CW_BACKEND_TIMEOUT",), 10.0, parse_seconds, "Seconds per HTTP request to the backend."),
+    Setting(
+        "serve_token",
+        ("CW_SERVE_TOKEN",),
+        None,
+        parse_text,
+        "The bearer token `cw-middleware serve` requires (instead of --token, which shows in `ps`).",
+        "none",
+    ),
+)
+
+
+# ---------------------------------------------------------------- the resolved settings
+
+
+@dataclass(frozen=True)
+class Config:
+    """The call path's settings (see `SETTINGS` for each one's meaning and variables)."""
+
+    service_name: str = "cw-middleware"
+    export: str = f"file:{DEFAULT_TELEMETRY_FILE}"
+    otlp_protocol: str = "http/protobuf"
+    otlp_endpoint: Optional[str] = None
+    provider_count: ProviderCountPolicy = ProviderCountPolicy.AUTO
+    provider_count_timeout: float = 5.0
+    context_windows: Mapping[str, int] = field(default_factory=dict)
+    max_details: int = 20
+    max_tools: int = 20
+    snapshot_history: int = 1000
+    metrics: str = "export"
+    metric_run_labels: bool = False
+    metric_series_limit: int = 2000
+    log_events: bool = False
+    export_queue_size: int = 2048
+    export_interval_ms: int = 1000
+    metric_interval_ms: int = 60000
+    stream_usage: StreamUsagePolicy = StreamUsagePolicy.AUTO
+    exit_timeout: float = 2.0
+    sdk_disabled: bool = False
+
+    @property
+    def export_path(self) -> Optional[str]:
+        return self.export[5:] if self.export.startswith("file:") else None
+
+    @property
+    def metrics_endpoint(self) -> Optional[tuple[str, int]]:
+        """(host, port) of the scrape endpoint, when ``metrics="prometheus:HOST:PORT"``."""
+        if not self.metrics.startswith("prometheus:"):
+            return None
+        host, _, port = self.metrics[len("prometheus:") :].rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+@dataclass(frozen=True)
+class ReadConfig:
+    """The read side's settings (see `READ_SETTINGS`)."""
+
+    backend: Optional[str] = None  # None: the file the write side's `export` names, see `backend_url`
+    stale_after: float = DEFAULT_STALE_AFTER
+    index_dir: str = ""
+    backend_token: Optional[str] = None
+    backend_user: Optional[str] = None
+    backend_password: str = ""
+    backend_headers: Mapping[str, str] = field(default_factory=dict)
+    backend_timeout: float = 10.0
+    serve_token: Optional[str] = None
+    export: str = f"file:{DEFAULT_TELEMETRY_FILE}"  # the write side's, as `resolve` reads it
+
+    def backend_url(self) -> str:
+        """The backend to read from: CW_BACKEND, else the file the export writes.
+
+        Raises ConfigError when the export writes no file (``otlp``, ``none``): the answer is in
+        the OTLP backend, and reading the default file would look in the wrong place.
+        """
+        if self.backend:
+            return self.backend
+        if self.export.startswith("file:"):
+            return self.export
+        where = "OTLP (CW_EXPORT=otlp or OTEL_EXPORTER_OTLP_ENDPOINT)" if self.export == "otlp" else "nowhere (CW_EXPORT=none)"
+        raise ConfigError(
+            f"telemetry is exported to {where}, not to a file: name the backend to read from with --backend "
+            "or CW_BACKEND (e.g. jaeger+http://HOST:16686, tempo+http://HOST:3200, phoenix+http://HOST:6006)"
+        )
+
+
+def _resolve(table: tuple[Setting, ...], given: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    names = {s.name for s in table}
+    unknown = sorted(set(given) - names)
+    if unknown:
+        raise ConfigError(f"unknown setting {unknown[0]!r}; the settings are: {', '.join(sorted(names))}")
+    values: dict[str, Any] = {}
+    for setting in table:
+        value = given.get(setting.name)
+        if value is not None:
+            values[setting.name] = setting.parse(value, setting.name)
+            continue
+        variable = next((v for v in setting.env if env.get(v, "").strip()), None)
+        if variable is not None:
+            values[setting.name] = setting.parse(env[variable], variable)
+        elif isinstance(setting.default, Default):
+            values[setting.name] = setting.default.compute(env)
+        else:
+            values[setting.name] = setting.default
+    return values
+
+
+def resolve(*, environ: Optional[Mapping[str, str]] = None, **settings: Any) -> Config:
+    """The call path's settings from ``settings`` (configure()'s arguments), the environment and the defaults.
+
+    Raises ConfigError naming the argument or variable of a bad value, or an unknown setting.
+    """
+    env = os.environ if environ is None else environ
+    return Config(**_resolve(SETTINGS, settings, env))
+
+
+def resolve_read(*, environ: Optional[Mapping[str, str]] = None, **settings: Any) -> ReadConfig:
+    """The read side's settings; the write side's ``export`` too, read by the same rule as `resolve`'s."""
+    env = os.environ if environ is None else environ
+    values = _resolve(READ_SETTINGS, settings, env)
+    export_setting = next(s for s in SETTINGS if s.name == "export")
+    try:
+        values["export"] = _resolve((export_setting,), {}, env)["export"]
+    except ConfigError:
+        values["export"] = f"file:{DEFAULT_TELEMETRY_FILE}"  # the writer refuses it and says so; the reader looks in the default
+    return ReadConfig(**values)
+
+
+def provider_variable(names: tuple[str, ...], environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The first of these provider variables that is set (API keys, base URLs), read at call time as LiteLLM reads them."""
+    env = os.environ if environ is None else environ
+    return next((env[name] for name in names if env.get(name)), None)
+
+
+def setting_names() -> list[str]:
+    """Every `configure()` argument, in the order of `SETTINGS` (the docs and `configure`'s error list them)."""
+    return [s.name for s in SETTINGS]

@@ -1,0 +1,293 @@
+"""A stage's running totals over its calls: what each snapshot says about the stage so far, not only its request.
+
+The Runtime keeps one `Ledger` per recent stage (bounded: `MAX_STAGES`, the stage not called
+for longest falls out and starts again from zero if it comes back). Each snapshot a call
+publishes replaces that call's previous contribution (a call publishes its local estimate,
+then its response usage, sometimes a provider count), so a stage's totals count every call
+once, at its latest number:
+
+* ``stage_totals``: the calls, their input tokens and cost, the peak utilisation, and per
+  category the tokens, cost and cached tokens (`StageTotals`);
+* each tool's invocations over the stage: the first call's, plus every later call's increase
+  over the call before it (a request carries the conversation so far, so a call's own count
+  includes the earlier calls'; after a compaction the count drops, and the increases that
+  follow count only what is new), and how many of the stage's requests defined it and what
+  its definition cost over them (the unused definitions' price);
+* a compaction marker on the first snapshot of a call whose request carries less
+  conversation than the call before it (the agent summarised or truncated), with the
+  conversation's tokens before and after.
+
+Held per stage: numbers and the names of defined tools, never content. Everything runs under
+one lock, on the call path: a few dictionary updates per snapshot.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .._contract import (
+    CATEGORIES,
+    Category,
+    CategoryTotals,
+    Compaction,
+    Snapshot,
+    StageTotals,
+    ToolItem,
+    UnusedTool,
+    never_called,
+)
+from .build import SnapshotParts, trusted, unused_tool, with_stage
+
+MAX_STAGES = 1024  # stages whose totals are kept (the least recently called one falls out)
+MAX_OPEN_CALLS = 64  # calls per stage whose contribution may still change (a late count)
+
+
+@dataclass(frozen=True)
+class _Contribution:
+    """What one call adds to its stage: the numbers of its latest snapshot."""
+
+    input_tokens: int
+    input_cost: Optional[float]
+    tokens: tuple[int, ...]  # per category, in CATEGORIES order
+    costs: tuple[Optional[float], ...]
+    cached: tuple[int, ...]
+    definitions: tuple[tuple[str, int], ...]  # (tool name, definition tokens)
+
+
+def _contribution(snapshot: Snapshot, parts: Optional[SnapshotParts] = None) -> _Contribution:
+    items = {b.category: b for b in snapshot.breakdown}
+    cost = snapshot.cost
+    return _Contribution(
+        snapshot.input_tokens,
+        cost.input_cost if cost is not None else None,
+        tuple(items[c].tokens if c in items else 0 for c in CATEGORIES),
+        tuple(cost.by_category.get(c) if cost is not None else None for c in CATEGORIES),
+        tuple((items[c].cached_tokens or 0) if c in items else 0 for c in CATEGORIES),
+        # The rows are shared from call to call (_snapshots/build.py): their pairs are made once per list of rows.
+        parts.flat("definitions", snapshot.tools, _definitions) if parts is not None else _definitions(snapshot.tools),
+    )
+
+
+def _definitions(rows: list[ToolItem]) -> tuple[tuple[str, int], ...]:
+    return tuple((t.name, t.definition_tokens) for t in rows if not t.folded)
+
+
+def _invocations(rows: list[ToolItem]) -> tuple[tuple[str, int], ...]:
+    return tuple((t.name, t.invocations) for t in rows if not t.folded)
+
+
+@dataclass
+class Ledger:
+    """One stage's running totals (see the module docstring)."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    input_cost: float = 0.0
+    priced_calls: int = 0
+    peak_usage_percent: Optional[float] = None
+    tokens: list[int] = field(default_factory=lambda: [0] * len(CATEGORIES))
+    costs: list[float] = field(default_factory=lambda: [0.0] * len(CATEGORIES))
+    cached: list[int] = field(default_factory=lambda: [0] * len(CATEGORIES))
+    open_calls: OrderedDict[int, _Contribution] = field(default_factory=OrderedDict)
+    # Tools: invocations as the newest call counts them, what earlier calls counted beyond that, and
+    # what each definition cost over the stage's requests (and in how many).
+    newest_call: int = 0
+    newest_calls: dict[str, int] = field(default_factory=dict)
+    banked: dict[str, int] = field(default_factory=dict)
+    definition_tokens: dict[str, int] = field(default_factory=dict)
+    definition_requests: dict[str, int] = field(default_factory=dict)
+    # Compaction: the newest call's conversation (local count, and as published) and its marker.
+    conversation_local: Optional[int] = None
+    conversation: int = 0
+    compactions: int = 0
+    marker: Optional[Compaction] = None
+    # What `totals` and `unused` made last, and from what: a call's next snapshot with the same numbers (a
+    # mock or a response without usage republishes its local estimate) gets the same parts back.
+    _made_totals: tuple[tuple[object, ...], Optional[StageTotals]] = ((), None)
+    _made_unused: tuple[tuple[object, ...], list[UnusedTool]] = ((), [])
+    _definitions_changed: int = 0  # bumped whenever definition_tokens or definition_requests change
+
+    def add(
+        self,
+        call_seq: int,
+        snapshot: Snapshot,
+        local_conversation: Optional[int],
+        newest: bool,
+        parts: Optional[SnapshotParts] = None,
+    ) -> None:
+        new = _contribution(snapshot, parts)
+        old = self.open_calls.pop(call_seq, None)
+        if old is None:
+            self.calls += 1
+            for name, _ in new.definitions:
+                self.definition_requests[name] = self.definition_requests.get(name, 0) + 1
+        if old != new:  # a call's next snapshot with the same numbers changes nothing
+            # ... and one with the same definitions (the same rows) takes out what it puts back.
+            same = old is not None and old.definitions is new.definitions
+            self._move(old, -1, same)
+            self._move(new, +1, same)
+        self.open_calls[call_seq] = new
+        while len(self.open_calls) > MAX_OPEN_CALLS:
+            self.open_calls.popitem(last=False)  # its numbers stay in the totals; a later change is not subtracted
+        if snapshot.usage_percent is not None:
+            self.peak_usage_percent = max(self.peak_usage_percent or 0.0, snapshot.usage_percent)
+        if newest:
+            self._follow(call_seq, snapshot, local_conversation, parts)
+
+    def _move(self, part: Optional[_Contribution], sign: int, same_definitions: bool = False) -> None:
+        if part is None:
+            return
+        self.input_tokens += sign * part.input_tokens
+        if part.input_cost is not None:
+            self.input_cost += sign * part.input_cost
+            self.priced_calls += sign
+        for i in range(len(CATEGORIES)):
+            self.tokens[i] += sign * part.tokens[i]
+            self.cached[i] += sign * part.cached[i]
+            cost = part.costs[i]
+            if cost is not None:
+                self.costs[i] += sign * cost
+        if same_definitions or not part.definitions:
+            return
+        self._definitions_changed += 1  # definition_requests move with a new call, which moves these too
+        for name, tokens in part.definitions:
+            self.definition_tokens[name] = self.definition_tokens.get(name, 0) + sign * tokens
+
+    def _follow(
+        self, call_seq: int, snapshot: Snapshot, local_conversation: Optional[int], parts: Optional[SnapshotParts] = None
+    ) -> None:
+        """The stage's newest call: its tool calls and whether its request was compacted."""
+        rows = snapshot.tools
+        counts = dict(parts.flat("invocations", rows, _invocations) if parts is not None else _invocations(rows))
+        conversation = next((b.tokens for b in snapshot.breakdown if b.category is Category.CONVERSATION), 0)
+        if call_seq != self.newest_call:
+            for name, before in self.newest_calls.items():
+                drop = before - counts.get(name, 0)
+                if drop > 0:
+                    self.banked[name] = self.banked.get(name, 0) + drop
+            compacted = (
+                local_conversation is not None
+                and self.conversation_local is not None
+                and local_conversation < self.conversation_local
+            )
+            if compacted:
+                self.compactions += 1
+            self.marker = Compaction(before_tokens=self.conversation, after_tokens=conversation) if compacted else None
+            self.newest_call = call_seq
+            self.conversation_local = local_conversation
+        elif self.marker is not None:
+            self.marker = Compaction(before_tokens=self.marker.before_tokens, after_tokens=conversation)
+        self.newest_calls = counts
+        self.conversation = conversation
+
+    def totals(self) -> StageTotals:
+        key: tuple[object, ...] = (self.calls, self.input_tokens, self.input_cost, self.priced_calls, self.peak_usage_percent)
+        key += (self.compactions, *self.tokens, *self.costs, *self.cached)
+        made_key, made = self._made_totals
+        if made is not None and made_key == key:
+            return made
+        made = self._totals()
+        self._made_totals = (key, made)
+        return made
+
+    def _totals(self) -> StageTotals:
+        priced = self.priced_calls > 0
+        by_category = {
+            c: trusted(
+                CategoryTotals,
+                {"tokens": self.tokens[i], "cost": round(self.costs[i], 10) if priced else None, "cached_tokens": self.cached[i]},
+            )
+            for i, c in enumerate(CATEGORIES)
+        }
+        fields = {
+            "calls": self.calls,
+            "input_tokens": self.input_tokens,
+            "input_cost": round(self.input_cost, 10) if priced else None,
+            "peak_usage_percent": self.peak_usage_percent,
+            "by_category": by_category,
+            "cached_tokens": sum(self.cached),
+            "compactions": self.compactions,
+        }
+        return trusted(StageTotals, fields)  # every field given, from the ledger's own numbers
+
+    def stage_rows(self, rows: list[ToolItem], make: Callable[..., ToolItem]) -> list[ToolItem]:
+        """The snapshot's rows with the stage's invocations: the same rows, unless a compaction banked earlier calls."""
+        if not self.banked:
+            return rows
+        out = []
+        for t in rows:
+            banked = self.banked.get(t.name, 0) if not t.folded else 0
+            if banked:
+                t = make(t.name, t.category, t.source, t.definition_tokens, t.result_tokens, t.invocations + banked, t.folded)
+            out.append(t)
+        return out
+
+    def unused(self, rows: list[ToolItem]) -> list[UnusedTool]:
+        """The tools of these rows the stage never called, with their definitions' tokens over the stage's requests.
+
+        The rows are shared from snapshot to snapshot (_snapshots/build.py): while they and the definitions' numbers
+        stay, so does the list (each snapshot gets a copy of its own).
+        """
+        key = (self._definitions_changed, *rows)
+        made_key, made = self._made_unused
+        if len(made_key) == len(key) and made_key[0] == key[0] and all(map(operator.is_, made_key[1:], rows)):
+            return list(made)
+        made = self._unused(rows)
+        self._made_unused = (key, made)
+        return list(made)
+
+    def _unused(self, rows: list[ToolItem]) -> list[UnusedTool]:
+        return [
+            unused_tool(
+                t.name,
+                t.category,
+                t.source,
+                t.definition_tokens,
+                self.definition_tokens.get(t.name, t.definition_tokens),
+                self.definition_requests.get(t.name, 1),
+            )
+            for t in rows
+            if never_called(t)
+        ]
+
+
+class Ledgers:
+    """The Runtime's ledgers, one per recent stage (bounded)."""
+
+    def __init__(self, max_stages: int = MAX_STAGES) -> None:
+        self._ledgers: OrderedDict[tuple[str, str], Ledger] = OrderedDict()
+        self._max = max_stages
+        self._lock = threading.Lock()
+
+    def add(
+        self,
+        stage: tuple[str, str],
+        call_seq: int,
+        snapshot: Snapshot,
+        local_conversation: Optional[int],
+        newest: bool,
+        parts: SnapshotParts,
+    ) -> Snapshot:
+        """The snapshot as its stage sees it: with the stage's totals, tool rows and compaction marker."""
+        with self._lock:
+            ledger = self._ledgers.get(stage)
+            if ledger is None:
+                ledger = self._ledgers[stage] = Ledger()
+                if len(self._ledgers) > self._max:
+                    self._ledgers.popitem(last=False)
+            else:
+                self._ledgers.move_to_end(stage)
+            ledger.add(call_seq, snapshot, local_conversation, newest, parts)
+            totals = ledger.totals()
+            rows = ledger.stage_rows(snapshot.tools, parts.tool_item) if snapshot.tools else snapshot.tools
+            unused = ledger.unused(rows) if rows else snapshot.unused_tools
+            marker = ledger.marker if newest and ledger.newest_call == call_seq else None
+        return with_stage(snapshot, totals, rows, unused, marker)
+
+    def after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()

@@ -1,0 +1,351 @@
+"""Telemetry out: one span per LLM call, snapshots as span events, and metrics.
+
+Only the OpenTelemetry *API* is used here; which SDK (if any) receives the data
+is decided by the application or by ``_embedded/`` (see ``_capture/providers.py``).
+Attribute keys and metric names are a contract with dashboards and readers: they
+live in ``_codec.py``, which the readers share.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Optional
+
+from opentelemetry import metrics, trace
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+from .._codec import (
+    ATTR_CALL_ID,
+    ATTR_CATEGORY,
+    ATTR_COUNT_METHOD,
+    ATTR_LATE,
+    ATTR_RUN_ID,
+    ATTR_SCHEMA,
+    ATTR_STAGE_ID,
+    ATTR_STAGE_KIND,
+    ATTR_STAGE_STATE,
+    ATTR_SUPERSEDED,
+    COST_UNIT,
+    ERROR_TYPE,
+    GEN_AI_CACHE_READ,
+    GEN_AI_INPUT_TOKENS,
+    GEN_AI_OPERATION,
+    GEN_AI_OUTPUT_TOKENS,
+    GEN_AI_PROVIDER,
+    GEN_AI_REQUEST_MODEL,
+    GEN_AI_RESPONSE_MODEL,
+    GEN_AI_TOKEN_TYPE,
+    LATE_SNAPSHOT_SPAN,
+    METRIC_CACHED_TOKENS,
+    METRIC_COST,
+    METRIC_COUNT_FAILURES,
+    METRIC_LIMIT,
+    METRIC_SNAPSHOTS,
+    METRIC_TOKEN_USAGE,
+    METRIC_TOKENS,
+    METRIC_UNUSED_TOOL_TOKENS,
+    METRIC_UTILIZATION,
+    SCHEMA_VERSION,
+    SERVICE_NAME,
+    SNAPSHOT_EVENT,
+    STAGE_SPAN_PREFIX,
+    STAGE_START_SPAN,
+    STAGE_STATE_ENDED,
+    STAGE_STATE_STARTED,
+    TOKEN_HISTOGRAM_BOUNDARIES,
+    exportable,
+    exportable_text,
+    snapshot_attributes,
+    span_level,
+)
+from .._config import Config
+from .._contract import CATEGORIES, Category, Snapshot, StageInfo
+
+logger = logging.getLogger("cw_middleware")
+
+
+class Telemetry:
+    """Tracer, meter and instruments, created once per Runtime."""
+
+    def __init__(
+        self,
+        config: Config,
+        tracer_provider: Optional[trace.TracerProvider] = None,
+        meter_provider: Optional[metrics.MeterProvider] = None,
+        logger_provider: Any = None,
+    ) -> None:
+        self.config = config
+        self._attribute_cache: dict[Any, tuple[dict[str, Any], list[tuple[Category, dict[str, Any]]]]] = {}
+        self.tracer = trace.get_tracer("cw_middleware", tracer_provider=tracer_provider)
+        # Optional log-based events (OTEP 4430): the same attributes, event_name = SNAPSHOT_EVENT.
+        self.event_logger = None
+        if config.log_events:
+            from opentelemetry import _logs
+
+            self.event_logger = _logs.get_logger("cw_middleware", logger_provider=logger_provider)
+        meter = metrics.get_meter("cw_middleware", meter_provider=meter_provider)
+        self.tokens_gauge = meter.create_gauge(
+            METRIC_TOKENS, unit="{token}", description="Input tokens per context-window category"
+        )
+        self.limit_gauge = meter.create_gauge(METRIC_LIMIT, unit="{token}", description="Context window size of the model")
+        self.utilization_gauge = meter.create_gauge(
+            METRIC_UTILIZATION, unit="1", description="Share of the context window in use"
+        )
+        self.cost_counter = meter.create_counter(
+            METRIC_COST, unit=COST_UNIT, description="Input cost of the calls in USD, by context-window category"
+        )
+        self.cached_gauge = meter.create_gauge(
+            METRIC_CACHED_TOKENS, unit="{token}", description="Input tokens per category served from the prompt cache"
+        )
+        self.unused_tools_gauge = meter.create_gauge(
+            METRIC_UNUSED_TOOL_TOKENS,
+            unit="{token}",
+            description="Definition tokens of the tools a request defines and neither it nor its response calls",
+        )
+        self.snapshot_counter = meter.create_counter(
+            METRIC_SNAPSHOTS, unit="{snapshot}", description="Snapshots emitted, by count method"
+        )
+        self.count_failures = meter.create_counter(
+            METRIC_COUNT_FAILURES,
+            unit="{failure}",
+            description="Provider token counts that failed or timed out",
+        )
+        self.token_usage = meter.create_histogram(
+            METRIC_TOKEN_USAGE,
+            unit="{token}",
+            description="Tokens used per call (GenAI semantic conventions)",
+            explicit_bucket_boundaries_advisory=TOKEN_HISTOGRAM_BOUNDARIES,
+        )
+
+    @contextmanager
+    def stage_span(self, stage: StageInfo) -> Iterator[trace.Span]:
+        """The stage span, announced at once by a marker span so live stages are visible."""
+        attrs: dict[str, Any] = exportable(
+            {
+                ATTR_RUN_ID: stage.run_id,
+                ATTR_STAGE_ID: stage.stage_id,
+                ATTR_STAGE_KIND: stage.kind,
+                ATTR_SCHEMA: SCHEMA_VERSION,
+                ATTR_STAGE_STATE: STAGE_STATE_STARTED,
+            }
+        )
+        # Exceptions are not recorded: their messages may quote prompts or provider error bodies.
+        with self.tracer.start_as_current_span(
+            f"{STAGE_SPAN_PREFIX} {attrs[ATTR_STAGE_KIND]}",
+            kind=SpanKind.INTERNAL,
+            attributes=attrs,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                marker = self.tracer.start_span(STAGE_START_SPAN, kind=SpanKind.INTERNAL, attributes=attrs)
+                marker.end()
+            except Exception:  # noqa: BLE001 - telemetry never breaks the stage
+                logger.debug("cw_middleware: could not emit the stage marker", exc_info=False)
+            try:
+                yield span
+            except BaseException as exc:
+                span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
+                span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
+                raise
+            finally:
+                span.set_attribute(ATTR_STAGE_STATE, STAGE_STATE_ENDED)
+
+    def start_call(
+        self, operation: str, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]
+    ) -> CallTelemetry:
+        attrs: dict[str, Any] = {GEN_AI_OPERATION: operation}
+        if provider:
+            attrs[GEN_AI_PROVIDER] = provider
+        if model:
+            attrs[GEN_AI_REQUEST_MODEL] = model
+        if stage is not None:
+            attrs[ATTR_RUN_ID] = stage.run_id
+            attrs[ATTR_STAGE_ID] = stage.stage_id
+            attrs[ATTR_STAGE_KIND] = stage.kind
+        name = exportable_text(f"{operation} {model or ''}".strip())
+        span = self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=exportable(attrs))
+        return CallTelemetry(self, span, provider, model, stage, operation)
+
+    def metric_attributes(self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> dict[str, Any]:
+        return dict(self._attributes(provider, model, stage)[0])
+
+    def _attributes(
+        self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]
+    ) -> tuple[dict[str, Any], list[tuple[Category, dict[str, Any]]]]:
+        """(common metric attributes, per-category attributes), built once per model and stage."""
+        key = (provider, model, stage if self.config.metric_run_labels else None)
+        cached = self._attribute_cache.get(key)
+        if cached is None:
+            base = self._base_attributes(provider, model, stage)
+            cached = (base, [(c, {**base, ATTR_CATEGORY: c.value}) for c in CATEGORIES])
+            if len(self._attribute_cache) >= 1024:
+                self._attribute_cache.clear()
+            self._attribute_cache[key] = cached
+        return cached
+
+    def _base_attributes(self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> dict[str, Any]:
+        attrs: dict[str, Any] = {SERVICE_NAME: self.config.service_name}
+        if provider:
+            attrs[GEN_AI_PROVIDER] = provider
+        if model:
+            attrs[GEN_AI_REQUEST_MODEL] = model
+        if self.config.metric_run_labels and stage is not None:
+            attrs[ATTR_RUN_ID] = stage.run_id
+            attrs[ATTR_STAGE_ID] = stage.stage_id
+        return exportable(attrs)
+
+    def count_snapshot(self, snapshot: Snapshot, stage: Optional[StageInfo]) -> None:
+        base = self._attributes(snapshot.provider, snapshot.model, stage)[0]
+        self.snapshot_counter.add(1, {**base, ATTR_COUNT_METHOD: snapshot.count_method.value})
+
+    def set_gauges(self, snapshot: Snapshot, stage: Optional[StageInfo]) -> None:
+        base, per_category = self._attributes(snapshot.provider, snapshot.model, stage)
+        tokens = {item.category: item.tokens for item in snapshot.breakdown}
+        for category, attrs in per_category:
+            self.tokens_gauge.set(tokens.get(category, 0), attrs)
+        if snapshot.cached_tokens is not None:  # the response reported its cache
+            cached = {item.category: item.cached_tokens or 0 for item in snapshot.breakdown}
+            for category, attrs in per_category:
+                self.cached_gauge.set(cached.get(category, 0), attrs)
+        if snapshot.context_window_tokens:
+            self.limit_gauge.set(snapshot.context_window_tokens, base)
+            self.utilization_gauge.set(snapshot.input_tokens / snapshot.context_window_tokens, base)
+        self.unused_tools_gauge.set(snapshot.unused_tool_tokens, base)
+
+    def add_cost(self, snapshot: Snapshot, stage: Optional[StageInfo]) -> None:
+        """A call's input cost, once, at its end (from its last snapshot): the counter sums calls, never snapshots."""
+        cost = snapshot.cost
+        if cost is None:
+            return
+        _, per_category = self._attributes(snapshot.provider, snapshot.model, stage)
+        for category, attrs in per_category:
+            usd = cost.by_category.get(category)
+            if usd:
+                self.cost_counter.add(usd, attrs)
+
+
+class CallTelemetry:
+    """The span of one LLM call; snapshots land on it as events, or on a linked span once it ended."""
+
+    def __init__(
+        self,
+        owner: Telemetry,
+        span: trace.Span,
+        provider: Optional[str],
+        model: Optional[str],
+        stage: Optional[StageInfo],
+        operation: str = "chat",
+    ):
+        self._owner = owner
+        self.span = span
+        self._operation = operation
+        # Known once, while the span is open (an ended SDK span says False): with no SDK behind the
+        # tracer (telemetry off) the event attributes would go nowhere, so they are never built.
+        self._recording = span.is_recording()
+        self._call_id = format(span.get_span_context().span_id, "016x") if self._recording else ""
+        self._provider = provider
+        self._model = model
+        self._stage = stage
+        self._ended = False
+        # Gauges hold last values: a call's earlier snapshots would be overwritten by its last one
+        # within the same call, so they are set once, when the call ends (or at once if it has ended).
+        self._gauges: Optional[Snapshot] = None
+        self._mirrored: Optional[dict[str, Any]] = None  # likewise the span-level copy of the latest snapshot
+        # A provider count finishes on another thread: without the lock its event could
+        # land on a span that is ending, where the SDK drops it.
+        self._lock = threading.Lock()
+
+    def record(self, snapshot: Snapshot, superseded: bool = False, at: Optional[int] = None) -> None:
+        """The snapshot as the call span's event (``at``: its time in ns, the call's end for one recorded later)."""
+        if not self._recording and self._owner.event_logger is None:
+            with self._lock:
+                on_span = not self._ended
+                if on_span and not superseded:
+                    self._gauges = snapshot
+            self._owner.count_snapshot(snapshot, self._stage)
+            if not on_span and not superseded:
+                self._owner.set_gauges(snapshot, self._stage)
+            return
+        attrs = snapshot_attributes(snapshot, include_details=True)
+        if self._call_id:
+            attrs[ATTR_CALL_ID] = self._call_id
+        if superseded:
+            attrs[ATTR_SUPERSEDED] = True
+        with self._lock:
+            on_span = not self._ended
+            if on_span:
+                self.span.add_event(SNAPSHOT_EVENT, attributes=attrs, timestamp=at)
+                if not superseded:
+                    self._gauges, self._mirrored = snapshot, attrs
+        if not on_span:
+            # The call span is gone (a slow provider count): a short span linked to it carries the event.
+            late_attrs = span_level(attrs)
+            late_attrs[ATTR_LATE] = True
+            if self._stage is not None:
+                late_attrs[ATTR_STAGE_KIND] = self._stage.kind
+            late = self._owner.tracer.start_span(
+                LATE_SNAPSHOT_SPAN,
+                links=[Link(self.span.get_span_context())],
+                attributes=late_attrs,
+                context=trace.set_span_in_context(trace.NonRecordingSpan(self.span.get_span_context())),
+            )
+            late.add_event(SNAPSHOT_EVENT, attributes=attrs)
+            late.end()
+        event_logger = self._owner.event_logger
+        if event_logger is not None:
+            # Correlated with the call span through the context, as a span event would be.
+            event_logger.emit(
+                event_name=SNAPSHOT_EVENT,
+                attributes=attrs,
+                context=trace.set_span_in_context(trace.NonRecordingSpan(self.span.get_span_context())),
+            )
+        self._owner.count_snapshot(snapshot, self._stage)
+        if not on_span and not superseded:  # the gauges show the stage's newest request, not an older one's
+            self._owner.set_gauges(snapshot, self._stage)
+
+    def end(
+        self,
+        response_model: Optional[str] = None,
+        input_tokens: Optional[int] = None,
+        output_tokens: Optional[int] = None,
+        cache_read_tokens: Optional[int] = None,
+        error: Optional[BaseException] = None,
+        end_time: Optional[int] = None,  # ns since the epoch; None: now (the call ends when it ended, not when its estimate came)
+    ) -> None:
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+            gauges, self._gauges = self._gauges, None
+            mirrored, self._mirrored = self._mirrored, None
+        if mirrored is not None:
+            self.span.set_attributes(span_level(mirrored))
+        if gauges is not None:
+            try:
+                self._owner.set_gauges(gauges, self._stage)
+                if error is None:  # a failed call is not billed: its last snapshot is the local estimate
+                    self._owner.add_cost(gauges, self._stage)
+            except Exception:  # noqa: BLE001 - a metrics failure must not leave the span open
+                logger.warning("cw_middleware: could not record context-window gauges")
+        span = self.span
+        if response_model:
+            span.set_attribute(GEN_AI_RESPONSE_MODEL, exportable_text(response_model))
+        base = {**self._owner._attributes(self._provider, self._model, self._stage)[0], GEN_AI_OPERATION: self._operation}
+        for key, value, token_type in (
+            (GEN_AI_INPUT_TOKENS, input_tokens, "input"),
+            (GEN_AI_OUTPUT_TOKENS, output_tokens, "output"),
+        ):
+            if value is not None:
+                span.set_attribute(key, value)
+                self._owner.token_usage.record(value, {**base, GEN_AI_TOKEN_TYPE: token_type})
+        if cache_read_tokens:
+            span.set_attribute(GEN_AI_CACHE_READ, cache_read_tokens)
+        if error is not None:
+            # The exception type only: provider error bodies are content.
+            span.set_attribute(ERROR_TYPE, type(error).__qualname__)
+            span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
+        span.end(end_time=end_time)
