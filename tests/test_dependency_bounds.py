@@ -102,12 +102,23 @@ def test_each_lock_was_compiled_from_its_in_file() -> None:
             )
 
 
-# Extras that a locked package asks of another, with what in a lock shows the asker is there:
-# (package, its extras as the asker spells them, a line that marks the lock as holding the asker).
+# Extras that a locked package asks of another: (package, its extras as the asker spells them, the asker).
+# Read from the installed venvs' metadata (each dist's Requires-Dist with extras), 2026-12-06.
 EXTRAS_ASKED = (
-    ("httpx", "http2", r"^h2=="),  # litellm and arize-phoenix; h2 is the extra's footprint
-    ("pydantic-ai-slim", "anthropic,bedrock,google,mcp,openai,ui", r"^arize-phoenix=="),
-    ("google-auth", "requests", r"^google-genai=="),  # google-genai (arize-phoenix, the frameworks): broke so at 2.63.1
+    ("fastmcp-slim", "client,server", "arize-phoenix"),
+    ("gepa", "dspy", "dspy"),
+    ("google-auth", "requests", "google-genai"),  # broke the Phoenix venv the day google-auth 2.63.1 came out
+    ("google-auth", "pyopenssl", "google-adk"),  # and the frameworks-otel venv the same day
+    ("httpx", "http2", "arize-phoenix"),
+    ("httpx", "http2", "litellm"),  # README's commands failed the day httpx 0.29.0 came out
+    ("litellm", "mcp", "langchain-litellm"),
+    ("opentelemetry-exporter-http-transport", "requests", "opentelemetry-exporter-otlp-proto-http"),
+    ("pydantic", "email", "fastapi-sso"),
+    ("pydantic", "email", "fastmcp-slim"),
+    ("pydantic-ai-slim", "anthropic,bedrock,google,mcp,openai,ui", "arize-phoenix"),  # the Phoenix venv, pydantic-ai-slim 2.78
+    ("pyjwt", "crypto", "mcp"),
+    ("sqlalchemy", "asyncio", "arize-phoenix"),
+    ("urllib3", "socks", "selenium"),
 )
 
 
@@ -125,12 +136,12 @@ def test_every_lock_names_the_extras_its_packages_ask_for_at_the_asked_packages_
     for lock in locks:
         text = lock.read_text()
         for package, extras, asker in EXTRAS_ASKED:
-            if not re.search(asker, text, re.M):
+            pin = re.search(rf"^{re.escape(package)}==(\S+) \\$", text, re.M | re.I)
+            # The lowest-versions locks hold an older asker that may not ask (litellm 1.83.7 asks no http2): a lock
+            # without the extra's own dependencies locked was compiled without the ask.
+            if pin is None or not re.search(rf"^{re.escape(asker)}==", text, re.M | re.I) or "lowest" in lock.name:
                 continue
-            pin = re.search(rf"^{re.escape(package)}==(\S+) \\$", text, re.M)
-            named = re.search(rf"^{re.escape(package)}\[{re.escape(extras)}\]==(\S+) \\$", text, re.M)
-            assert pin is not None, f"{lock.name}: {package}"
+            named = re.search(rf"^{re.escape(package)}\[{re.escape(extras)}\]==(\S+) \\$", text, re.M | re.I)
             assert named is not None and named.group(1) == pin.group(1), f"{lock.name}: add {package}[{extras}]=={pin.group(1)}"
             checked[package] = checked.get(package, 0) + 1
-    # requirements.lock and requirements-dev.lock at least (README's two commands); the Phoenix venv's lock
     assert checked.get("httpx", 0) >= 2 and checked.get("pydantic-ai-slim", 0) >= 1, checked
