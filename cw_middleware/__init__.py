@@ -27,7 +27,7 @@ list's data flow and the kernel; nothing imports upward.
 """
 
 from ._capture.clients import wrap
-from ._capture.instrument import instrument, uninstrument
+from ._capture.instrument import Instrumentation, instrument, uninstrument
 from ._capture.propagation import bind
 from ._capture.runtime import configure, flush
 from ._capture.stages import current_stage, stage
@@ -83,6 +83,7 @@ __all__ = [
     "CwMiddlewareError",
     "DetailItem",
     "HistoryPoint",
+    "Instrumentation",
     "Missing",
     "NotFound",
     "ProviderCountPolicy",

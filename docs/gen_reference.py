@@ -6,7 +6,8 @@
 Sources: the settings from `cw_middleware._config.SETTINGS` / `READ_SETTINGS`; span, event,
 attribute and metric names from `cw_middleware._codec` (and the contract's enums from
 `cw_middleware._contract`); the CLI from `cw_middleware._cli.main.build_parser()`; the HTTP API from
-`cw_middleware._serve.openapi.openapi_document()`; the layout of the code from the packages'
+`cw_middleware._serve.openapi.openapi_document()`; the official clients' observed methods from
+`cw_middleware._capture.clients.patches`; the layout of the code from the packages'
 `__init__` docstrings. tests/test_docs_reference.py fails when a
 committed page is not what this script writes, so a change to any of them must carry its page.
 """
@@ -284,6 +285,51 @@ def _type(spec: dict[str, Any]) -> str:
     return str(kind) + (f" ({spec['format']})" if "format" in spec else "")
 
 
+# ---------------------------------------------------------------- the official clients
+
+
+def clients_page() -> str:
+    """Every method of the official clients that cw observes, and those it leaves out on purpose, from the table."""
+    from cw_middleware._capture.clients.patches import LEFT_OUT, TARGETS
+
+    packages = {"openai": "openai", "anthropic": "anthropic", "google.genai": "google-genai", "botocore": "boto3 (botocore)"}
+    apis = {
+        "ChatCompletions": "Chat Completions",
+        "Responses": "Responses",
+        "Messages": "Anthropic Messages",
+        "GenerateContent": "Gemini GenerateContent",
+        "Converse": "Bedrock Converse",
+    }
+    rows: dict[tuple[str, str, str], list[str]] = {}
+    for target in TARGETS:
+        where = ".".join(target.path) or "(every client)"
+        api = type(target.api).__name__
+        key = (packages[target.sdk], f"`{target.module}.{target.owner}`", where)
+        name = f"`{target.method}`" + (" (a stream manager)" if target.kind == "manager" else "")
+        rows.setdefault(key + (apis.get(api, api),), []).append(name)
+    lines = [
+        HEADER.format(source="cw_middleware/_capture/clients/patches.py (TARGETS, LEFT_OUT)"),
+        "# The official clients\n",
+        "What `cw.instrument()` and `cw.wrap(client)` observe of each official client, sync and async, streams",
+        "included. A row whose module the installed version lacks is skipped (openai 1.x kept its structured-output",
+        "helpers under `beta.chat`). `tests/test_client_coverage.py` reads the installed clients and fails on a",
+        "method that posts to a model endpoint and is in neither table.\n",
+        "| package | class | on a client | methods | wire format |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {p} | {cls} | `{where}` | {', '.join(m)} | {api} |" for (p, cls, where, api), m in rows.items()]
+    lines += [
+        "",
+        "On boto3, every call of every client ends in `BaseClient._make_api_call`; of those, the `Converse` and",
+        "`ConverseStream` calls of a `bedrock-runtime` client are observed (`converse`, `converse_stream`).\n",
+        "## Left out on purpose\n",
+        "| endpoint | method | why |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{endpoint}` | `{method}` | {_cell(why)} |" for (endpoint, method), why in sorted(LEFT_OUT.items())]
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------- the layout of the code
 
 # The face, then the wings along a request's data flow, then the kernel under them.
@@ -322,6 +368,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "cli.md": cli_page,
     "http-api.md": http_page,
     "layout.md": layout_page,
+    "clients.md": clients_page,
 }
 
 

@@ -12,6 +12,20 @@ Routes (shapes as the providers document them):
                                      until its conversation holds a ``tool_result``, then the answer
 * ``POST /v1/messages/count_tokens`` Anthropic           -> ``{"input_tokens": N}``
 * ``POST /v1beta/models/{m}:countTokens`` Gemini          -> ``{"totalTokens": N}``
+* ``POST /v1[beta]/models/{m}:generateContent``  Gemini GenerateContent (the REST shape ``google-genai``
+                                     reads: ``candidates``, ``usageMetadata`` with ``promptTokenCount``,
+                                     ``cachedContentTokenCount``, ``toolUsePromptTokenCount``); with
+                                     ``answer_tools``, a ``functionCall`` of the request's first declared
+                                     function until its contents hold a ``functionResponse``
+* ``POST /v1[beta]/models/{m}:streamGenerateContent?alt=sse``  the same as server-sent events, each
+                                     chunk with the usage so far
+* ``POST /model/{modelId}/converse`` Amazon Bedrock Converse (the JSON botocore parses: ``output.message``,
+                                     ``usage`` with ``inputTokens``, ``cacheReadInputTokens``,
+                                     ``cacheWriteInputTokens``); SigV4 headers accepted as they come;
+                                     with ``answer_tools``, a ``toolUse`` until a ``toolResult`` comes back
+* ``POST /model/{modelId}/converse-stream``  the same as an AWS event stream (binary frames with
+                                     CRCs: messageStart, contentBlockDelta, contentBlockStop, messageStop,
+                                     metadata with the usage)
 * ``POST /v1/responses/input_tokens`` OpenAI responses    -> ``{"object": "response.input_tokens", "input_tokens": N}``
 * ``POST /v1/responses``             OpenAI Responses API, JSON or SSE stream (``response.created`` ...
                                      ``response.completed``, whose response carries the usage block
@@ -30,6 +44,7 @@ import contextlib
 import json
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,6 +57,8 @@ CANARY = "CANARY-7f3a-provider-error-body"
 CHAT, ANTHROPIC, GEMINI, OPENAI_COUNT = "chat", "anthropic", "gemini", "openai_count"
 RESPONSES = "responses"
 MESSAGES = "anthropic_messages"
+GENERATE = "gemini_generate"
+CONVERSE = "bedrock_converse"
 
 
 @dataclass
@@ -59,7 +76,8 @@ class Route:
     # `reject_status` with an error naming the field.
     rejects: tuple[str, ...] = ()
     reject_status: int = 400
-    answer_tools: bool = False  # messages: call the first tool offered until a tool_result comes back
+    answer_tools: bool = False  # messages, gemini: call the first tool offered until its result comes back
+    tool_use_tokens: int = 0  # gemini: usageMetadata.toolUsePromptTokenCount
     delta_input: bool = False  # messages streams: message_delta repeats the input usage (the current API)
 
 
@@ -82,6 +100,8 @@ class FakeProvider:
             OPENAI_COUNT: Route(tokens=3141),
             MESSAGES: Route(tokens=321, cached_tokens=2048, cache_write_tokens=512),
             RESPONSES: Route(tokens=2345, cached_tokens=2048),
+            GENERATE: Route(tokens=1618, cached_tokens=1024, tool_use_tokens=12),
+            CONVERSE: Route(tokens=271, cached_tokens=1024, cache_write_tokens=256),
         }
     )
     requests: list[Recorded] = field(default_factory=list)
@@ -125,6 +145,10 @@ def _route_of(path: str) -> Optional[str]:
         return MESSAGES
     if path.startswith("/v1beta/models/") and path.endswith(":countTokens"):
         return GEMINI
+    if path.startswith(("/v1beta/models/", "/v1/models/")) and path.endswith((":generateContent", ":streamGenerateContent")):
+        return GENERATE
+    if path.startswith("/model/") and path.endswith(("/converse", "/converse-stream")):
+        return CONVERSE
     if path.endswith("/v1/responses/input_tokens"):
         return OPENAI_COUNT
     if path.endswith("/v1/responses"):
@@ -173,6 +197,10 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
                     return self._messages(route, body or {})
                 if route_name == RESPONSES:
                     return self._responses(route, body or {})
+                if route_name == GENERATE:
+                    return self._generate(route, body or {}, self.path)
+                if route_name == CONVERSE:
+                    return self._converse(route, body or {}, self.path)
                 if route_name == ANTHROPIC:
                     return self._json(200, {"input_tokens": route.tokens})
                 if route_name == GEMINI:
@@ -209,6 +237,86 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
                     "rejected_prediction_tokens": 0,
                 },
             }
+
+        def _generate(self, route: Route, request: dict[str, Any], path: str) -> None:
+            model = path.split("/models/", 1)[1].split(":", 1)[0]
+            usage = {
+                "promptTokenCount": route.tokens,
+                "cachedContentTokenCount": route.cached_tokens,
+                "toolUsePromptTokenCount": route.tool_use_tokens,
+                "candidatesTokenCount": route.completion_tokens,
+                "totalTokenCount": route.tokens + route.tool_use_tokens + route.completion_tokens,
+            }
+            declared = [d for t in request.get("tools") or () for d in t.get("functionDeclarations") or ()]
+            answered = "functionResponse" in json.dumps(request.get("contents"))
+            if route.answer_tools and declared and not answered:
+                parts: list[dict[str, Any]] = [{"functionCall": {"name": declared[0]["name"], "args": {"q": "x"}}}]
+            else:
+                parts = [{"text": route.reply}]
+            answer = {
+                "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+                "usageMetadata": usage,
+                "modelVersion": model,
+            }
+            if ":streamGenerateContent" not in path:
+                return self._json(200, answer)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            words = route.reply.split(" ") if "text" in parts[0] else [None]
+            for i, word in enumerate(words):
+                last = i == len(words) - 1
+                chunk_parts = [{"text": word + ("" if last else " ")}] if word is not None else parts
+                candidate: dict[str, Any] = {"content": {"role": "model", "parts": chunk_parts}, "index": 0}
+                if last:
+                    candidate["finishReason"] = "STOP"
+                so_far = {**usage, "candidatesTokenCount": i + 1 if not last else route.completion_tokens}
+                chunk = {"candidates": [candidate], "usageMetadata": so_far, "modelVersion": model}
+                self.wfile.write(f"data: {json.dumps(chunk)}\r\n\r\n".encode())
+                self.wfile.flush()
+
+        def _converse(self, route: Route, request: dict[str, Any], path: str) -> None:
+            usage = {
+                "inputTokens": route.tokens,
+                "outputTokens": route.completion_tokens,
+                "totalTokens": route.tokens + route.cached_tokens + route.cache_write_tokens + route.completion_tokens,
+                "cacheReadInputTokens": route.cached_tokens,
+                "cacheWriteInputTokens": route.cache_write_tokens,
+            }
+            specs = [t["toolSpec"] for t in (request.get("toolConfig") or {}).get("tools") or () if "toolSpec" in t]
+            answered = "toolResult" in json.dumps(request.get("messages"))
+            if route.answer_tools and specs and not answered:
+                block: dict[str, Any] = {
+                    "toolUse": {"toolUseId": "tooluse_local1", "name": specs[0]["name"], "input": {"q": "x"}}
+                }
+                stop = "tool_use"
+            else:
+                block, stop = {"text": route.reply}, "end_turn"
+            if not path.endswith("/converse-stream"):
+                answer = {"output": {"message": {"role": "assistant", "content": [block]}}, "stopReason": stop}
+                return self._json(200, {**answer, "usage": usage, "metrics": {"latencyMs": 5}})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.amazon.eventstream")
+            self.end_headers()
+            events: list[tuple[str, dict[str, Any]]] = [("messageStart", {"role": "assistant"})]
+            if "text" in block:
+                events += [
+                    ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": w + " "}}) for w in route.reply.split(" ")
+                ]
+            else:
+                tool_use = block["toolUse"]
+                start = {"toolUse": {"toolUseId": tool_use["toolUseId"], "name": tool_use["name"]}}
+                events.append(("contentBlockStart", {"contentBlockIndex": 0, "start": start}))
+                delta = {"toolUse": {"input": json.dumps(tool_use["input"])}}
+                events.append(("contentBlockDelta", {"contentBlockIndex": 0, "delta": delta}))
+            events += [
+                ("contentBlockStop", {"contentBlockIndex": 0}),
+                ("messageStop", {"stopReason": stop}),
+                ("metadata", {"usage": usage, "metrics": {"latencyMs": 5}}),
+            ]
+            for name, payload in events:
+                self.wfile.write(event_stream_frame(name, payload))
+                self.wfile.flush()
 
         def _messages(self, route: Route, request: dict[str, Any]) -> None:
             usage = {
@@ -384,6 +492,19 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
 
     return Handler
+
+
+def event_stream_frame(event: str, payload: dict[str, Any]) -> bytes:
+    """One frame of the AWS event stream encoding: a prelude with its CRC, string headers, the JSON payload, a CRC."""
+    headers = b""
+    for name, value in ((":event-type", event), (":content-type", "application/json"), (":message-type", "event")):
+        raw = value.encode()
+        headers += bytes([len(name)]) + name.encode() + b"\x07" + len(raw).to_bytes(2, "big") + raw
+    body = json.dumps(payload).encode()
+    prelude = (12 + len(headers) + len(body) + 4).to_bytes(4, "big") + len(headers).to_bytes(4, "big")
+    prelude += zlib.crc32(prelude).to_bytes(4, "big")
+    message = prelude + headers + body
+    return message + zlib.crc32(message).to_bytes(4, "big")
 
 
 class _Server(ThreadingHTTPServer):

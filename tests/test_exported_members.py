@@ -12,7 +12,7 @@ PUBLIC = {
     "completion", "acompletion", "responses", "aresponses", "estimate", "stage", "current_stage", "snapshots",
     "segment", "message", "tool", "ToolSource",
     # zero-code adoption: frameworks and the Router, stages across thread pools
-    "instrument", "uninstrument", "bind",
+    "instrument", "uninstrument", "bind", "Instrumentation",
     # the official openai / anthropic clients, observed without patching
     "wrap",
     # configuration and telemetry

@@ -351,6 +351,7 @@ def test_stream_usage_never_leaves_the_request_as_written(runtime, provider, cle
 
 
 def test_the_table_names_methods_the_installed_client_has():
-    for target in client_patches.TARGETS:
-        if target.sdk == "openai":
-            assert target.owner_class() is not None, target
+    """Rows for another client version (openai 1.x's ``beta.chat``) may name a module this one lacks, never a
+    class without its method (tests/test_client_coverage.py checks every row); today's create rows are here."""
+    present = {(t.owner, t.method) for t in client_patches.TARGETS if t.sdk == "openai" and t.owner_class() is not None}
+    assert {("Completions", "create"), ("Responses", "create"), ("Completions", "parse"), ("Responses", "parse")} <= present

@@ -54,7 +54,9 @@ def swap(replacing: Mapping[int, Callable[..., Any]]) -> list[Swap]:
                     done.append(Swap(module_name, namespace, key, value, shell))
                 except Exception:  # noqa: BLE001
                     missed.setdefault(module_name, []).append(key)
-            elif isinstance(value, type) and getattr(value, "__module__", None) == module_name:
+            # type(value), not isinstance: a lazy module proxy (openai's) answers isinstance by importing what it
+            # stands for, and instrument() would load that module for the application.
+            elif issubclass(type(value), type) and getattr(value, "__module__", None) == module_name:
                 missed_here = [f"{key}.{k}" for k, v in _class_items(value) if id(_unwrap_static(v)) in replacing]
                 if missed_here:
                     missed.setdefault(module_name, []).extend(missed_here)

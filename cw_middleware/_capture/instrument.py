@@ -17,12 +17,14 @@ warning says so.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
+import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from .. import _offline
-from . import bound, clients, wrapper
+from . import bound, clients, import_hooks, wrapper
 from . import litellm_originals as _litellm
 from .suppress import suppressed
 
@@ -34,27 +36,56 @@ def _shells() -> dict[str, Callable[..., Any]]:
     return {name: getattr(wrapper, name) for name in _litellm.ENTRY_POINTS}
 
 
-def instrument() -> None:
-    """Observe ``litellm.completion``, ``acompletion``, ``responses`` and ``aresponses`` for every caller,
-    and the official clients' ``chat.completions.create``, ``responses.create`` (``openai``) and
-    ``messages.create`` / ``messages.stream`` (``anthropic``) where those are installed.
+@dataclass(frozen=True)
+class Instrumentation:
+    """What `instrument()` observes: the entry points patched, and the packages it waits for.
 
-    Idempotent and thread-safe. Calls that look the function up on the module at call time are
-    observed (frameworks, the Router), and so are references bound before this call in a
-    module's globals (``from litellm import completion`` at import time): those are swapped too
-    (`bound`); one that cannot be swapped is named in a warning. After ``importlib.reload(litellm)``
-    put LiteLLM's functions back, the next call installs the shells again. This is the process's
-    set-up moment, so the first observed call pays for neither: the runtime (and with it the
-    telemetry pipeline and its OpenTelemetry SDK import) is built here, and the o200k_base
-    tokenizer starts loading in the background.
+    ``observed`` names each patched function or method as it is spelled where it lives
+    (``litellm.completion``, ``openai.resources.chat.completions.Completions.create``); ``waiting``
+    the installed packages the application has not imported yet (``anthropic``): they are observed
+    from the moment it does. Nothing else is changed, and nothing is imported for them.
     """
-    litellm = _offline.litellm()
+
+    observed: tuple[str, ...]
+    waiting: tuple[str, ...]
+
+
+# The packages instrument() observes, each by its patch: LiteLLM's module functions, the official clients.
+def _hooks() -> dict[str, Callable[[Any], None]]:
+    hooks: dict[str, Callable[[Any], None]] = {"litellm": _instrument_litellm}
+    for sdk in clients.SDKS:
+        hooks[sdk] = functools.partial(_instrument_sdk, sdk)
+    return hooks
+
+
+def instrument() -> Instrumentation:
+    """Observe ``litellm.completion``, ``acompletion``, ``responses`` and ``aresponses`` for every caller,
+    and every method of the official clients that sends a model request (``chat.completions.create`` and
+    ``parse``, ``responses.create`` and ``parse``, ``messages.create``, ``parse`` and ``stream``, their
+    ``beta`` forms: `clients.patches.TARGETS`), sync and async. Returns what it observes.
+
+    Idempotent and thread-safe. A package the application has not imported yet is not imported here:
+    it is observed as soon as the application imports it (`import_hooks`). Calls that look the
+    function up on the module at call time are observed (frameworks, the Router), and so are
+    references bound before this call in a module's globals (``from litellm import completion`` at
+    import time): those are swapped too (`bound`); one that cannot be swapped is named in a warning.
+    After ``importlib.reload(litellm)`` put LiteLLM's functions back, the next call installs the shells
+    again. This is the process's set-up moment, so the first observed call pays for neither: the
+    runtime (and with it the telemetry pipeline and its OpenTelemetry SDK import) is built here, and
+    the o200k_base tokenizer starts loading in the background.
+    """
     from .._counting.rules import _tiktoken
     from .runtime import get_runtime
 
     get_runtime()  # never raises: a bad environment leaves telemetry off, with one warning
     _tiktoken.prefetch("o200k_base")
+    for package, hook in _hooks().items():
+        if importlib.util.find_spec(package) is not None:
+            import_hooks.when_imported(package, hook)
+    return Instrumentation(tuple(_observed_names()), tuple(p for p in import_hooks.waiting() if p in _hooks()))
 
+
+def _instrument_litellm(litellm: Any) -> None:
     patches = _litellm.patches()
     with patches.lock:
         _drop_reloaded(litellm, patches)
@@ -73,7 +104,15 @@ def instrument() -> None:
                     replacing[id(function)] = observed
         if replacing:
             patches.swaps.extend(bound.swap(replacing))
-    clients.instrument_clients()
+
+
+def _instrument_sdk(sdk: str, module: Any) -> None:
+    clients.instrument_clients(sdk)
+
+
+def _observed_names() -> list[str]:
+    names = [f"litellm.{name}" for name in _litellm.patches().installed]
+    return names + clients.clients_observed()
 
 
 def uninstrument() -> None:
@@ -84,8 +123,15 @@ def uninstrument() -> None:
     stays bound somewhere (a framework took it while instrumented) passes every
     call straight through to what it replaced from now on.
     """
-    litellm = _offline.litellm()
+    for package in _hooks():
+        import_hooks.cancel(package)
+    litellm = sys.modules.get("litellm")
+    if litellm is not None:
+        _uninstrument_litellm(litellm)
+    clients.uninstrument_clients()
 
+
+def _uninstrument_litellm(litellm: Any) -> None:
     patches = _litellm.patches()
     with patches.lock:
         _drop_reloaded(litellm, patches)
@@ -101,7 +147,6 @@ def uninstrument() -> None:
         live = {id(observed) for _, observed in patches.installed.values()}
         bound.restore([s for s in patches.swaps if id(s.shell) not in live])
         patches.swaps = [s for s in patches.swaps if id(s.shell) in live]
-    clients.uninstrument_clients()
 
 
 def instrumented() -> bool:
@@ -115,7 +160,9 @@ def instrumented() -> bool:
 
 def litellm_instrumented() -> bool:
     """True while at least one LiteLLM entry point is observed through the module (not after a reload put LiteLLM's back)."""
-    litellm = _offline.litellm()
+    litellm = sys.modules.get("litellm")
+    if litellm is None:
+        return False
     patches = _litellm.patches()
     with patches.lock:
         return any(not _reloaded(litellm, name, entry) for name, entry in patches.installed.items())

@@ -1,6 +1,7 @@
 """Model facts: the provider, the model's name, its context window and prices, as spans, snapshots and metrics give them.
 
-LiteLLM's model map names the provider and the window (`ModelFacts`, cached, one per Runtime);
+LiteLLM's model map (`model_map`, read as data: LiteLLM is not imported for it) names the provider,
+the window and the prices (`ModelFacts`, cached, one per Runtime);
 the settings may set the window, for every call (``context_windows``) or for one
 (``cw_context_window``). The one place model names are normalised, for spans, snapshots and
 metric labels alike: the provider goes to gen_ai.provider.name and the model is named as the
@@ -11,6 +12,7 @@ written, and its provider is our family guess (`rules.split_provider`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
@@ -18,8 +20,11 @@ from typing import Any, NamedTuple, Optional
 from .._config import MAX_CONTEXT_WINDOW
 from .._contract import StageInfo, WarningCode
 from .._log import RateLimitedLog
+from . import model_map
 from .cost import Prices, prices_from
 from .rules import split_provider
+
+logger = logging.getLogger("cw_middleware")
 
 OPTION_CONTEXT_WINDOW = "cw_context_window"  # the per-call window, removed before LiteLLM sees the request
 MAX_MODELS = 512  # model strings whose facts are kept
@@ -59,6 +64,12 @@ class ModelFacts:
             if len(self._known) >= self._max:
                 self._known.clear()
             self._known[key] = facts
+            if facts.window is None and facts.prices is None:  # said once a model, in our logger, never on stdout
+                logger.warning(
+                    "cw_middleware: %r is not in LiteLLM's model map: its calls have no context window or price "
+                    "(configure(context_windows={...}) gives the window)",
+                    model,
+                )
         return facts
 
     def request_meta(
@@ -126,23 +137,29 @@ def configured_window(configured: Mapping[str, int], model: str, name: str, prov
 
 
 def _look_up(model: str, custom_llm_provider: Optional[str]) -> Facts:
-    """(provider, model name, max input tokens) from LiteLLM's model map; unknown models get (family guess, model, None)."""
-    from .._offline import litellm as _import_litellm
+    """(provider, model name, max input tokens, prices) from LiteLLM's model map (`model_map`), read as data.
 
-    litellm = _import_litellm()  # offline on first import, without leaving a variable behind
-
-    provider: Optional[str]
-    name = model
-    try:
-        name, provider = litellm.get_llm_provider(model, custom_llm_provider=custom_llm_provider)[:2]
-    except Exception:  # noqa: BLE001 - unknown to LiteLLM: fall back to our family guess
-        provider = split_provider(model, custom_llm_provider).family
-        provider = None if provider == "unknown" else provider
-    prices = None
-    try:
-        info = litellm.get_model_info(model, custom_llm_provider=custom_llm_provider)
-        window = info.get("max_input_tokens") or info.get("max_tokens")
-        prices = prices_from(info)
-    except Exception:  # noqa: BLE001
-        window = None
-    return Facts(provider, str(name or model), int(window) if window else None, prices)
+    Where the application runs LiteLLM, LiteLLM names the provider (``get_llm_provider``: its own
+    spelling, ``bedrock`` for a Converse model) and resolves what the map does not hold by that name
+    (an alias such as ``claude-opus-latest``), but only for a name it routes: for any other it prints
+    on the application's stdout. An unknown model keeps its name as written, and our family guess.
+    """
+    provider, name, found = model_map.resolve(model, custom_llm_provider)
+    litellm = model_map.loaded_litellm()
+    prefix, slash, _ = model.partition("/")
+    if litellm is not None and (custom_llm_provider or found is not None or (slash and model_map.is_provider(prefix))):
+        try:
+            name, provider = litellm.get_llm_provider(model, custom_llm_provider=custom_llm_provider)[:2]
+        except Exception:  # noqa: BLE001 - the map's reading stands
+            pass
+        if found is None:
+            try:
+                found = litellm.get_model_info(model, custom_llm_provider=custom_llm_provider)
+            except Exception:  # noqa: BLE001 - not in LiteLLM's map either
+                found = None
+    if provider is None:
+        guess = split_provider(model, custom_llm_provider).family
+        provider = None if guess == "unknown" else guess
+    window = (found.get("max_input_tokens") or found.get("max_tokens")) if found is not None else None
+    prices = prices_from(found) if found is not None else None
+    return Facts(provider, str(name or model), int(window) if isinstance(window, (int, float)) and window else None, prices)

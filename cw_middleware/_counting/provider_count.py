@@ -8,7 +8,8 @@ function that asks one provider endpoint and either returns an int or raises `Co
 
 Endpoints (request bodies are converted from the OpenAI-style chat request by
 count_bodies.py; a Responses-API request, under ``"responses"``, goes to OpenAI's
-endpoint as it is, and an Anthropic Messages request, under ``"anthropic"``, to Anthropic's):
+endpoint as it is, an Anthropic Messages request, under ``"anthropic"``, to Anthropic's, and a
+GenerateContent request, under ``"gemini"``, to Gemini's):
 
 * Anthropic ``POST {base}/v1/messages/count_tokens`` -> ``{"input_tokens": N}``
 * Gemini ``POST {base}/v1beta/models/{model}:countTokens`` with a
@@ -218,9 +219,11 @@ def _endpoint(target: CountTarget, request: Mapping[str, Any]) -> tuple[str, dic
             body = to_anthropic(target.model, messages, tools, tool_choice)
         return f"{base}/v1/messages/count_tokens", headers, body, "input_tokens"
     if target.provider == "gemini":
-        base = _strip_suffix(base, "/v1beta")
+        base = _strip_suffix(base, "/v1beta", "/v1")
         url = f"{base}/v1beta/models/{target.model}:countTokens"
-        return url, {"x-goog-api-key": target.api_key}, to_gemini(target.model, messages, tools, tool_choice), "totalTokens"
+        native = request.get("gemini")  # a GenerateContent request (the google-genai client's): counted as sent
+        body = dict(native) if isinstance(native, Mapping) else to_gemini(target.model, messages, tools, tool_choice)
+        return url, {"x-goog-api-key": target.api_key}, body, "totalTokens"
     base = _strip_suffix(base, "/v1")
     native = request.get("responses")
     if isinstance(native, Mapping):  # a Responses-API request: counted as it will be sent
@@ -251,7 +254,7 @@ def _jsonable(obj: Any) -> Any:
 
 def canonical_request(target: CountTarget, request: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """(fingerprint, plain-JSON copy) of a request: a blake2b hash of its canonical JSON, never its content."""
-    keys = ("model", "messages", "tools", "tool_choice", "response_format", "responses", "anthropic")
+    keys = ("model", "messages", "tools", "tool_choice", "response_format", "responses", "anthropic", "gemini")
     plain = {k: request.get(k) for k in keys if request.get(k) is not None}
     text = json.dumps(
         {"request": plain, "provider": target.provider, "model": target.model, "api_base": target.api_base},

@@ -6,6 +6,7 @@ rules count dicts, so the class is converted here the way LiteLLM converts it.
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from typing import Any
 
@@ -25,23 +26,30 @@ def response_format_as_sent(response_format: Any, provider: str) -> Any:
 
 @lru_cache(maxsize=128)
 def _pydantic_response_format(model_class: type[BaseModel], provider: str) -> Any:
-    """LiteLLM's own conversion (``type_to_response_format_param``), as each provider config calls it.
+    """The conversion of the library that sends it: LiteLLM's (``type_to_response_format_param``, as each
+    provider config calls it) where the application runs LiteLLM, else the ``openai`` client's own, which
+    LiteLLM's copies.
 
     OpenAI and most providers: OpenAI's strict schema (``$ref``s inlined, ``additionalProperties:
     false``); Anthropic: pydantic's schema with ``/$defs/`` refs; Gemini: pydantic's schema as is.
-    Imported lazily: only a request with a model class pays for it, and the call path has
-    LiteLLM loaded anyway (the read side never estimates).
+    Neither library is imported here: an ``openai`` client's call never loads LiteLLM for it.
     """
     if provider == "gemini":
-        schema: Any = model_class.model_json_schema()
-        return {"type": "json_schema", "json_schema": {"schema": schema, "name": model_class.__name__, "strict": True}}
+        return _plain_schema(model_class)
     try:
-        from .._offline import litellm
+        litellm = sys.modules.get("litellm")
+        if litellm is not None and hasattr(litellm, "utils"):
+            ref_template = "/$defs/{model}" if provider == "anthropic" else None
+            return litellm.utils.type_to_response_format_param(model_class, ref_template=ref_template)
+        if "openai" in sys.modules:
+            from openai.lib._parsing._completions import type_to_response_format_param
 
-        type_to_response_format_param = litellm().utils.type_to_response_format_param
+            return type_to_response_format_param(model_class)
+    except Exception:  # noqa: BLE001 - moved, or refused the class: pydantic's schema is the next best
+        pass
+    return _plain_schema(model_class)
 
-        ref_template = "/$defs/{model}" if provider == "anthropic" else None
-        return type_to_response_format_param(model_class, ref_template=ref_template)
-    except Exception:  # noqa: BLE001 - LiteLLM moved it, or refused the class: pydantic's schema is the next best
-        schema = model_class.model_json_schema()
-        return {"type": "json_schema", "json_schema": {"schema": schema, "name": model_class.__name__, "strict": True}}
+
+def _plain_schema(model_class: type[BaseModel]) -> dict[str, Any]:
+    schema = model_class.model_json_schema()
+    return {"type": "json_schema", "json_schema": {"schema": schema, "name": model_class.__name__, "strict": True}}

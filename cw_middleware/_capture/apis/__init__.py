@@ -14,7 +14,8 @@ What differs between Chat Completions and the Responses API sits behind `Api`:
 
 A new LiteLLM entry point is one adapter here plus two thin shells (sync, async)
 in ``wrapper.py``; `API_OF` says which adapter serves which LiteLLM function. The official
-clients (``clients/``) speak the same formats, plus Anthropic Messages (messages.py).
+clients (``clients/``) speak the same formats, plus Anthropic Messages (messages.py), Gemini's
+GenerateContent (gemini.py) and Bedrock's Converse (converse.py).
 """
 
 from __future__ import annotations
@@ -24,12 +25,16 @@ from typing import Any
 
 from .base import NOTHING, Api, Forward, Parsed, Reading, Route, Usage
 from .chat import CHAT
+from .converse import CONVERSE
+from .gemini import GENERATE_CONTENT
 from .messages import MESSAGES
 from .responses import RESPONSES
 
 __all__ = [
     "API_OF",
     "CHAT",
+    "CONVERSE",
+    "GENERATE_CONTENT",
     "MESSAGES",
     "NOTHING",
     "RESPONSES",

@@ -10,6 +10,8 @@ or ``anthropic`` client's request does not, so the client says it:
   any other host -> ``openai_compatible``.
 * ``anthropic`` client: ``AnthropicBedrock`` -> ``bedrock``, ``AnthropicVertex`` -> ``vertex_ai``,
   a ``litellm`` host -> ``litellm_proxy``, any other -> ``anthropic`` (its wire format).
+* ``google-genai`` client: Vertex AI (``vertexai=True``) -> ``vertex_ai``, the Gemini API -> ``gemini``.
+* a ``boto3`` ``bedrock-runtime`` client -> ``bedrock`` (bedrock.py).
 
 The provider is what spans and snapshots name (``gen_ai.provider.name``); the model keeps the name
 the client sends. Read on each call (a few attribute reads): a client's base URL may be changed.
@@ -26,6 +28,27 @@ _AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.
 _AZURE_CLASSES = frozenset({"AzureOpenAI", "AsyncAzureOpenAI"})
 _ANTHROPIC_CLASSES = {"AnthropicBedrock": "bedrock", "AsyncAnthropicBedrock": "bedrock"}
 _ANTHROPIC_CLASSES |= {"AnthropicVertex": "vertex_ai", "AsyncAnthropicVertex": "vertex_ai"}
+
+
+def resource_route(resource: Any, wire: str) -> Route:
+    """The route of the client a resource (``client.chat.completions``, ``client.models``) belongs to."""
+    if wire == "google.genai":
+        return genai_route(getattr(resource, "_api_client", None))
+    if wire == "botocore":
+        from .bedrock import bedrock_route  # the client itself is the resource
+
+        return bedrock_route(resource)
+    return route_of(resource._client, wire)
+
+
+def genai_route(api_client: Any) -> Route:
+    """A ``google-genai`` client's route, from its API client: Vertex AI or the Gemini API, its base URL and key."""
+    options = getattr(api_client, "_http_options", None)
+    base = _text(getattr(options, "base_url", None)) or None
+    key = _text(getattr(api_client, "api_key", None)) or None
+    if getattr(api_client, "vertexai", False):
+        return Route("vertex_ai", "vertex_ai", "vertex_ai", base, key)
+    return Route("gemini", "gemini", "gemini", base, key)
 
 
 def route_of(client: Any, wire: str) -> Route:

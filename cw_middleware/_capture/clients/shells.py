@@ -74,7 +74,7 @@ def method_shell(original: Callable[..., Any], api: Api, route_of: RouteOf) -> C
             if skipped():
                 return await original(self, *args, **kwargs)
             request = _request(kwargs)
-            route = route_of(self._client)
+            route = route_of(self)
             return await arun_call(api, args, request, functools.partial(original, self), observe, route)
 
         shell: Callable[..., Any] = observed_async
@@ -85,7 +85,7 @@ def method_shell(original: Callable[..., Any], api: Api, route_of: RouteOf) -> C
             if skipped():
                 return original(self, *args, **kwargs)
             request = _request(kwargs)
-            route = route_of(self._client)
+            route = route_of(self)
             return run_call(api, args, request, functools.partial(original, self), observe, route)
 
         shell = observed
@@ -101,7 +101,7 @@ def manager_shell(original: Callable[..., Any], api: Api, route_of: RouteOf) -> 
         if skipped():
             return original(self, *args, **kwargs)
         request = _request(kwargs)
-        route = route_of(self._client)
+        route = route_of(self)
         return run_call(api, args, request, functools.partial(original, self), observe_manager, route)
 
     setattr(observed_stream, SAVED_ATTR, original)
@@ -136,6 +136,8 @@ def observe(call: Call, response: Any) -> Any:
             _observe_raw(call, response)
         elif _is_stream(response):
             _observe_stream(call, response)
+        elif inspect.isgenerator(response) or inspect.isasyncgen(response):
+            return _observed_generator(call, response)
         else:
             call.finish_response(response)
     except Exception as exc:  # noqa: BLE001
@@ -211,6 +213,15 @@ def _observe_stream(call: Call, stream: Any) -> None:
     stream._iterator = _observed_aiter(inner, call) if hasattr(inner, "__anext__") else _observed_iter(inner, call)
     # A caller may stop reading early and drop the stream: end the call when it is collected.
     weakref.finalize(stream, call.finish_stream).atexit = False
+
+
+def _observed_generator(call: Call, inner: Any) -> Any:
+    """google-genai's streams are plain generators: the caller iterates ours, which yields theirs item for item.
+
+    A generator dropped unfinished, or never started, ends the call without usage when it is collected."""
+    outer = _observed_aiter(inner, call) if inspect.isasyncgen(inner) else _observed_iter(inner, call)
+    weakref.finalize(outer, call.finish_stream).atexit = False
+    return outer
 
 
 def _observed_iter(inner: Iterator[Any], call: Call) -> Iterator[Any]:

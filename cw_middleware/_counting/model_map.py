@@ -1,0 +1,166 @@
+"""LiteLLM's model map read as data: a model's provider, context window and prices, without running LiteLLM.
+
+The map is LiteLLM's (``litellm.model_cost``, never a table of ours). Where the application has
+imported LiteLLM, its map in memory is read, the one its own calls use (the bundled copy, or the one
+it fetched). Where it has not (an ``openai``, ``anthropic``, ``google-genai`` or Bedrock client used
+directly), LiteLLM is not imported for it: the file LiteLLM ships, ``model_prices_and_context_window_backup.json``,
+is read as text once (3.5 MB, a few ms) and a model's entry is decoded where its key stands, so
+no 30 ms parse of the whole map runs on a caller's first call. LiteLLM's functions that resolve a
+name (``get_llm_provider``, ``get_model_info``) are not called either: for a name they do not know
+they print "Provider List" on the application's stdout, and for some providers they parse the whole
+map on the caller's thread. The name is resolved here the way they resolve it: a provider given or
+prefixed (``openai/gpt-4o``), else the provider the model's own entry names.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple, Optional
+
+from .._process import PROCESS
+
+MAP_FILE = "model_prices_and_context_window_backup.json"
+_DECODER = json.JSONDecoder()
+
+
+class Resolved(NamedTuple):
+    provider: Optional[str]  # LiteLLM's provider name; None: not known
+    name: str  # the model as its provider names it (no routing prefix)
+    entry: Optional[Mapping[str, Any]]  # the model's map entry; None: not in the map
+
+
+class _BundledMap:
+    """The text of the map LiteLLM ships, read once (a part of the process state, see _process.py)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.text: Optional[str] = None
+        self.providers: Optional[frozenset[str]] = None
+        self.entries: dict[str, Optional[Mapping[str, Any]]] = {}
+
+    def after_fork_in_child(self) -> None:
+        self.lock = threading.Lock()  # the text and entries are whole or not there: the child keeps them
+
+
+def loaded_litellm() -> Any:
+    """The ``litellm`` module where it is imported and done importing (its map in memory); else None."""
+    module = sys.modules.get("litellm")
+    found = getattr(module, "model_cost", None) if module is not None else None
+    return module if isinstance(found, Mapping) and found else None
+
+
+def _loaded_litellm_map() -> Optional[Mapping[str, Any]]:
+    module = loaded_litellm()
+    return module.model_cost if module is not None else None
+
+
+def _bundled() -> _BundledMap:
+    state = PROCESS.part(_BundledMap)
+    if state.text is None:
+        with state.lock:
+            if state.text is None:
+                state.text = _read_bundled_text()
+    return state
+
+
+def _read_bundled_text() -> str:
+    spec = importlib.util.find_spec("litellm")  # finds the package; imports nothing
+    if spec is None or not spec.submodule_search_locations:
+        return ""
+    path = Path(next(iter(spec.submodule_search_locations))) / MAP_FILE
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+def entry(key: str) -> Optional[Mapping[str, Any]]:
+    """The map's entry for ``key`` exactly (``gpt-4o``, ``azure/gpt-4o``), or None."""
+    loaded = _loaded_litellm_map()
+    if loaded is not None:
+        found = loaded.get(key)
+        return found if isinstance(found, Mapping) else None
+    state = _bundled()
+    if key in state.entries:
+        return state.entries[key]
+    decoded = _decode_entry(state.text or "", key)
+    with state.lock:
+        if len(state.entries) > 4096:  # names seen, bounded: a caller inventing names cannot grow it
+            state.entries.clear()
+        state.entries[key] = decoded
+    return decoded
+
+
+def _decode_entry(text: str, key: str) -> Optional[Mapping[str, Any]]:
+    """The top-level entry named ``key``, decoded where it stands in the map's text (keys are indented by four)."""
+    needle = "\n    " + json.dumps(key) + ": {"
+    at = text.find(needle)
+    if at < 0:
+        return None
+    try:
+        found, _ = _DECODER.raw_decode(text, at + len(needle) - 1)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def is_provider(name: str) -> bool:
+    """Whether ``name`` is a provider LiteLLM routes to (the prefix of ``openai/gpt-4o``)."""
+    module = sys.modules.get("litellm")
+    listed = getattr(module, "provider_list", None) if module is not None else None
+    if listed:
+        return name in {getattr(p, "value", p) for p in listed}
+    state = _bundled()
+    if state.providers is None:
+        providers = frozenset(_providers_in(state.text or ""))
+        with state.lock:
+            state.providers = providers
+    return name in state.providers
+
+
+def _providers_in(text: str) -> set[str]:
+    marker = '"litellm_provider": "'
+    out, at = set(), text.find(marker)
+    while at >= 0:
+        end = text.find('"', at + len(marker))
+        out.add(text[at + len(marker) : end])
+        at = text.find(marker, end)
+    return out
+
+
+def resolve(model: str, custom_llm_provider: Optional[str] = None) -> Resolved:
+    """(provider, name, entry) of a model string as LiteLLM routes it; (None, model, None) for a name nobody maps."""
+    prefix, slash, rest = model.partition("/")
+    if custom_llm_provider:
+        provider: Optional[str] = custom_llm_provider
+        name = rest if slash and prefix == custom_llm_provider else model
+    elif slash and is_provider(prefix):
+        provider, name = prefix, rest
+    else:
+        provider, name = None, model
+    found = _entry_of(model, name, provider)
+    if provider is None and found is not None:
+        named = found.get("litellm_provider")
+        provider = named if isinstance(named, str) else None
+    return Resolved(provider, name, found)
+
+
+def _entry_of(model: str, name: str, provider: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """The entry LiteLLM's ``get_model_info`` finds: the name under its provider, then as written, then bare."""
+    keys = [f"{provider}/{name}", model, name] if provider else [model, name]
+    for key in dict.fromkeys(keys):
+        found = entry(key)
+        if found is not None and (provider is None or _serves(found, provider) or key.startswith(f"{provider}/")):
+            return found
+    return None
+
+
+def _serves(found: Mapping[str, Any], provider: str) -> bool:
+    """An entry listed under another provider is another model (``gpt-4o`` on Azure is ``azure/gpt-4o``)."""
+    named = found.get("litellm_provider")
+    return named == provider or (isinstance(named, str) and named.startswith(provider))
