@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import sys
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -67,6 +68,7 @@ class _LiteLLM:
         self.lock = threading.Lock()  # a parent's thread may have been importing it
         if self.module is not None:
             _renew_litellm_callback_lock(self.module)
+            _renew_litellm_executor_locks()
 
 
 def _renew_litellm_callback_lock(module: ModuleType) -> None:
@@ -82,6 +84,29 @@ def _renew_litellm_callback_lock(module: ModuleType) -> None:
     reinit = getattr(getattr(manager, "callback_lists_lock", None), "_at_fork_reinit", None)
     if callable(reinit):
         reinit()
+
+
+def _renew_litellm_executor_locks() -> None:
+    """In a forked child: the locks of LiteLLM's logging executor, released if a parent's thread held one.
+
+    Every LiteLLM call hands its logging to one module-level executor (``thread_pool_executor.executor``,
+    LiteLLM 1.110): ``submit`` takes its pending-slot semaphore's lock, then the pool's own. A child
+    forked while a parent's thread (the application's, calling LiteLLM) was in there (or in the pool's idle
+    semaphore, which ``submit`` takes next) waits forever in
+    its first call: the more calls the parent makes, the likelier (issue 37: 2 of 60 children, with a
+    thread calling through cw at ~500 calls a second). Renewed in place as `_renew_litellm_callback_lock`
+    renews its sibling; an executor of another shape is left alone.
+    """
+    module = sys.modules.get("litellm.litellm_core_utils.thread_pool_executor")
+    executor = getattr(module, "executor", None) if module is not None else None
+    if executor is None:
+        return
+    locks = [getattr(getattr(executor, name, None), "_cond", None) for name in ("_pending_slots", "_idle_semaphore")]
+    locks += [getattr(executor, "_drop_lock", None), getattr(executor, "_shutdown_lock", None)]
+    for lock in locks:
+        reinit = getattr(lock, "_at_fork_reinit", None)
+        if callable(reinit):
+            reinit()
 
 
 def litellm() -> ModuleType:

@@ -15,28 +15,84 @@ After ``os.fork()`` the owner calls `reset_after_fork` in the child: a fresh con
 an empty queue, no thread (the parent's thread, and the jobs it had queued, stay the
 parent's). Modelled on the OpenTelemetry SDK's generic ``BatchProcessor``, which spans and
 logs share, so that a fix to it fixes every job.
+
+A worker made ``fork_gated`` runs the libraries cw calls off the caller's thread (LiteLLM and
+pydantic reading a response, its usage and cost; tiktoken; httpx): forked while one of its jobs held
+one of their locks, the child would inherit the lock held by a thread it does not have, and its first
+LLM call would wait forever (issue 37: 21 of 60 children; the same program without cw: none). So a
+fork waits for such jobs to end (`JobsAtFork`, a fork gate of the process state, at most
+`MAX_FORK_WAIT`), and none starts until the fork is done; a job that waits on something of cw's
+own (a call's send) steps out of the gate while it waits (`JobsAtFork.outside`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Generic, Optional, TypeVar
+
+from ._process import PROCESS
 
 logger = logging.getLogger("cw_middleware")
 
 T = TypeVar("T")
 
 DEFAULT_IDLE_EXIT = 30.0  # seconds a worker thread waits for its next job before it ends
+MAX_FORK_WAIT = 1.0  # seconds a fork waits for running jobs: a stuck job cannot stall the application's fork longer
+
+
+class JobsAtFork:
+    """The jobs running on cw's workers, held back around a fork (a `ForkGate` part of the process state)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._running = 0
+        self._forking = False
+
+    def enter(self) -> None:
+        """A job is about to run: wait while a fork is under way."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._forking, timeout=MAX_FORK_WAIT)
+            self._running += 1
+
+    def leave(self) -> None:
+        with self._cond:
+            self._running -= 1
+            self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def outside(self) -> Iterator[None]:
+        """A gated job waiting on something other than a library: a fork need not wait for it meanwhile."""
+        self.leave()
+        try:
+            yield
+        finally:
+            self.enter()
+
+    def before_fork(self) -> None:
+        with self._cond:
+            self._forking = True
+            self._cond.wait_for(lambda: self._running == 0, timeout=MAX_FORK_WAIT)
+
+    def after_fork_in_parent(self) -> None:
+        with self._cond:
+            self._forking = False
+            self._cond.notify_all()
+
+    def after_fork_in_child(self) -> None:
+        self._cond = threading.Condition()  # the parent's jobs are not the child's: none runs here
+        self._running = 0
+        self._forking = False
 
 
 class Worker:
     """A bounded queue of jobs, run in order on one lazily started daemon thread."""
 
-    def __init__(self, name: str, max_jobs: int, idle_exit: float = DEFAULT_IDLE_EXIT) -> None:
+    def __init__(self, name: str, max_jobs: int, idle_exit: float = DEFAULT_IDLE_EXIT, fork_gated: bool = False) -> None:
         if max_jobs < 1:
             raise ValueError("max_jobs must be at least 1")
         self.name = name
@@ -47,6 +103,7 @@ class Worker:
         self._busy = False
         self._closed = False
         self._thread: Optional[threading.Thread] = None
+        self._gate = PROCESS.part(JobsAtFork) if fork_gated else None
 
     @property
     def pending(self) -> int:
@@ -138,10 +195,16 @@ class Worker:
                     return
                 job = self._jobs.popleft()
                 self._busy = True
+            gate = self._gate
+            if gate is not None:
+                gate.enter()
             try:
                 job()
             except Exception as exc:  # noqa: BLE001 - a job's failure is the middleware's, never the caller's
                 logger.warning("cw_middleware: a background job of %s failed (%s)", self.name, type(exc).__name__)
+            finally:
+                if gate is not None:
+                    gate.leave()
             # Not kept while waiting for the next job (up to idle_exit): it may hold a call and its span.
             del job
 

@@ -3,7 +3,9 @@
 Four threads make cw calls in a loop (real LiteLLM ``acompletion``, mock_response, each
 thread its own event loop) while the main thread forks: ``MODE=fork`` forks N children
 with ``os.fork()`` (ending with ``os._exit``, as prefork servers' workers may),
-``MODE=multiprocessing`` starts N processes with the ``fork`` start method. Each child
+``MODE=multiprocessing`` starts N processes with the ``fork`` start method; ``MODE=thread-fork``
+forks as ``fork`` does while one thread calls LiteLLM's sync path through cw (``cw.completion``, whose
+call ends run on cw's call-end worker: issue 37's probe). Each child
 makes one call in a stage of its own (run ``forked``, stage ``child-<i>``) and exits; a
 child still running after its deadline counts as hung and is killed (its stacks are in
 ``child-<i>.txt`` beside the telemetry file, as are those of a child whose flush failed). ``bare-`` before the mode runs the same
@@ -73,6 +75,7 @@ def main(path: str, n: int, mode: str) -> None:
     for noisy in ("LiteLLM", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.CRITICAL)
     BARE, mode = mode.startswith("bare-"), mode.removeprefix("bare-")
+    one_sync_thread, mode = mode.startswith("thread-"), mode.removeprefix("thread-")
     STACKS = os.path.dirname(path)
     cw.configure(export=f"file:{path}", export_interval_ms=20, metric_interval_ms=100)
     import litellm
@@ -88,16 +91,27 @@ def main(path: str, n: int, mode: str) -> None:
                 calls[0] += 1
 
     def load(k: int) -> None:
-        # The load is async: LiteLLM's sync path submits its logging to a ThreadPoolExecutor on
-        # every call, and that executor deadlocks a forked child by itself (see test_fork.py).
+        # The load is async: LiteLLM's sync path submits its logging to a ThreadPoolExecutor on every
+        # call, whose locks a forked child inherits held (cw renews them in a child: _offline.py);
+        # thread-fork is the sync load.
         asyncio.run(calls_until_stopped(k))
 
     sync = litellm.completion if BARE else cw.completion
+
+    def sync_load(k: int) -> None:
+        with cw.stage("parent", f"load-{k}"):
+            while not stop.is_set():
+                sync(model="gpt-4o", messages=_messages(calls[0]), mock_response="ok")
+                calls[0] += 1
+
     sync(model="gpt-4o", messages=_messages(-1), mock_response="ok")  # LiteLLM imported
     # The first call's estimate waits in the background for the tokenizer; flush waits for it, so the
     # children inherit it loaded (a child forked mid-load loads its own: tests/test_cold_start.py).
     cw.flush(10.0)
-    threads = [threading.Thread(target=load, args=(k,), daemon=True) for k in range(4)]
+    if one_sync_thread:
+        threads = [threading.Thread(target=sync_load, args=(0,), daemon=True)]
+    else:
+        threads = [threading.Thread(target=load, args=(k,), daemon=True) for k in range(4)]
     for t in threads:
         t.start()
     while calls[0] < 40:  # every thread is busy inside cw

@@ -1,6 +1,8 @@
-"""``python pool_terminate.py TELEMETRY_FILE WORKERS CALLS``: calls in a ``with multiprocessing.Pool() as pool:`` block.
+"""``python pool_terminate.py TELEMETRY_FILE WORKERS CALLS [METHOD [END]]``: calls on a ``multiprocessing.Pool``.
 
-Leaving the block calls ``terminate()``, which SIGTERMs the workers. Each call is a stage of its
+``METHOD`` is the start method (``fork`` by default, ``spawn``, ``forkserver``); ``END`` how the pool ends:
+``with`` (the default: leaving a ``with multiprocessing.Pool() as pool:`` block calls ``terminate()``, which
+SIGTERMs the workers) or ``close`` (``close(); join()``: the workers end by themselves). Each call is a stage of its
 own (run ``pool``, stage ``s<i>``), on real LiteLLM with ``mock_response``, exported to the file
 through the embedded default. Prints one JSON line: ``{"calls": n, "exit_codes": [...]}``.
 """
@@ -23,14 +25,20 @@ def call(i: int) -> int:
     return i
 
 
-def main(workers: int, calls: int) -> None:
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
+def main(workers: int, calls: int, method: str = "fork", end: str = "with") -> None:
+    pool = multiprocessing.get_context(method).Pool(workers)
+    processes = list(pool._pool)  # type: ignore[attr-defined]
+    if end == "with":
+        with pool:
+            done = pool.map(call, range(calls))
+    else:
         done = pool.map(call, range(calls))
-        processes = list(pool._pool)  # type: ignore[attr-defined]
+        pool.close()
+        pool.join()
     for p in processes:
         p.join(30)
     print(json.dumps({"calls": len(done), "exit_codes": sorted({p.exitcode for p in processes})}))
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[2]), int(sys.argv[3]))
+    main(int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:6])

@@ -30,12 +30,16 @@ def _env(path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "CW_EXPORT": f"file:{path}", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 
 
-def test_every_call_of_pool_workers_ended_by_terminate_is_read_back(tmp_path):
+# Issue 37: every start method, ended by terminate() (``with Pool()``) or by close(); join(). A spawn or
+# forkserver worker imports cw after it starts, so no at-fork hook ran there: it joins at import (runtime.py).
+@pytest.mark.parametrize("end", ["with", "close"])
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_every_call_of_pool_workers_is_read_back_whatever_started_and_ended_them(tmp_path, method, end):
     path = tmp_path / "telemetry.jsonl"
-    workers, calls = 4, 48
+    workers, calls = 4, 40
     with open(tmp_path / "stderr.txt", "w") as errors:
         proc = subprocess.run(
-            [sys.executable, str(ROOT / "tests" / "pool_terminate.py"), str(path), str(workers), str(calls)],
+            [sys.executable, str(ROOT / "tests" / "pool_terminate.py"), str(path), str(workers), str(calls), method, end],
             stdout=subprocess.PIPE,
             stderr=errors,
             text=True,

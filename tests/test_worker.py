@@ -166,3 +166,70 @@ def test_a_workers_thread_never_takes_a_signal_sent_to_the_process():
     worker.close()
     assert mask is not None and {signal.SIGTERM, signal.SIGINT} <= set(mask)
     assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the caller's own mask is untouched
+
+
+# ---------------------------------------------------------------- around a fork (issue 37)
+
+
+def test_a_fork_waits_for_a_gated_job_and_no_gated_job_starts_until_it_is_done(monkeypatch):
+    """A fork-gated worker's job may be inside LiteLLM or pydantic: the fork waits for it, bounded, and holds the next."""
+    from cw_middleware import _worker
+    from cw_middleware._process import PROCESS
+
+    gate = PROCESS.part(_worker.JobsAtFork)
+    monkeypatch.setattr(_worker, "MAX_FORK_WAIT", 5.0)
+    worker = Worker("test-gated", 4, fork_gated=True)
+    inside, release, ran_second = threading.Event(), threading.Event(), threading.Event()
+    worker.submit(lambda: (inside.set(), release.wait(5)))
+    assert inside.wait(5)
+    forked = threading.Event()
+
+    def fork() -> None:
+        gate.before_fork()  # what os.fork() runs first
+        forked.set()
+
+    forking = threading.Thread(target=fork)
+    forking.start()
+    assert not forked.wait(0.2)  # the job is still inside: the fork waits
+    worker.submit(ran_second.set)
+    release.set()
+    assert forked.wait(5)  # the job ended: the fork goes on
+    assert not ran_second.wait(0.2)  # and no job starts while it is under way
+    gate.after_fork_in_parent()
+    assert ran_second.wait(5)
+    forking.join()
+    worker.close()
+
+
+def test_a_gated_job_waiting_outside_the_gate_does_not_hold_a_fork_and_a_stuck_one_holds_it_only_so_long(monkeypatch):
+    from cw_middleware import _worker
+    from cw_middleware._process import PROCESS
+
+    gate = PROCESS.part(_worker.JobsAtFork)
+    monkeypatch.setattr(_worker, "MAX_FORK_WAIT", 0.3)
+    worker = Worker("test-gated-waits", 4, fork_gated=True)
+
+    def forks() -> threading.Event:
+        done = threading.Event()
+        threading.Thread(target=lambda: (gate.before_fork(), done.set()), daemon=True).start()
+        return done
+
+    waiting, release = threading.Event(), threading.Event()
+
+    def waits_outside() -> None:
+        with gate.outside():
+            waiting.set()
+            release.wait(10)
+
+    worker.submit(waits_outside)
+    assert waiting.wait(5)
+    assert forks().wait(5) and not release.is_set()  # waiting on something of cw's own holds no library lock
+    gate.after_fork_in_parent()
+    release.set()
+    stuck, entered = threading.Event(), threading.Event()
+    worker.submit(lambda: (entered.set(), stuck.wait(10)))
+    assert entered.wait(5)
+    assert forks().wait(5) and not stuck.is_set()  # a stuck job holds the fork no longer than MAX_FORK_WAIT
+    gate.after_fork_in_parent()
+    stuck.set()
+    worker.close()

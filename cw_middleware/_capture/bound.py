@@ -38,6 +38,7 @@ def swap(replacing: Mapping[int, Callable[..., Any]]) -> list[Swap]:
     """Swap every module global that is one of ``replacing``'s keys (``id(original)`` -> shell); said once per module."""
     done: list[Swap] = []
     missed: dict[str, list[str]] = {}
+    litellm = sys.modules.get("litellm")
     for module_name, module in list(sys.modules.items()):
         if not isinstance(module, types.ModuleType) or module_name.partition(".")[0] in _SKIP:
             continue
@@ -46,18 +47,26 @@ def swap(replacing: Mapping[int, Callable[..., Any]]) -> list[Swap]:
             items = list(namespace.items())
         except Exception:  # noqa: BLE001 - a module mid-import or with an odd namespace: nothing to swap
             continue
+        classes: list[tuple[str, type]] = []
+        touches_litellm = False  # a class can hold LiteLLM's function only where its module reached LiteLLM
         for key, value in items:
             shell = replacing.get(id(value))
             if shell is not None:
+                touches_litellm = True
                 try:
                     namespace[key] = shell
                     done.append(Swap(module_name, namespace, key, value, shell))
                 except Exception:  # noqa: BLE001
                     missed.setdefault(module_name, []).append(key)
+            elif value is litellm:
+                touches_litellm = True
             # type(value), not isinstance: a lazy module proxy (openai's) answers isinstance by importing what it
             # stands for, and instrument() would load that module for the application.
-            elif issubclass(type(value), type) and getattr(value, "__module__", None) == module_name:
-                missed_here = [f"{key}.{k}" for k, v in _class_items(value) if id(_unwrap_static(v)) in replacing]
+            elif issubclass(type(value), type):
+                classes.append((key, value))
+        for key, cls in classes if touches_litellm else ():
+            if getattr(cls, "__module__", None) == module_name:
+                missed_here = [f"{key}.{k}" for k, v in _class_items(cls) if id(_unwrap_static(v)) in replacing]
                 if missed_here:
                     missed.setdefault(module_name, []).extend(missed_here)
     for module_name, keys in missed.items():

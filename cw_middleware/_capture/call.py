@@ -35,8 +35,10 @@ from .._counting.estimator import Estimate, Later
 from .._counting.model_facts import OPTION_CONTEXT_WINDOW, RequestMeta
 from .._counting.rules._tiktoken import MAX_HOLD_BACK
 from .._errors import ConfigError, TagError
+from .._process import PROCESS
 from .._snapshots.build import ResponseSide, build_snapshot
 from .._snapshots.telemetry import CallTelemetry
+from .._worker import JobsAtFork
 from .apis import Api, Forward, Parsed, Route, Usage
 from .apis.chat import refused_stream_usage, remember_refusal
 from .pending_estimate import PendingEstimate, estimate_in_background
@@ -355,7 +357,8 @@ class Call:
         queued = time.monotonic()
 
         def held_back() -> None:
-            self.sent.wait(max(0.0, MAX_HOLD_BACK - (time.monotonic() - queued)))
+            with PROCESS.part(JobsAtFork).outside():  # waiting for the send holds no library lock: a fork need not wait
+                self.sent.wait(max(0.0, MAX_HOLD_BACK - (time.monotonic() - queued)))
             step()
 
         return held_back

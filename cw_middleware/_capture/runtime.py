@@ -89,9 +89,9 @@ class Runtime:
         self.parts = SnapshotParts()
         self.ledgers = Ledgers()  # each recent stage's running totals (_snapshots/ledger.py)
         # Estimates of calls made while their tokenizer loaded (see pending_estimate.py).
-        self.background_estimates = Worker("cw-background-estimate", MAX_BACKGROUND_ESTIMATES)
+        self.background_estimates = Worker("cw-background-estimate", MAX_BACKGROUND_ESTIMATES, fork_gated=True)
         # Where the telemetry pipeline is cw's own (or none), a call's end is recorded here, not on its caller's thread.
-        self.call_ends: Optional[Worker] = Worker("cw-call-end", MAX_QUEUED_ENDS) if ends_off_thread else None
+        self.call_ends: Optional[Worker] = Worker("cw-call-end", MAX_QUEUED_ENDS, fork_gated=True) if ends_off_thread else None
         self._telemetry = Telemetry(self.config, tracer_provider, meter_provider, logger_provider)
         self.log = RateLimitedLog()
         self._history: deque[CompactSnapshot] = deque(maxlen=self.config.snapshot_history)  # untracked by gc
@@ -312,6 +312,28 @@ def _installed() -> _Installed:
 _installed()  # made at import, not on first use: a child forked before any call still closes its runtime at exit
 
 
+def _join_a_multiprocessing_child() -> None:
+    """In a process that multiprocessing started by spawn or forkserver (or by fork, cw not yet imported then): what
+    the at-fork hook gives a forked child, since none ran here. Such a worker imports cw after it started (its
+    main module, or the task it unpickles) and ends through ``os._exit`` after multiprocessing's finalizers, not
+    atexit: without one of them its last batch was never written (issue 37: 0 to 37 of 40 tasks kept)."""
+    process = sys.modules.get("multiprocessing.process")
+    if process is None:
+        return
+    import multiprocessing.util
+
+    if getattr(process.current_process(), "_inheriting", False):
+        # Imported while the child prepares (its main module, its first task): its bootstrap clears the
+        # finalizers registered so far, then runs the after-fork callbacks; one adds ours.
+        multiprocessing.util.register_after_fork(_close_at_exit, _add_mp_finalizer)
+    elif process.parent_process() is not None:
+        _add_mp_finalizer(None)  # a running worker (a Pool's, unpickling a task): its finalizers run at its end
+    else:
+        return
+    # Pool.terminate() SIGTERMs its workers: where nobody handles it, export first (the main thread only).
+    _installed().sigterm = sigterm.install_in_child(_close_runtime, _exit_budget)
+
+
 def configure(
     *,
     tracer_provider: Optional[trace.TracerProvider] = None,
@@ -384,6 +406,9 @@ def _add_mp_finalizer(_: object) -> None:
     import multiprocessing.util
 
     multiprocessing.util.Finalize(None, _close_at_exit, exitpriority=0)
+
+
+_join_a_multiprocessing_child()
 
 
 def set_runtime(runtime: Optional[Runtime]) -> Optional[Runtime]:

@@ -291,7 +291,7 @@ class ProviderCounter:
         self.timeout = timeout
         self._client = client
         self._own_client = client is None
-        self._counts = Worker("cw-provider-count", max_queue)
+        self._counts = Worker("cw-provider-count", max_queue, fork_gated=True)
         self._watchdog = Worker("cw-provider-count-watchdog", MAX_WATCHES)  # each count's time box
         self._results: OrderedDict[str, tuple[Optional[int], Optional[WarningCode]]] = OrderedDict()
         self._max_cache = max_cache

@@ -301,9 +301,14 @@ def _build(encoding_name: str, polite: bool) -> Any:
             constructor.__code__, {**constructor.__globals__, "load_tiktoken_bpe": _ranks_from_litellm(encoding_name, polite)}
         )
         try:
-            return tiktoken.Encoding(**scoped())
+            built = tiktoken.Encoding(**scoped())
         except (OSError, ValueError, KeyError, TypeError, binascii.Error):
             _state().loaded_from.pop(encoding_name, None)
+        else:
+            # The ranks as a Python dict (~25 MB for o200k_base) stay on the Encoding only for pickling it, which
+            # cw never does with its own copy: the Rust core has its own. (tiktoken's registry copy keeps them.)
+            built._mergeable_ranks = {}
+            return built
     return tiktoken.get_encoding(encoding_name)
 
 
