@@ -13,7 +13,9 @@ from cw_middleware._embedded import install
 
 
 @contextlib.contextmanager
-def embedded_runtime(flush_at_exit: float = 5.0, index_writes: bool = True, **settings: Any) -> Iterator[Runtime]:
+def embedded_runtime(
+    flush_at_exit: float = 5.0, index_writes: bool = True, ends_off_thread: bool = False, **settings: Any
+) -> Iterator[Runtime]:
     """A Runtime exporting through embedded.install(), flushed (at most ``flush_at_exit`` s) and shut down at the end.
 
     ``index_writes=False``: the file is written as another program would write it, without extending
@@ -30,6 +32,7 @@ def embedded_runtime(flush_at_exit: float = 5.0, index_writes: bool = True, **se
         shutdown=pipeline.shutdown,
         flush=pipeline.flush,
         logger_provider=pipeline.logger_provider,
+        ends_off_thread=ends_off_thread,  # as configure() builds it over cw's own pipeline
     )
     runtime.pipeline = pipeline  # type: ignore[attr-defined]
     previous = set_runtime(runtime)

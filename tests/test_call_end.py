@@ -6,8 +6,10 @@ call's span is finished when the call returns, as before."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
+from embedded_helpers import embedded_runtime
 from gates import HANG_GUARD
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
@@ -86,7 +88,7 @@ def _held_call(provider, stage_id: str) -> threading.Thread:  # noqa: F811
 
 def test_a_calls_first_snapshot_waits_until_its_request_is_sent(own_pipeline, provider, monkeypatch):  # noqa: F811
     # no deadline here: only the call's own send holds its first snapshot back
-    monkeypatch.setattr("cw_middleware._capture.call.MAX_HOLD_BACK", 60.0)
+    monkeypatch.setattr("cw_middleware._capture.call.LIVE_AFTER", 60.0)
     answer = provider.hold(CHAT)
     thread = _held_call(provider, "held-back")
     try:
@@ -104,7 +106,7 @@ def test_a_calls_first_snapshot_waits_until_its_request_is_sent(own_pipeline, pr
 def test_a_calls_first_snapshot_does_not_wait_for_other_calls_in_flight(own_pipeline, monkeypatch):
     # Back-to-back calls of an agent beside others (a proxy, a pool): each call's first snapshot is
     # recorded once its own send is over, never held (nor its request kept) until all calls pause.
-    monkeypatch.setattr("cw_middleware._capture.call.MAX_HOLD_BACK", 60.0)
+    monkeypatch.setattr("cw_middleware._capture.call.LIVE_AFTER", 60.0)
     with calls_in_flight():  # another call of the process, still in flight throughout
         with cw.stage("ends", "beside-others"):
             _call("first")
@@ -127,9 +129,40 @@ def test_a_long_calls_first_snapshot_is_there_while_the_call_runs(own_pipeline, 
         thread.join(HANG_GUARD)
 
 
+def test_a_slow_calls_first_snapshot_reaches_the_file_while_it_runs_and_counts_once(tmp_path, provider):  # noqa: F811
+    """Issue 36 item 1: a span is exported only when it ends, so a call still waiting for its provider has its
+    first snapshot carried out on a short span of its own; read back while the call runs, and one call after."""
+    path = tmp_path / "live.jsonl"
+    with embedded_runtime(export=f"file:{path}", ends_off_thread=True) as runtime:
+        answer = provider.hold(CHAT)
+        thread = _held_call(provider, "live")
+        sent = time.monotonic()
+        try:
+            reader = cw.reader(f"file:{path}")
+            window = None
+            while window is None and time.monotonic() - sent < HANG_GUARD:
+                try:
+                    found = reader.context_window("ends", "live")
+                    window = found if found.available else None
+                except cw.NotFound:
+                    pass
+                time.sleep(0.05)
+            print(f"\nfirst snapshot read back {time.monotonic() - sent:.2f} s after the send")
+            assert window is not None and window.count_method.value == "local_estimate"
+            assert thread.is_alive()  # the provider has not answered yet
+        finally:
+            answer.set()
+            thread.join(HANG_GUARD)
+        assert runtime.flush(10)
+    reader = cw.reader(f"file:{path}")
+    assert reader.context_window("ends", "live").count_method.value == "response_usage_scaled_breakdown"
+    (point,) = reader.history("ends", "live")  # the call, once: its snapshot on the carrier and on the call span
+    assert point.input_tokens == provider[CHAT].tokens
+
+
 def test_a_provider_count_starts_while_the_call_runs(own_pipeline, provider, monkeypatch):  # noqa: F811
     # The local snapshot may wait for the send; the count does not: it may answer while a long call runs.
-    monkeypatch.setattr("cw_middleware._capture.call.MAX_HOLD_BACK", 60.0)
+    monkeypatch.setattr("cw_middleware._capture.call.LIVE_AFTER", 60.0)
     answer = provider.hold(MESSAGES)
 
     def call() -> None:

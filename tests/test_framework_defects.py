@@ -142,7 +142,9 @@ def test_a_responses_shim_does_not_recurse(runtime, provider, monkeypatch):  # n
     assert [s.count_method for s in cw.snapshots()] == [CountMethod.LOCAL_ESTIMATE, CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN]
 
 
-def test_a_fault_inside_the_middleware_publishes_nothing_and_logs_once(runtime, provider, telemetry, monkeypatch, caplog):  # noqa: F811
+def test_a_fault_inside_the_estimate_still_publishes_saying_so_and_logs_once(runtime, provider, telemetry, monkeypatch, caplog):  # noqa: F811
+    """Every call that was made has its span and its snapshots (issue 36 item 6), ``estimate_failed`` on them."""
+
     def fault(*args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
 
@@ -151,8 +153,11 @@ def test_a_fault_inside_the_middleware_publishes_nothing_and_logs_once(runtime, 
         for _ in range(20):
             response = cw.completion(**_kwargs(provider))
             assert response.usage.prompt_tokens == provider[CHAT].tokens
-    assert cw.snapshots() == []
-    assert telemetry.spans.get_finished_spans() == ()
+    snaps = cw.snapshots()
+    assert snaps and all("estimate_failed" in s.warning_codes() for s in snaps)
+    final = [s for s in snaps if s.count_method.value == "response_usage_scaled_breakdown"]
+    assert [s.input_tokens for s in final] == [provider[CHAT].tokens] * 20
+    assert len([s for s in telemetry.spans.get_finished_spans() if s.attributes.get("gen_ai.operation.name")]) == 20
     ours = [r for r in caplog.records if r.name == "cw_middleware"]
     assert len(ours) == 1 and "RecursionError" in ours[0].getMessage()
     assert len(provider.hits(CHAT)) == 20

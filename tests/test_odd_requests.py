@@ -15,6 +15,7 @@ import logging
 
 import litellm
 import pytest
+from providers import CHAT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
 from cw_middleware._errors import ConfigError, TagError
@@ -149,3 +150,43 @@ def test_configured_windows_are_bounded_too():
     assert resolve(environ={}, context_windows={"m": 2**31 - 1}).context_windows["m"] == 2**31 - 1
     with pytest.raises(ConfigError, match="2147483647"):
         resolve(environ={}, context_windows={"m": 2**64})
+
+
+def _nested_schema(depth: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"inner": schema}}
+    return schema
+
+
+def test_a_call_whose_estimate_fails_still_has_its_span_and_snapshots_with_the_providers_total(runtime, provider, telemetry):  # noqa: F811
+    """Issue 36 item 6: a tool schema nested past Python's recursion limit sends fine, but the estimate cannot read
+    it. The call still has its span and its snapshots, saying ``estimate_failed``, reconciled to the response's usage."""
+    tool = {"type": "function", "function": {"name": "deep", "description": "d", "parameters": _nested_schema(400)}}
+    with cw.stage("odd", "deep@1"):
+        reply = cw.completion(
+            model="openai/gpt-4o",
+            messages=[{"role": "user", "content": "hi"}],
+            tools=[tool],
+            api_base=f"{provider.url}/v1",
+            api_key="sk-test",
+        )
+    assert reply.choices[0].message.content == provider[CHAT].reply
+    snaps = [s for s in cw.snapshots() if s.stage_id == "deep@1"]
+    assert [s.count_method.value for s in snaps] == ["local_estimate", "response_usage_scaled_breakdown"]
+    assert all("estimate_failed" in s.warning_codes() for s in snaps)
+    assert snaps[-1].input_tokens == provider[CHAT].tokens
+    assert sum(item.tokens for item in snaps[-1].breakdown) == provider[CHAT].tokens
+    spans = [s for s in telemetry.spans.get_finished_spans() if s.attributes.get("agent.stage.id") == "deep@1"]
+    assert any(s.attributes.get("gen_ai.operation.name") == "chat" for s in spans)
+
+
+def test_a_circular_schema_mocked_call_gets_its_snapshot_too(runtime):
+    schema: dict = {"type": "object", "properties": {}}
+    schema["properties"]["self"] = schema  # a circular schema: no JSON of it exists
+    tool = {"type": "function", "function": {"name": "loop", "parameters": schema}}
+    with cw.stage("odd", "circular@1"):
+        reply = cw.completion(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], tools=[tool], mock_response="ok")
+    assert reply.choices[0].message.content == "ok"
+    snaps = [s for s in cw.snapshots() if s.stage_id == "circular@1"]
+    assert snaps and all("estimate_failed" in s.warning_codes() for s in snaps)

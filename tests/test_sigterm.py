@@ -142,3 +142,45 @@ def test_a_child_ended_by_sigterm_exports_first_and_still_ends_by_sigterm(tmp_pa
     assert proc.stdout.split() == ["True"]  # killed by SIGTERM, as without cw
     window = cw.reader(f"file:{path}").context_window("terminated", mode)
     assert window.available and window.count_method is not None
+
+
+_KILLED_MID_CALL = r"""
+import os, signal, sys, threading, time
+sys.path.insert(0, sys.argv[2])
+from providers import CHAT, running_provider
+import cw_middleware as cw
+cw.completion(model="gpt-4o", messages=[{"role": "user", "content": "warm-up"}], mock_response="ok")
+cw.flush()  # the tokenizer is loaded: the held call's estimate is there at once, as in a running agent
+serving = running_provider()  # held, never left: the provider holds the call until the process ends
+provider = serving.__enter__()
+provider.hold(CHAT)
+def call():
+    with cw.stage("killed", "mid-call@1"):
+        cw.completion(model="openai/gpt-4o", messages=[{"role": "user", "content": "hi"}],
+                      api_base=provider.url + "/v1", api_key="sk-test")
+threading.Thread(target=call, daemon=True).start()
+provider.wait_for_hits(CHAT, 1, timeout=30)
+time.sleep(float(sys.argv[1]))
+if sys.argv[3] == "exit":
+    sys.exit(0)  # the interpreter's exit: atexit runs; the call's thread is a daemon, still waiting
+os.kill(os.getpid(), signal.SIGTERM)  # the default action: no exit hook runs
+time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "sigterm"])
+def test_a_process_that_ends_mid_call_leaves_the_calls_first_snapshot_in_the_file(tmp_path, how):
+    """Issue 36 item 1: the live snapshot is in the backend within a second of the send, so an exit (or a SIGTERM
+    that runs no exit hook) while the provider still holds the call leaves the call there."""
+    path = tmp_path / "telemetry.jsonl"
+    env = _env(path)
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_MID_CALL, "1.0", str(ROOT / "tests"), how],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode in (0, -signal.SIGTERM), proc.stderr[-3000:]
+    window = cw.reader(f"file:{path}").context_window("killed", "mid-call@1")
+    assert window.available and window.count_method.value == "local_estimate"

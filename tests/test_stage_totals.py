@@ -13,6 +13,7 @@ import urllib.request
 
 import pytest
 from embedded_helpers import exported_to
+from providers import CHAT, provider  # noqa: F401 - the fixture
 from stubs import TraceStore, serving
 from stubs.jaeger import JaegerStub
 from stubs.tempo import TempoStub
@@ -67,6 +68,23 @@ def test_stage_totals_count_each_call_once_at_its_latest_number(runtime):
         assert totals.by_category[category].cost == pytest.approx(sum(f.cost.by_category[category] for f in finals))
     # the totals grow call by call: each snapshot says what the stage spent up to it
     assert [f.stage_totals.calls for f in finals] == [1, 2, 3, 4]
+
+
+def test_the_peak_is_the_largest_final_number_of_a_call_not_an_estimate_its_usage_overruled(runtime, provider):  # noqa: F811
+    """Issue 36 item 3: a local estimate far above the provider's usage must not stay the stage's peak."""
+    provider[CHAT].tokens = 84  # the provider counts far less than the long prompt reads locally
+    long_prompt = "word " * 2000
+    with cw.stage("peak", "s@1"):
+        cw.completion(
+            model="openai/gpt-4o",
+            messages=[{"role": "user", "content": long_prompt}],
+            api_base=f"{provider.url}/v1",
+            api_key="sk-test",
+        )
+    local, final = [s for s in cw.snapshots() if s.stage_id == "s@1"]
+    assert local.input_tokens > 10 * 84  # the estimate the usage overruled
+    window = final.context_window_tokens
+    assert final.stage_totals.peak_usage_percent == round(100.0 * 84 / window, 4)
 
 
 def test_invocations_over_the_stage_survive_a_compaction_which_is_marked(runtime):

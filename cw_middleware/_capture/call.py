@@ -33,7 +33,7 @@ from .._config import ProviderCountPolicy, StreamUsagePolicy, parse_policy, pars
 from .._contract import Category, CountMethod, WarningCode
 from .._counting.estimator import Estimate, Later
 from .._counting.model_facts import OPTION_CONTEXT_WINDOW, RequestMeta
-from .._counting.rules._tiktoken import MAX_HOLD_BACK
+from .._counting.rules import rules_for
 from .._errors import ConfigError, TagError
 from .._process import PROCESS
 from .._snapshots.build import ResponseSide, build_snapshot
@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 OPTION_PROVIDER_COUNT = "cw_provider_count"
 OPTION_STREAM_USAGE = "cw_stream_usage"
 OPTIONS = (OPTION_CONTEXT_WINDOW, OPTION_PROVIDER_COUNT, OPTION_STREAM_USAGE)
+# Seconds a call's first snapshot waits for the call's send to be over: a quick call's goes out with its end,
+# a slow one's at once on a carrier span (with the next batch: export_interval_ms, 1 s by default).
+LIVE_AFTER = 0.25
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ class Call:
         self._estimated_at = 0  # ns since the epoch: when the estimate was there (the local snapshot's time)
         self._lock = threading.Lock()
         # Set once the request's send is over (a response, a stream to read, an error): the call-end
-        # worker records the call's first snapshot after that, or at most MAX_HOLD_BACK seconds after its estimate.
+        # worker records the call's first snapshot after that, or at most LIVE_AFTER seconds after its estimate.
         self.sent = threading.Event()
 
     @classmethod
@@ -161,10 +164,14 @@ class Call:
             return PendingEstimate.ready(estimate)
         except TagError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - the call still gets its span and snapshots, saying estimate_failed
             self.runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
-            self.broken = True
             return PendingEstimate.ready(None)
+
+    def _failed_estimate(self) -> Estimate:
+        """What a call whose local estimate failed (a schema nested past Python's recursion limit, a circular one)
+        publishes: no parts and ``estimate_failed``; its response's usage still gives its total."""
+        return Estimate({}, frozenset({WarningCode.ESTIMATE_FAILED}), rules_for(self.model))
 
     def _prepare(self) -> None:
         runtime, options = self.runtime, self.options
@@ -215,16 +222,18 @@ class Call:
         even where the local one is recorded later (`_in_order`).
         """
         at = self._estimated_at = time.time_ns()  # the snapshot stands for now, even if recorded later
-        if estimate is None or self.parsed is None:
+        if self.parsed is None:  # not a request we can read at all: it went out untouched, unobserved
             self.broken = True
             return
+        if estimate is None:
+            estimate = self._failed_estimate()
         self.estimate = estimate
         self._local_conversation = sum(n for (c, _), n in estimate.by_source.items() if c is Category.CONVERSATION)
         self.warnings |= estimate.warnings | self.parsed.warnings
         if self.broken:
             return
         count = self._provider_count_due()  # before the local snapshot: its warnings ride on that snapshot
-        self._in_order(lambda: self._publish(CountMethod.LOCAL_ESTIMATE, at=at), first=True)
+        self._in_order(lambda: self._publish(CountMethod.LOCAL_ESTIMATE, at=at, live=True), first=True)
         if count is not None:
             self.runtime.counter().submit(*count, self._on_provider_count)
 
@@ -260,6 +269,8 @@ class Call:
         assert self.estimate is not None and self.forward is not None
         if policy is ProviderCountPolicy.NEVER or (policy is ProviderCountPolicy.AUTO and self.estimate.rules.exact):
             return None
+        if WarningCode.ESTIMATE_FAILED in self.estimate.warnings:
+            return None  # what could not be read locally is not sent upstream to be read
         if self.mock and policy is not ProviderCountPolicy.ALWAYS:
             return None  # a mocked call sends nothing upstream unless a count was asked for explicitly
         from .._counting import provider_count  # imports httpx: only calls that may count pay for it, not the read side
@@ -341,7 +352,7 @@ class Call:
 
         Where the telemetry pipeline is cw's own (or none), none of it is the caller's to wait for: the
         worker records the call's first snapshot (``first``) once the request's send is over, or after
-        at most `MAX_HOLD_BACK` seconds, so that a live page shows a long call while it runs (a call
+        at most `LIVE_AFTER` seconds, so that a live page shows a long call while it runs (a call
         waiting on its provider holds no GIL; a mocked or local one would lose turns to the worker), and
         the call's end (its response-usage snapshot, stage totals, span's end) while the caller goes on.
         Any other step goes there too while steps wait there, so a stage's snapshots keep their order;
@@ -353,12 +364,15 @@ class Call:
         step()
 
     def _after_send(self, step: Callable[[], None]) -> Callable[[], None]:
-        """``step``, run once the request's send is over, or `MAX_HOLD_BACK` seconds after now, whichever comes first."""
+        """``step``, run once the request's send is over, or `LIVE_AFTER` seconds after now, whichever comes first.
+
+        A call still waiting then (its provider is slow) has its first snapshot carried out at once (`_publish`'s
+        ``live``): in the backend within a second of its send (issue 36), while a quick call's comes with its end."""
         queued = time.monotonic()
 
         def held_back() -> None:
             with PROCESS.part(JobsAtFork).outside():  # waiting for the send holds no library lock: a fork need not wait
-                self.sent.wait(max(0.0, MAX_HOLD_BACK - (time.monotonic() - queued)))
+                self.sent.wait(max(0.0, LIVE_AFTER - (time.monotonic() - queued)))
             step()
 
         return held_back
@@ -402,6 +416,7 @@ class Call:
         superseded: bool = False,
         cache_prefix_total: Optional[int] = None,
         at: Optional[int] = None,  # ns since the epoch: when the snapshot stands (a call's end); None: now
+        live: bool = False,  # the call's first snapshot: carried out at once if the call still waits (see _after_send)
     ) -> None:
         if self.broken or self.estimate is None:
             return
@@ -427,7 +442,8 @@ class Call:
             newest = not superseded and runtime.is_newest_call(self.stage, self.call_seq)
             stage_key = (self.stage.run_id, self.stage.stage_id)
             snap = runtime.ledgers.add(stage_key, self.call_seq, snap, self._local_conversation, newest, runtime.parts)
-            runtime.publish(snap, self.telemetry, self.stage, superseded=superseded, at=at)
+            still_waiting = live and self.runtime.call_ends is not None and not self.sent.is_set()
+            runtime.publish(snap, self.telemetry, self.stage, superseded=superseded, at=at, live=still_waiting)
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("publish", f"cw_middleware: could not build a snapshot ({type(exc).__name__})")
 

@@ -122,15 +122,17 @@ class Runtime:
         stage: Optional[StageInfo],
         superseded: bool = False,
         at: Optional[int] = None,
+        live: bool = False,
     ) -> None:
-        """Keep a snapshot and send it out (``at``: its event's time in ns); telemetry failures are logged, never raised."""
+        """Keep a snapshot and send it out (``at``: its event's time in ns; ``live``: its call still runs, see
+        `CallTelemetry.record`); telemetry failures are logged, never raised."""
         row = compact(snapshot, self.parts)
         with self._lock:
             self._history.append(row)
         if call is None:
             return
         try:
-            call.record(snapshot, superseded=superseded, at=at)
+            call.record(snapshot, superseded=superseded, at=at, live=live)
         except Exception as exc:  # noqa: BLE001 - telemetry must never break the caller
             self.log.warning("telemetry", f"cw_middleware: could not record a snapshot ({type(exc).__name__})")
 

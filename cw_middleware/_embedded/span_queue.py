@@ -19,6 +19,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
+from .._codec import LATE_SNAPSHOT_SPAN
 from .._worker import Worker
 from .health import inside_export, warn
 from .records import Origins, Record, compact, index_view
@@ -90,7 +91,9 @@ class CompactSpanProcessor(SpanProcessor):
             )
             return
         self._queue.append(compact(span, self._origins))
-        if len(self._queue) >= self._batch_size and not self._wake.is_set():
+        # A full batch leaves now, and so does a snapshot's carrier span: a call still waiting for its provider,
+        # or a count that came after its call, is read back at once (issue 36), not a batch delay later.
+        if (len(self._queue) >= self._batch_size or span.name == LATE_SNAPSHOT_SPAN) and not self._wake.is_set():
             self._wake.set()
         if not self._scheduled:
             self._schedule()

@@ -94,6 +94,10 @@ class Ledger:
     costs: list[float] = field(default_factory=lambda: [0.0] * len(CATEGORIES))
     cached: list[int] = field(default_factory=lambda: [0] * len(CATEGORIES))
     open_calls: OrderedDict[int, _Contribution] = field(default_factory=OrderedDict)
+    # The peak is the largest *final* number of a call: each open call's latest usage (a provider's count or
+    # usage overrules its local estimate), and the highest of the calls no longer open.
+    open_percent: dict[int, float] = field(default_factory=dict)
+    closed_peak: Optional[float] = None
     # Tools: invocations as the newest call counts them, what earlier calls counted beyond that, and
     # what each definition cost over the stage's requests (and in how many).
     newest_call: int = 0
@@ -132,10 +136,16 @@ class Ledger:
             self._move(old, -1, same)
             self._move(new, +1, same)
         self.open_calls[call_seq] = new
-        while len(self.open_calls) > MAX_OPEN_CALLS:
-            self.open_calls.popitem(last=False)  # its numbers stay in the totals; a later change is not subtracted
         if snapshot.usage_percent is not None:
-            self.peak_usage_percent = max(self.peak_usage_percent or 0.0, snapshot.usage_percent)
+            self.open_percent[call_seq] = snapshot.usage_percent
+        while len(self.open_calls) > MAX_OPEN_CALLS:
+            closed, _ = self.open_calls.popitem(last=False)  # its numbers stay in the totals; a later change is not subtracted
+            percent = self.open_percent.pop(closed, None)
+            if percent is not None:
+                self.closed_peak = max(self.closed_peak or 0.0, percent)
+        latest = max(self.open_percent.values(), default=None)
+        if latest is not None or self.closed_peak is not None:
+            self.peak_usage_percent = max(latest or 0.0, self.closed_peak or 0.0)
         if newest:
             self._follow(call_seq, snapshot, local_conversation, parts)
 

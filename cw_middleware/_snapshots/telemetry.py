@@ -259,8 +259,14 @@ class CallTelemetry:
         # land on a span that is ending, where the SDK drops it.
         self._lock = threading.Lock()
 
-    def record(self, snapshot: Snapshot, superseded: bool = False, at: Optional[int] = None) -> None:
-        """The snapshot as the call span's event (``at``: its time in ns, the call's end for one recorded later)."""
+    def record(self, snapshot: Snapshot, superseded: bool = False, at: Optional[int] = None, live: bool = False) -> None:
+        """The snapshot as the call span's event (``at``: its time in ns, the call's end for one recorded later).
+
+        ``live``: the call is still waiting for its provider. A span is exported only when it ends, so the
+        event also goes out at once on a short carrier span of its own (the one a late snapshot rides on),
+        which every reader reads as the same contract; a stage's answer shows the call while it runs, and
+        a process that exits or is killed mid-call leaves it in the backend. The same event on the call
+        span, when that ends, is one snapshot for the readers (the same call id and event seq)."""
         if not self._recording and self._owner.event_logger is None:
             with self._lock:
                 on_span = not self._ended
@@ -281,8 +287,9 @@ class CallTelemetry:
                 self.span.add_event(SNAPSHOT_EVENT, attributes=attrs, timestamp=at)
                 if not superseded:
                     self._gauges, self._mirrored = snapshot, attrs
-        if not on_span:
-            # The call span is gone (a slow provider count): a short span linked to it carries the event.
+        if not on_span or live:
+            # The call span is gone (a slow provider count), or still open for a while: a short span linked to it
+            # carries the event now.
             late_attrs = span_level(attrs)
             late_attrs[ATTR_LATE] = True
             if self._stage is not None:
@@ -293,7 +300,7 @@ class CallTelemetry:
                 attributes=late_attrs,
                 context=trace.set_span_in_context(trace.NonRecordingSpan(self.span.get_span_context())),
             )
-            late.add_event(SNAPSHOT_EVENT, attributes=attrs)
+            late.add_event(SNAPSHOT_EVENT, attributes=attrs, timestamp=at)
             late.end()
         event_logger = self._owner.event_logger
         if event_logger is not None:
