@@ -87,6 +87,25 @@ def test_the_peak_is_the_largest_final_number_of_a_call_not_an_estimate_its_usag
     assert final.stage_totals.peak_usage_percent == round(100.0 * 84 / window, 4)
 
 
+def test_a_compaction_is_decided_and_labelled_with_the_same_numbers_after_below_before(runtime, provider):  # noqa: F811
+    """Issue 36 item 4: the provider reports the same total for both requests, so reconciled conversation tokens
+    would say the second grew; the marker reads both requests' local counts, the numbers that decided it."""
+    long_history = [{"role": "user", "content": f"turn {i}: " + "words " * 40} for i in range(12)]
+    short_history = [{"role": "user", "content": "a summary of the twelve turns so far"}]
+    with cw.stage("compact", "s@1"):
+        for history in (long_history, short_history):
+            cw.completion(model="openai/gpt-4o", messages=history, api_base=f"{provider.url}/v1", api_key="sk-test")
+    local = {}
+    for history in (long_history, short_history):
+        estimate = cw.estimate(model="gpt-4o", messages=history)
+        local[len(history)] = next(b.tokens for b in estimate.breakdown if b.category.value == "conversation")
+    final = [s for s in cw.snapshots() if s.stage_id == "s@1" and s.count_method.value == "response_usage_scaled_breakdown"]
+    marker = final[-1].compaction
+    assert marker is not None and (marker.before_tokens, marker.after_tokens) == (local[12], local[1])
+    assert marker.after_tokens < marker.before_tokens
+    assert final[-1].stage_totals.compactions == 1
+
+
 def test_invocations_over_the_stage_survive_a_compaction_which_is_marked(runtime):
     finals = _agent_stage("agent@1")
     rows = {t.name: t for t in finals[-1].tools}

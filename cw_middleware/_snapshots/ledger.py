@@ -13,9 +13,10 @@ once, at its latest number:
   includes the earlier calls'; after a compaction the count drops, and the increases that
   follow count only what is new), and how many of the stage's requests defined it and what
   its definition cost over them (the unused definitions' price);
-* a compaction marker on the first snapshot of a call whose request carries less
-  conversation than the call before it (the agent summarised or truncated), with the
-  conversation's tokens before and after.
+* a compaction marker on the snapshots of a call whose request carries less conversation
+  than the call before it (the agent summarised or truncated), with the conversation's
+  tokens before and after: both requests' local counts, the numbers the decision read, so
+  the marker is the same whichever of a call's snapshots lands first.
 
 Held per stage: numbers and the names of defined tools, never content. Everything runs under
 one lock, on the call path: a few dictionary updates per snapshot.
@@ -32,7 +33,6 @@ from typing import Optional
 
 from .._contract import (
     CATEGORIES,
-    Category,
     CategoryTotals,
     Compaction,
     Snapshot,
@@ -105,9 +105,8 @@ class Ledger:
     banked: dict[str, int] = field(default_factory=dict)
     definition_tokens: dict[str, int] = field(default_factory=dict)
     definition_requests: dict[str, int] = field(default_factory=dict)
-    # Compaction: the newest call's conversation (local count, and as published) and its marker.
+    # Compaction: the newest call's conversation (its local count) and its marker.
     conversation_local: Optional[int] = None
-    conversation: int = 0
     compactions: int = 0
     marker: Optional[Compaction] = None
     # What `totals` and `unused` made last, and from what: a call's next snapshot with the same numbers (a
@@ -174,7 +173,6 @@ class Ledger:
         """The stage's newest call: its tool calls and whether its request was compacted."""
         rows = snapshot.tools
         counts = dict(parts.flat("invocations", rows, _invocations) if parts is not None else _invocations(rows))
-        conversation = next((b.tokens for b in snapshot.breakdown if b.category is Category.CONVERSATION), 0)
         if call_seq != self.newest_call:
             for name, before in self.newest_calls.items():
                 drop = before - counts.get(name, 0)
@@ -187,13 +185,15 @@ class Ledger:
             )
             if compacted:
                 self.compactions += 1
-            self.marker = Compaction(before_tokens=self.conversation, after_tokens=conversation) if compacted else None
+            # Decided and labelled with the same numbers, the two requests' local counts: the label agrees with
+            # the decision (after < before) and is the same whichever of a call's count and response lands first.
+            marker = None
+            if compacted and self.conversation_local is not None and local_conversation is not None:
+                marker = Compaction(before_tokens=self.conversation_local, after_tokens=local_conversation)
+            self.marker = marker
             self.newest_call = call_seq
             self.conversation_local = local_conversation
-        elif self.marker is not None:
-            self.marker = Compaction(before_tokens=self.marker.before_tokens, after_tokens=conversation)
         self.newest_calls = counts
-        self.conversation = conversation
 
     def totals(self) -> StageTotals:
         key: tuple[object, ...] = (self.calls, self.input_tokens, self.input_cost, self.priced_calls, self.peak_usage_percent)
