@@ -137,6 +137,17 @@ GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 GEN_AI_CACHE_READ = "gen_ai.usage.cache_read.input_tokens"
 GEN_AI_TOKEN_TYPE = "gen_ai.token.type"
+# Prompt-cache writes: the GenAI conventions' current name, and the one backends on v1.41 read.
+GEN_AI_CACHE_CREATION = "gen_ai.usage.cache_creation.input_tokens"
+GEN_AI_CACHE_WRITE = "gen_ai.usage.cache_write.input_tokens"
+GEN_AI_FINISH_REASONS = "gen_ai.response.finish_reasons"  # string[]
+GEN_AI_REQUEST_STREAM = "gen_ai.request.stream"  # bool: the response was streamed
+GEN_AI_CONVERSATION_COMPACTED = "gen_ai.conversation.compacted"  # bool, where a compaction is known
+# The context window on the call span: GenAI has no name yet; two vendor conventions agree on these.
+GEN_AI_CONTEXT_WINDOW_SIZE = "gen_ai.context.window_size"  # int {token}
+GEN_AI_CONTEXT_UTILIZATION = "gen_ai.context.utilization"  # double, 0..1
+# Langfuse's usage breakdown (an option, off by default): the categories as usage types, with the output.
+LANGFUSE_USAGE_DETAILS = "langfuse.observation.usage_details"
 ERROR_TYPE = "error.type"
 SERVICE_NAME = "service.name"
 
@@ -158,9 +169,12 @@ COST_UNIT = "{USD}"
 # where the response reports cached tokens); with agent.context_window.tokens, the cache share.
 METRIC_CACHED_TOKENS = "agent.context_window.cached_tokens"
 METRIC_TOKEN_USAGE = "gen_ai.client.token.usage"  # histogram {token}, by GEN_AI_TOKEN_TYPE
+METRIC_OPERATION_DURATION = "gen_ai.client.operation.duration"  # histogram s, a call from its start to its end
 
 # Bucket boundaries of gen_ai.client.token.usage, from the GenAI metrics conventions.
 TOKEN_HISTOGRAM_BOUNDARIES = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
+# Bucket boundaries of gen_ai.client.operation.duration (seconds), from the same conventions.
+DURATION_HISTOGRAM_BOUNDARIES = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
 
 
 def prometheus_name(name: str, counter: bool = False) -> str:

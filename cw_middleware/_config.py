@@ -304,6 +304,14 @@ SETTINGS: tuple[Setting, ...] = (
         "Also emit each snapshot as a log-based event (OTEP 4430).",
     ),
     Setting(
+        "langfuse_usage_details",
+        ("CW_LANGFUSE_USAGE_DETAILS",),
+        False,
+        parse_flag,
+        "Also put Langfuse's `langfuse.observation.usage_details` on each call span: the categories as usage types "
+        "(`input_system_prompt`, ...) and `output`; the categories sum to the input, which is not given twice.",
+    ),
+    Setting(
         "export_queue_size",
         ("OTEL_BSP_MAX_QUEUE_SIZE",),
         2048,
@@ -417,6 +425,7 @@ class Config:
     metric_run_labels: bool = False
     metric_series_limit: int = 2000
     log_events: bool = False
+    langfuse_usage_details: bool = False
     export_queue_size: int = 2048
     export_interval_ms: int = 1000
     metric_interval_ms: int = 60000

@@ -66,6 +66,8 @@ class _Ending:
     response_model: Optional[str] = None
     error: Optional[BaseException] = None
     tool_calls: tuple[str, ...] = ()  # the tool names the response called
+    finish_reasons: tuple[str, ...] = ()
+    streamed: Optional[bool] = None  # ended as a stream (True) or a whole response (False); None: failed
 
 
 class Call:
@@ -105,6 +107,7 @@ class Call:
         self._stream_usage: Optional[Usage] = None
         self._response_model: Optional[str] = None
         self._stream_calls: list[str] = []
+        self._stream_reasons: list[str] = []
         self._response: Optional[ResponseSide] = None  # set at the end: the response's tool calls and cache
         self._local_conversation: Optional[int] = None  # the request's conversation, counted locally (compaction)
         self._estimated_at = 0  # ns since the epoch: when the estimate was there (the local snapshot's time)
@@ -311,7 +314,7 @@ class Call:
         reading = self.api.read(response)
         if reading.unreadable:
             self.runtime.log.warning("usage", "cw_middleware: could not read a response's usage")
-        self.finish(reading.usage, reading.model, reading.tool_calls)
+        self._end(_Ending(time.time_ns(), reading.usage, reading.model, None, reading.tool_calls, reading.finish_reasons, False))
 
     def see_chunk(self, chunk: Any) -> bool:
         """Note a chunk's (or event's) usage and model; False when the chunk is ours to swallow."""
@@ -325,15 +328,15 @@ class Call:
                 self._response_model = reading.model
             if reading.tool_calls:
                 self._stream_calls.extend(reading.tool_calls)
+            if reading.finish_reasons:
+                self._stream_reasons.extend(reading.finish_reasons)
             return not (self.hide_usage_chunk and reading.usage_only)
         except Exception:  # noqa: BLE001
             return True
 
     def finish_stream(self) -> None:
-        self.finish(self._stream_usage, self._response_model, tuple(self._stream_calls))
-
-    def finish(self, usage: Optional[Usage], response_model: Optional[str], tool_calls: tuple[str, ...] = ()) -> None:
-        self._end(_Ending(time.time_ns(), usage, response_model, tool_calls=tool_calls))
+        calls, reasons = tuple(self._stream_calls), tuple(self._stream_reasons)
+        self._end(_Ending(time.time_ns(), self._stream_usage, self._response_model, None, calls, reasons, True))
 
     def fail(self, exc: BaseException) -> None:
         self.sent.set()  # a send that failed is over
@@ -405,6 +408,9 @@ class Call:
                     cache_read_tokens=None if usage is None else usage.cache_read_tokens,
                     error=ending.error,
                     end_time=ending.at,
+                    cache_write_tokens=_cache_written(None if self.mock else usage),
+                    finish_reasons=ending.finish_reasons,
+                    streamed=ending.streamed,
                 )
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("end", f"cw_middleware: could not end the call ({type(exc).__name__})")
@@ -446,6 +452,13 @@ class Call:
             runtime.publish(snap, self.telemetry, self.stage, superseded=superseded, at=at, live=still_waiting)
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("publish", f"cw_middleware: could not build a snapshot ({type(exc).__name__})")
+
+
+def _cache_written(usage: Optional[Usage]) -> Optional[int]:
+    """Tokens the response says were written to the prompt cache (read + write, less what was read)."""
+    if usage is None or usage.cache_prefix_tokens is None:
+        return None
+    return max(0, usage.cache_prefix_tokens - (usage.cache_read_tokens or 0))
 
 
 def _response_side(ending: _Ending, usage: Optional[Usage]) -> Optional[ResponseSide]:

@@ -8,8 +8,10 @@ live in ``_codec.py``, which the readers share.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Optional
@@ -29,20 +31,30 @@ from .._codec import (
     ATTR_STAGE_STATE,
     ATTR_SUPERSEDED,
     COST_UNIT,
+    DURATION_HISTOGRAM_BOUNDARIES,
     ERROR_TYPE,
+    GEN_AI_CACHE_CREATION,
     GEN_AI_CACHE_READ,
+    GEN_AI_CACHE_WRITE,
+    GEN_AI_CONTEXT_UTILIZATION,
+    GEN_AI_CONTEXT_WINDOW_SIZE,
+    GEN_AI_CONVERSATION_COMPACTED,
+    GEN_AI_FINISH_REASONS,
     GEN_AI_INPUT_TOKENS,
     GEN_AI_OPERATION,
     GEN_AI_OUTPUT_TOKENS,
     GEN_AI_PROVIDER,
     GEN_AI_REQUEST_MODEL,
+    GEN_AI_REQUEST_STREAM,
     GEN_AI_RESPONSE_MODEL,
     GEN_AI_TOKEN_TYPE,
+    LANGFUSE_USAGE_DETAILS,
     LATE_SNAPSHOT_SPAN,
     METRIC_CACHED_TOKENS,
     METRIC_COST,
     METRIC_COUNT_FAILURES,
     METRIC_LIMIT,
+    METRIC_OPERATION_DURATION,
     METRIC_SNAPSHOTS,
     METRIC_TOKEN_USAGE,
     METRIC_TOKENS,
@@ -118,6 +130,12 @@ class Telemetry:
             unit="{token}",
             description="Tokens used per call (GenAI semantic conventions)",
             explicit_bucket_boundaries_advisory=TOKEN_HISTOGRAM_BOUNDARIES,
+        )
+        self.operation_duration = meter.create_histogram(
+            METRIC_OPERATION_DURATION,
+            unit="s",
+            description="Duration of a call from its start to its end (GenAI semantic conventions)",
+            explicit_bucket_boundaries_advisory=DURATION_HISTOGRAM_BOUNDARIES,
         )
 
     @contextmanager
@@ -258,6 +276,7 @@ class CallTelemetry:
         # A provider count finishes on another thread: without the lock its event could
         # land on a span that is ending, where the SDK drops it.
         self._lock = threading.Lock()
+        self._started_ns = time.time_ns()
 
     def record(self, snapshot: Snapshot, superseded: bool = False, at: Optional[int] = None, live: bool = False) -> None:
         """The snapshot as the call span's event (``at``: its time in ns, the call's end for one recorded later).
@@ -314,6 +333,23 @@ class CallTelemetry:
         if not on_span and not superseded:  # the gauges show the stage's newest request, not an older one's
             self._owner.set_gauges(snapshot, self._stage)
 
+    def _context_attributes(self, last: Snapshot, output_tokens: Optional[int]) -> None:
+        """The call's context window on its span, from its last snapshot: the names GenAI-aware backends read."""
+        span = self.span
+        if last.context_window_tokens:
+            span.set_attribute(GEN_AI_CONTEXT_WINDOW_SIZE, last.context_window_tokens)
+        if last.usage_percent is not None:
+            span.set_attribute(GEN_AI_CONTEXT_UTILIZATION, round(last.usage_percent / 100.0, 6))
+        if last.compaction is not None:
+            span.set_attribute(GEN_AI_CONVERSATION_COMPACTED, True)
+        if self._owner.config.langfuse_usage_details:
+            # The categories as usage types: together they are the input, which is not also given as "input",
+            # so Langfuse's total (the sum of the usage types) counts it once.
+            details = {f"input_{item.category.value}": item.tokens for item in last.breakdown}
+            if output_tokens is not None:
+                details["output"] = output_tokens
+            span.set_attribute(LANGFUSE_USAGE_DETAILS, json.dumps(details, separators=(",", ":")))
+
     def end(
         self,
         response_model: Optional[str] = None,
@@ -322,6 +358,9 @@ class CallTelemetry:
         cache_read_tokens: Optional[int] = None,
         error: Optional[BaseException] = None,
         end_time: Optional[int] = None,  # ns since the epoch; None: now (the call ends when it ended, not when its estimate came)
+        cache_write_tokens: Optional[int] = None,
+        finish_reasons: tuple[str, ...] = (),
+        streamed: Optional[bool] = None,
     ) -> None:
         with self._lock:
             if self._ended:
@@ -351,6 +390,18 @@ class CallTelemetry:
                 self._owner.token_usage.record(value, {**base, GEN_AI_TOKEN_TYPE: token_type})
         if cache_read_tokens:
             span.set_attribute(GEN_AI_CACHE_READ, cache_read_tokens)
+        if cache_write_tokens:
+            span.set_attribute(GEN_AI_CACHE_CREATION, cache_write_tokens)
+            span.set_attribute(GEN_AI_CACHE_WRITE, cache_write_tokens)
+        if finish_reasons:
+            span.set_attribute(GEN_AI_FINISH_REASONS, [exportable_text(r) for r in finish_reasons])
+        if streamed is not None:
+            span.set_attribute(GEN_AI_REQUEST_STREAM, streamed)
+        if gauges is not None:
+            self._context_attributes(gauges, output_tokens)
+        ended = end_time if end_time is not None else time.time_ns()
+        error_type = {ERROR_TYPE: type(error).__qualname__} if error is not None else {}
+        self._owner.operation_duration.record(max(0, ended - self._started_ns) / 1e9, {**base, **error_type})
         if error is not None:
             # The exception type only: provider error bodies are content.
             span.set_attribute(ERROR_TYPE, type(error).__qualname__)

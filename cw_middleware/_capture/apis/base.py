@@ -93,6 +93,7 @@ class Reading:
     usage_only: bool = False  # a stream chunk that carries usage and nothing else
     unreadable: bool = False  # it carried a usage block we could not read
     tool_calls: tuple[str, ...] = ()  # the name of each tool call it makes (a stream: each call's first chunk)
+    finish_reasons: tuple[str, ...] = ()  # why each choice or candidate stopped, as the provider spells it
 
 
 NOTHING = Reading()

@@ -90,8 +90,9 @@ class ChatCompletions:
         model = model if isinstance(model, str) else None
         choices = getattr(obj, "choices", None)
         calls = _tool_calls(choices) if choices else ()
+        reasons = _finish_reasons(choices) if choices else ()
         if usage is None:
-            return Reading(None, model, tool_calls=calls) if model or calls else NOTHING
+            return Reading(None, model, tool_calls=calls, finish_reasons=reasons) if model or calls or reasons else NOTHING
         usage_only = _carries_nothing_else(choices)
         try:
             details = getattr(usage, "prompt_tokens_details", None)
@@ -102,8 +103,15 @@ class ChatCompletions:
                 usage_cache_prefix_tokens(usage),
             )
         except Exception:  # noqa: BLE001 - an odd usage block: the chunk is still recognised as usage-only
-            return Reading(None, model, usage_only, unreadable=True, tool_calls=calls)
-        return Reading(numbers, model, usage_only, tool_calls=calls)
+            return Reading(None, model, usage_only, unreadable=True, tool_calls=calls, finish_reasons=reasons)
+        return Reading(numbers, model, usage_only, tool_calls=calls, finish_reasons=reasons)
+
+
+def _finish_reasons(choices: Any) -> tuple[str, ...]:
+    try:
+        return tuple(r for c in choices if isinstance(r := getattr(c, "finish_reason", None), str))
+    except TypeError:
+        return ()
 
 
 Endpoint = tuple[str, str, str]  # (provider, api_base, api_version)

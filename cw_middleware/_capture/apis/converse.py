@@ -190,17 +190,20 @@ class Converse:
         if isinstance(start, Mapping):
             use = (start.get("start") or {}).get("toolUse")
             return Reading(tool_calls=(use.get("name", ""),)) if isinstance(use, Mapping) else NOTHING
+        stopped = obj.get("messageStop")
+        stop = stopped.get("stopReason") if isinstance(stopped, Mapping) else obj.get("stopReason")
+        reasons = (stop,) if isinstance(stop, str) else ()
         event = obj.get("metadata")
         usage = (event if isinstance(event, Mapping) else obj).get("usage")
         calls = tuple(_response_calls(obj))
         if not isinstance(usage, Mapping):
-            return Reading(tool_calls=calls) if calls else NOTHING
+            return Reading(tool_calls=calls, finish_reasons=reasons) if calls or reasons else NOTHING
         read = _int(usage.get("cacheReadInputTokens"))
         write = _int(usage.get("cacheWriteInputTokens"))
         given = _int(usage.get("inputTokens"))
         total = None if given is None else given + (read or 0) + (write or 0)
         prefix = (read or 0) + (write or 0) if read is not None or write is not None else None
-        return Reading(Usage(total, _int(usage.get("outputTokens")), read, prefix), tool_calls=calls)
+        return Reading(Usage(total, _int(usage.get("outputTokens")), read, prefix), tool_calls=calls, finish_reasons=reasons)
 
 
 CONVERSE = Converse()

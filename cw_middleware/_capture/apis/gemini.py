@@ -313,8 +313,14 @@ class GenerateContent:
         usage = _get(obj, "usage_metadata")
         model = _get(obj, "model_version")
         calls = tuple(_calls(obj))
+        reasons = tuple(_finish_reasons(obj))
         if usage is None:
-            return Reading(None, model if isinstance(model, str) else None, tool_calls=calls) if model or calls else NOTHING
+            found = model or calls or reasons
+            return (
+                Reading(None, model if isinstance(model, str) else None, tool_calls=calls, finish_reasons=reasons)
+                if found
+                else NOTHING
+            )
         prompt = _get(usage, "prompt_token_count")
         tool_prompt = _get(usage, "tool_use_prompt_token_count")
         cached = _get(usage, "cached_content_token_count")
@@ -323,6 +329,7 @@ class GenerateContent:
             Usage(input_tokens, _get(usage, "candidates_token_count"), cached if isinstance(cached, int) else None),
             model if isinstance(model, str) else None,
             tool_calls=calls,
+            finish_reasons=reasons,
         )
 
 
@@ -332,6 +339,16 @@ GENERATE_CONTENT = GenerateContent()
 def bare_model(model: str) -> str:
     """``models/gemini-2.5-flash`` and Vertex's ``publishers/google/models/...`` as the model's own name."""
     return model.rsplit("/models/", 1)[-1].removeprefix("models/").removeprefix("google/")
+
+
+def _finish_reasons(obj: Any) -> list[str]:
+    """Each candidate's ``finish_reason`` (the client's enum, or the REST string), as Gemini spells it."""
+    out = []
+    for candidate in _get(obj, "candidates") or ():
+        reason = _get(candidate, "finish_reason")
+        if reason is not None:
+            out.append(str(getattr(reason, "value", reason)))
+    return out
 
 
 def _calls(obj: Any) -> list[str]:

@@ -236,15 +236,18 @@ class Messages:
         if kind == _STREAM_START:
             obj = _get(obj, "message")
         elif kind == _STREAM_DELTA:
-            return Reading(_delta_usage(_get(obj, "usage")))
+            stop = _get(_get(obj, "delta"), "stop_reason")
+            return Reading(_delta_usage(_get(obj, "usage")), finish_reasons=(stop,) if isinstance(stop, str) else ())
         elif kind != "message":
             return NOTHING
         usage = _get(obj, "usage")
         model = _get(obj, "model")
         model = model if isinstance(model, str) else None
+        stop = _get(obj, "stop_reason")
+        reasons = (stop,) if isinstance(stop, str) else ()
         if usage is None:
-            return Reading(None, model) if model else NOTHING
-        return Reading(_usage(usage), model)
+            return Reading(None, model, finish_reasons=reasons) if model else NOTHING
+        return Reading(_usage(usage), model, finish_reasons=reasons)
 
 
 MESSAGES = Messages()

@@ -267,8 +267,11 @@ class Responses:
         model = _get(obj, "model")
         model = model if isinstance(model, str) else None
         calls = _output_calls(_get(obj, "output"))
+        status = _get(obj, "status")
+        reason = _get(_get(obj, "incomplete_details"), "reason") or status
+        reasons = (reason,) if isinstance(reason, str) else ()
         if usage is None:
-            return Reading(None, model, tool_calls=calls) if model or calls else NOTHING
+            return Reading(None, model, tool_calls=calls, finish_reasons=reasons) if model or calls else NOTHING
         input_tokens = _get(usage, "input_tokens")
         cached = _get(_get(usage, "input_tokens_details"), "cached_tokens")
         return Reading(
@@ -279,6 +282,7 @@ class Responses:
             ),
             model,
             tool_calls=calls,
+            finish_reasons=reasons,
         )
 
 
