@@ -161,6 +161,9 @@ METRIC_UTILIZATION = "agent.context_window.utilization"  # gauge 1
 METRIC_SNAPSHOTS = "agent.context_window.snapshots"  # counter {snapshot}, by ATTR_COUNT_METHOD
 METRIC_COUNT_FAILURES = "agent.context_window.provider_count.failures"  # counter {failure}
 METRIC_UNUSED_TOOL_TOKENS = "agent.context_window.unused_tool_tokens"  # gauge {token}: definitions never called
+# gauge {call}: the calls left until the stage's input reaches the threshold share of its window, at its recent
+# growth (its forecast); -1 while the stage does not grow.
+METRIC_CALLS_UNTIL_THRESHOLD = "agent.context_window.calls_until_threshold"
 # counter {USD}, by ATTR_CATEGORY: each call's input cost, once. The unit is an annotation so that every
 # Prometheus path (scrape endpoint, Collector, OTLP push) stores it as ``agent_context_window_cost_total``.
 METRIC_COST = "agent.context_window.cost"
@@ -191,6 +194,7 @@ PROM_UTILIZATION = prometheus_name(METRIC_UTILIZATION)
 PROM_SNAPSHOTS = prometheus_name(METRIC_SNAPSHOTS, counter=True)
 PROM_COUNT_FAILURES = prometheus_name(METRIC_COUNT_FAILURES, counter=True)
 PROM_UNUSED_TOOL_TOKENS = prometheus_name(METRIC_UNUSED_TOOL_TOKENS)
+PROM_CALLS_UNTIL_THRESHOLD = prometheus_name(METRIC_CALLS_UNTIL_THRESHOLD)
 PROM_COST = prometheus_name(METRIC_COST, counter=True)
 PROM_CACHED_TOKENS = prometheus_name(METRIC_CACHED_TOKENS)
 PROM_TOKEN_USAGE = prometheus_name(METRIC_TOKEN_USAGE)

@@ -129,6 +129,17 @@ def parse_positive_int(value: object, name: str) -> int:
     return value
 
 
+def parse_percent(value: object, name: str) -> float:
+    """A share of the window, above 0 and at most 100 (``80``, ``"92.5"``)."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a percentage from 0 to 100, got {value!r}") from None
+    if not 0 < number <= 100:
+        raise ConfigError(f"{name} must be a percentage above 0 and at most 100, got {value!r}")
+    return number
+
+
 def parse_flag(value: object, name: str) -> bool:
     """A bool argument as given; from the environment ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``."""
     if isinstance(value, bool):
@@ -304,6 +315,14 @@ SETTINGS: tuple[Setting, ...] = (
         "Also emit each snapshot as a log-based event (OTEP 4430).",
     ),
     Setting(
+        "threshold_percent",
+        ("CW_THRESHOLD_PERCENT",),
+        80.0,
+        parse_percent,
+        "The share of the window a stage's forecast counts the calls to (`forecast.calls_until_threshold`), "
+        "and the `agent.context_window.calls_until_threshold` gauge.",
+    ),
+    Setting(
         "langfuse_usage_details",
         ("CW_LANGFUSE_USAGE_DETAILS",),
         False,
@@ -374,6 +393,14 @@ READ_SETTINGS: tuple[Setting, ...] = (
         "Seconds without a new snapshot after which a stage reads `stored` instead of `live`.",
     ),
     Setting(
+        "threshold_percent",
+        ("CW_THRESHOLD_PERCENT",),
+        80.0,
+        parse_percent,
+        "The share of the window a stage's forecast counts the calls to (`forecast.calls_until_threshold`), "
+        "and the `agent.context_window.calls_until_threshold` gauge.",
+    ),
+    Setting(
         "index_dir",
         ("CW_INDEX_DIR",),
         Default(_default_index_dir),
@@ -426,6 +453,7 @@ class Config:
     metric_series_limit: int = 2000
     log_events: bool = False
     langfuse_usage_details: bool = False
+    threshold_percent: float = 80.0
     export_queue_size: int = 2048
     export_interval_ms: int = 1000
     metric_interval_ms: int = 60000
@@ -452,6 +480,7 @@ class ReadConfig:
 
     backend: Optional[str] = None  # None: the file the write side's `export` names, see `backend_url`
     stale_after: float = DEFAULT_STALE_AFTER
+    threshold_percent: float = 80.0
     index_dir: str = ""
     backend_token: Optional[str] = None
     backend_user: Optional[str] = None

@@ -12,7 +12,9 @@ short source labels chosen by the caller ("AGENTS.md", "mcp:github").
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -258,6 +260,49 @@ class StageTotals(_Frozen):
     compactions: int = 0
 
 
+class Forecast(_Frozen):
+    """When the window fills, at the stage's recent growth (`forecast_from`: one function wherever it is asked)."""
+
+    growth_per_call_tokens: int  # the median increase of input tokens per call over the recent calls
+    calls_until_threshold: Optional[int] = None  # None: the stage does not grow
+    calls_until_full: Optional[int] = None
+    threshold_percent: float = 80.0
+    basis_calls: int = 0  # the calls the growth was read from
+
+
+FORECAST_CALLS = 9  # the newest calls a forecast reads: eight steps of growth
+DEFAULT_THRESHOLD_PERCENT = 80.0
+
+
+def forecast_from(
+    input_tokens: list[int], window: Optional[int], threshold_percent: float = DEFAULT_THRESHOLD_PERCENT
+) -> Optional[Forecast]:
+    """The forecast of a stage from its calls' final input tokens, oldest first; None without a window or two calls.
+
+    The growth is the median of the positive steps between consecutive calls among the newest
+    `FORECAST_CALLS`: a compaction (a step down) is not growth, and one outlier step moves a median
+    little. The calls left are counted from the newest call's input: to the threshold (0 when it is
+    there already) and to the window, rounded up; None where the stage does not grow.
+    """
+    recent = input_tokens[-FORECAST_CALLS:]
+    if not window or len(recent) < 2:
+        return None
+    steps = sorted(b - a for a, b in zip(recent, recent[1:]) if b > a)
+    growth = int(statistics.median(steps)) if steps else 0
+    current = recent[-1]
+    until_threshold = until_full = None
+    if growth > 0:
+        until_threshold = math.ceil(max(0.0, window * threshold_percent / 100.0 - current) / growth)
+        until_full = math.ceil(max(0, window - current) / growth)
+    return Forecast(
+        growth_per_call_tokens=growth,
+        calls_until_threshold=until_threshold,
+        calls_until_full=until_full,
+        threshold_percent=threshold_percent,
+        basis_calls=len(recent),
+    )
+
+
 class Compaction(_Frozen):
     """This request carries less conversation than the stage's previous one: the agent summarised or truncated."""
 
@@ -361,6 +406,7 @@ class StageContextWindow(_Frozen):
     cost: Optional[Cost] = None  # the latest request's input cost, or None
     stage_totals: Optional[StageTotals] = None
     compaction: Optional[Compaction] = None  # the latest request's, when it carried less conversation
+    forecast: Optional[Forecast] = None  # the stage's calls at their growth: when the window fills
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, staleness: Staleness) -> StageContextWindow:

@@ -23,6 +23,7 @@ PUBLIC = {
     # read-back, and the types its answers are made of
     "reader", "Reader", "ReaderOptions", "SnapshotReader", "StageSummary", "RunSummary", "Missing",
     "Cost", "ToolItem", "UnusedTool", "StageTotals", "CategoryTotals", "Compaction", "HistoryPoint", "StageRow", "RunReport",
+    "Forecast",
     # errors
     "CwMiddlewareError", "TagError", "ConfigError", "NotFound", "BackendError", "BackendUnavailable", "BackendResponseError",
     "__version__",
@@ -82,6 +83,11 @@ def test_contract_enum_values_are_pinned():
         "usage_percent", "count_method", "staleness", "generated_at", "event_seq", "breakdown", "warnings", "details",
         # issue 21: which tool, unused definitions, money, cache, the stage so far
         "tools", "unused_tools", "unused_tool_tokens", "cost", "cached_tokens", "stage_totals", "compaction",
+        # issue 39: when the window fills
+        "forecast",
+    }  # fmt: skip
+    assert set(cw.Forecast.model_fields) == {
+        "growth_per_call_tokens", "calls_until_threshold", "calls_until_full", "threshold_percent", "basis_calls",
     }  # fmt: skip
     assert set(cw.Cost.model_fields) >= {"currency", "input_cost", "by_category"}
     totals = {"calls", "input_tokens", "input_cost", "peak_usage_percent", "by_category"}

@@ -449,7 +449,8 @@ class Call:
             stage_key = (self.stage.run_id, self.stage.stage_id)
             snap = runtime.ledgers.add(stage_key, self.call_seq, snap, self._local_conversation, newest, runtime.parts)
             still_waiting = live and self.runtime.call_ends is not None and not self.sent.is_set()
-            runtime.publish(snap, self.telemetry, self.stage, superseded=superseded, at=at, live=still_waiting)
+            forecast = runtime.ledgers.forecast(stage_key, snap.context_window_tokens, runtime.config.threshold_percent)
+            runtime.publish(snap, self.telemetry, self.stage, superseded=superseded, at=at, live=still_waiting, forecast=forecast)
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("publish", f"cw_middleware: could not build a snapshot ({type(exc).__name__})")
 

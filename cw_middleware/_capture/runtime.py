@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from opentelemetry import metrics, trace
 
 from .._config import Config, ProviderCountPolicy, resolve
-from .._contract import Snapshot, StageInfo, WarningCode
+from .._contract import Forecast, Snapshot, StageInfo, WarningCode
 from .._counting.estimator import Estimator
 from .._counting.model_facts import ModelFacts
 from .._log import RateLimitedLog
@@ -123,6 +123,7 @@ class Runtime:
         superseded: bool = False,
         at: Optional[int] = None,
         live: bool = False,
+        forecast: Optional[Forecast] = None,
     ) -> None:
         """Keep a snapshot and send it out (``at``: its event's time in ns; ``live``: its call still runs, see
         `CallTelemetry.record`); telemetry failures are logged, never raised."""
@@ -132,7 +133,7 @@ class Runtime:
         if call is None:
             return
         try:
-            call.record(snapshot, superseded=superseded, at=at, live=live)
+            call.record(snapshot, superseded=superseded, at=at, live=live, forecast=forecast)
         except Exception as exc:  # noqa: BLE001 - telemetry must never break the caller
             self.log.warning("telemetry", f"cw_middleware: could not record a snapshot ({type(exc).__name__})")
 

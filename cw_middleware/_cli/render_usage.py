@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Union
 
-from .._contract import CATEGORIES, HistoryPoint, RunReport, Snapshot, StageContextWindow, StageTotals, never_called
+from .._contract import CATEGORIES, Forecast, HistoryPoint, RunReport, Snapshot, StageContextWindow, StageTotals, never_called
 from .formats import format_tokens as _fmt
 from .formats import format_usd
 
@@ -72,7 +72,21 @@ def usage_lines(view: Union[Snapshot, StageContextWindow], top_tools: int = 20) 
     if view.compaction is not None:
         c = view.compaction
         lines.append(f"  ↓ this request was compacted: conversation {_fmt(c.before_tokens)} -> {_fmt(c.after_tokens)} tokens")
+    if isinstance(view, StageContextWindow) and view.forecast is not None:  # a stage's answer: a snapshot has none
+        lines.append("  " + forecast_line(view.forecast))
     return lines
+
+
+def forecast_line(f: Forecast) -> str:
+    """When the window fills at the stage's recent growth, in one line."""
+    threshold = f"{f.threshold_percent:g}%"
+    if f.calls_until_threshold is None:
+        return f"Forecast: not growing over its last {f.basis_calls} calls"
+    when = "at the threshold now" if f.calls_until_threshold == 0 else f"≈{f.calls_until_threshold} call(s) to {threshold}"
+    return (
+        f"Forecast: +{_fmt(f.growth_per_call_tokens)} tokens a call (last {f.basis_calls} calls): {when}, "
+        f"≈{f.calls_until_full} to a full window"
+    )
 
 
 def stage_line(t: StageTotals) -> str:

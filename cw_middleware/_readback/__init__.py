@@ -27,7 +27,16 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, Optional, Protocol, Union, runtime_checkable
 
-from .._contract import MAX_ID_LENGTH, HistoryPoint, RunReport, StageContextWindow, validate_id  # noqa: F401 - re-exported
+from .._contract import (  # noqa: F401 - re-exported
+    DEFAULT_THRESHOLD_PERCENT,
+    FORECAST_CALLS,
+    MAX_ID_LENGTH,
+    HistoryPoint,
+    RunReport,
+    StageContextWindow,
+    forecast_from,
+    validate_id,
+)
 from .._errors import ConfigError, NotFound
 from .fold import DEFAULT_HISTORY, MAX_HISTORY, Missing, RunSummary, StageSummary
 from .options import BackendURL, ReaderOptions, parse_backend_url, redact, resolve_options
@@ -63,12 +72,18 @@ class SnapshotReader(Protocol):
 class Reader:
     """The public read-back API over one `SnapshotReader`."""
 
-    def __init__(self, backend: SnapshotReader, url: Union[str, BackendURL] = "") -> None:
+    def __init__(
+        self, backend: SnapshotReader, url: Union[str, BackendURL] = "", threshold_percent: float = DEFAULT_THRESHOLD_PERCENT
+    ) -> None:
         self.backend = backend
         self.url = url.display if isinstance(url, BackendURL) else url
+        self.threshold_percent = threshold_percent
 
     def context_window(self, run_id: str, stage_id: str) -> StageContextWindow:
-        """The DESIGN.md contract for (run_id, stage_id); NotFound for a missing run or stage."""
+        """The DESIGN.md contract for (run_id, stage_id); NotFound for a missing run or stage.
+
+        Its ``forecast`` is read from the stage's calls as the backend holds them (each call once, at its
+        latest number: `history`), whichever process made them, by the one `forecast_from`."""
         validate_id("run_id", run_id)
         validate_id("stage_id", stage_id)
         answer = self.backend.latest(run_id, stage_id)
@@ -76,6 +91,13 @@ class Reader:
             raise NotFound(f"run {run_id!r} not found")
         if answer is Missing.STAGE:
             raise NotFound(f"stage {stage_id!r} not found in run {run_id!r}")
+        if answer.available and answer.context_window_tokens:
+            calls = self.backend.history(run_id, stage_id, FORECAST_CALLS)
+            if isinstance(calls, list):
+                tokens = [p.input_tokens for p in calls]
+                forecast = forecast_from(tokens, answer.context_window_tokens, self.threshold_percent)
+                if forecast is not None:
+                    answer = answer.model_copy(update={"forecast": forecast})
         return answer
 
     def stages(self, run_id: str) -> list[StageSummary]:
@@ -191,7 +213,7 @@ def reader(
         stale_after=stale_after,
     )
     options = resolve_options(url_options, given)
-    return Reader(backend.open(parsed, options), parsed)
+    return Reader(backend.open(parsed, options), parsed, options.threshold_percent)
 
 
 def known_backends() -> str:

@@ -31,6 +31,7 @@ class ReaderOptions:
     client: Any = None  # an httpx.Client to use as is (tests: httpx.MockTransport)
     stale_after: float = DEFAULT_STALE_AFTER  # `resolve_options` puts CW_STALE_AFTER's here
     index_dir: Optional[str] = None  # where the file reader keeps its index; None: CW_INDEX_DIR's (`resolve_options`)
+    threshold_percent: float = 80.0  # the forecast's threshold; `resolve_options` puts CW_THRESHOLD_PERCENT's here
     now_ns: Optional[int] = None  # pins the clock of the staleness horizon (tests)
 
     @property
@@ -122,6 +123,7 @@ def resolve_options(
         "timeout": settings.backend_timeout,
         "stale_after": settings.stale_after,
         "index_dir": settings.index_dir,
+        "threshold_percent": settings.threshold_percent,
     }
     if settings.backend_token:
         values["bearer_token"] = settings.backend_token

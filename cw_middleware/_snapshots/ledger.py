@@ -33,12 +33,15 @@ from typing import Optional
 
 from .._contract import (
     CATEGORIES,
+    FORECAST_CALLS,
     CategoryTotals,
     Compaction,
+    Forecast,
     Snapshot,
     StageTotals,
     ToolItem,
     UnusedTool,
+    forecast_from,
     never_called,
 )
 from .build import SnapshotParts, trusted, unused_tool, with_stage
@@ -298,6 +301,15 @@ class Ledgers:
             unused = ledger.unused(rows) if rows else snapshot.unused_tools
             marker = ledger.marker if newest and ledger.newest_call == call_seq else None
         return with_stage(snapshot, totals, rows, unused, marker)
+
+    def forecast(self, stage: tuple[str, str], window: Optional[int], threshold_percent: float) -> Optional[Forecast]:
+        """The stage's forecast from its calls' latest input tokens (`forecast_from`, as a reader computes it)."""
+        with self._lock:
+            ledger = self._ledgers.get(stage)
+            if ledger is None:
+                return None
+            calls = sorted(ledger.open_calls.items())[-FORECAST_CALLS:]
+        return forecast_from([c.input_tokens for _, c in calls], window, threshold_percent)
 
     def after_fork_in_child(self) -> None:
         self._lock = threading.Lock()

@@ -51,6 +51,7 @@ from .._codec import (
     LANGFUSE_USAGE_DETAILS,
     LATE_SNAPSHOT_SPAN,
     METRIC_CACHED_TOKENS,
+    METRIC_CALLS_UNTIL_THRESHOLD,
     METRIC_COST,
     METRIC_COUNT_FAILURES,
     METRIC_LIMIT,
@@ -74,7 +75,7 @@ from .._codec import (
     span_level,
 )
 from .._config import Config
-from .._contract import CATEGORIES, Category, Snapshot, StageInfo
+from .._contract import CATEGORIES, Category, Forecast, Snapshot, StageInfo
 
 logger = logging.getLogger("cw_middleware")
 
@@ -116,6 +117,11 @@ class Telemetry:
             METRIC_UNUSED_TOOL_TOKENS,
             unit="{token}",
             description="Definition tokens of the tools a request defines and neither it nor its response calls",
+        )
+        self.calls_until_threshold_gauge = meter.create_gauge(
+            METRIC_CALLS_UNTIL_THRESHOLD,
+            unit="{call}",
+            description="Calls left until the stage's input reaches the threshold share of its window (-1: not growing)",
         )
         self.snapshot_counter = meter.create_counter(
             METRIC_SNAPSHOTS, unit="{snapshot}", description="Snapshots emitted, by count method"
@@ -220,8 +226,11 @@ class Telemetry:
         base = self._attributes(snapshot.provider, snapshot.model, stage)[0]
         self.snapshot_counter.add(1, {**base, ATTR_COUNT_METHOD: snapshot.count_method.value})
 
-    def set_gauges(self, snapshot: Snapshot, stage: Optional[StageInfo]) -> None:
+    def set_gauges(self, snapshot: Snapshot, stage: Optional[StageInfo], forecast: Optional[Forecast] = None) -> None:
         base, per_category = self._attributes(snapshot.provider, snapshot.model, stage)
+        if forecast is not None:
+            left = forecast.calls_until_threshold
+            self.calls_until_threshold_gauge.set(-1 if left is None else left, base)
         tokens = {item.category: item.tokens for item in snapshot.breakdown}
         for category, attrs in per_category:
             self.tokens_gauge.set(tokens.get(category, 0), attrs)
@@ -272,13 +281,21 @@ class CallTelemetry:
         # Gauges hold last values: a call's earlier snapshots would be overwritten by its last one
         # within the same call, so they are set once, when the call ends (or at once if it has ended).
         self._gauges: Optional[Snapshot] = None
+        self._forecast: Optional[Forecast] = None  # the stage's, as of the snapshot the gauges will show
         self._mirrored: Optional[dict[str, Any]] = None  # likewise the span-level copy of the latest snapshot
         # A provider count finishes on another thread: without the lock its event could
         # land on a span that is ending, where the SDK drops it.
         self._lock = threading.Lock()
         self._started_ns = time.time_ns()
 
-    def record(self, snapshot: Snapshot, superseded: bool = False, at: Optional[int] = None, live: bool = False) -> None:
+    def record(
+        self,
+        snapshot: Snapshot,
+        superseded: bool = False,
+        at: Optional[int] = None,
+        live: bool = False,
+        forecast: Optional[Forecast] = None,
+    ) -> None:
         """The snapshot as the call span's event (``at``: its time in ns, the call's end for one recorded later).
 
         ``live``: the call is still waiting for its provider. A span is exported only when it ends, so the
@@ -290,10 +307,10 @@ class CallTelemetry:
             with self._lock:
                 on_span = not self._ended
                 if on_span and not superseded:
-                    self._gauges = snapshot
+                    self._gauges, self._forecast = snapshot, forecast
             self._owner.count_snapshot(snapshot, self._stage)
             if not on_span and not superseded:
-                self._owner.set_gauges(snapshot, self._stage)
+                self._owner.set_gauges(snapshot, self._stage, forecast)
             return
         attrs = snapshot_attributes(snapshot, include_details=True)
         if self._call_id:
@@ -305,7 +322,7 @@ class CallTelemetry:
             if on_span:
                 self.span.add_event(SNAPSHOT_EVENT, attributes=attrs, timestamp=at)
                 if not superseded:
-                    self._gauges, self._mirrored = snapshot, attrs
+                    self._gauges, self._mirrored, self._forecast = snapshot, attrs, forecast
         if not on_span or live:
             # The call span is gone (a slow provider count), or still open for a while: a short span linked to it
             # carries the event now.
@@ -331,7 +348,7 @@ class CallTelemetry:
             )
         self._owner.count_snapshot(snapshot, self._stage)
         if not on_span and not superseded:  # the gauges show the stage's newest request, not an older one's
-            self._owner.set_gauges(snapshot, self._stage)
+            self._owner.set_gauges(snapshot, self._stage, forecast)
 
     def _context_attributes(self, last: Snapshot, output_tokens: Optional[int]) -> None:
         """The call's context window on its span, from its last snapshot: the names GenAI-aware backends read."""
@@ -372,7 +389,7 @@ class CallTelemetry:
             self.span.set_attributes(span_level(mirrored))
         if gauges is not None:
             try:
-                self._owner.set_gauges(gauges, self._stage)
+                self._owner.set_gauges(gauges, self._stage, self._forecast)
                 if error is None:  # a failed call is not billed: its last snapshot is the local estimate
                     self._owner.add_cost(gauges, self._stage)
             except Exception:  # noqa: BLE001 - a metrics failure must not leave the span open
