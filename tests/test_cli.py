@@ -200,7 +200,7 @@ def test_the_backend_help_lists_the_registered_schemes(monkeypatch):
     parser = cli.build_parser()
     for sub in parser._subparsers._group_actions[0].choices.values():
         helps += [a.help for a in sub._actions if "--backend" in a.option_strings]
-    assert len(helps) == 5  # runs, show, summary, stages, serve
+    assert len(helps) == 6  # runs, show, summary, stages, statusline, serve
     assert all("file:PATH" in h and "tempo" in h for h in helps)
 
 

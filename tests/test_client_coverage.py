@@ -194,7 +194,10 @@ def test_structured_output_and_beta_methods_are_observed(runtime, provider, rest
         pytest.importorskip("anthropic")
     provider[route].reply = ANSWER
     bare = _bare_client(sdk, provider)
-    expected = _answer(call(bare))
+    try:
+        expected = _answer(call(bare))
+    except AttributeError as exc:  # a method the installed client does not have (an older openai: no beta.responses)
+        pytest.skip(f"the installed {sdk} client has no such method: {exc}")
     _, observed = _observed_client(sdk, provider, how)
     with cw.stage("coverage", f"{sdk}-{how}"):
         got = _answer(call(observed))

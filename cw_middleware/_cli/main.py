@@ -26,6 +26,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import IO, Any, Optional
 
 EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_BACKEND = 0, 2, 3, 4
@@ -335,6 +336,35 @@ def _show_history(args: argparse.Namespace, reader: Any) -> int:
     return EXIT_OK
 
 
+_EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+@_read_errors
+def _cmd_statusline(args: argparse.Namespace, reader: Any) -> int:
+    from .statusline import statusline, statusline_object
+
+    run_id, stage_id = args.run_id, args.stage_id
+    if run_id is None:  # the newest run's newest stage
+        runs = reader.runs()
+        if not runs:
+            print("ctx —")
+            print("not found: no runs in the backend yet", file=sys.stderr)
+            return EXIT_NOT_FOUND
+        run_id = runs[0].run_id
+    if stage_id is None:
+        stages = reader.stages(run_id)
+        if not stages:
+            print("ctx —")
+            return EXIT_NOT_FOUND
+        stage_id = max(stages, key=lambda s: s.last_seen_at or s.started_at or _EPOCH).stage_id
+    answer = reader.context_window(run_id, stage_id)
+    if args.json:
+        print(json.dumps(statusline_object(run_id, answer)))
+    else:
+        print(statusline(answer, colour=args.color))
+    return EXIT_OK
+
+
 @_read_errors
 def _cmd_summary(args: argparse.Namespace, reader: Any) -> int:
     with _indexing_note():
@@ -483,6 +513,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", help=backend_help)
     p.add_argument("--json", action="store_true", help='{"run_id", "stages": [...]} JSON instead of a table')
     p.set_defaults(func=_cmd_stages)
+    p = sub.add_parser(
+        "statusline", help="one line for status bars: the window's share, its largest parts, the forecast, the cost"
+    )
+    p.add_argument("run_id", nargs="?", help="the run id (default: the newest run)")
+    p.add_argument("stage_id", nargs="?", help="the stage id (default: the run's newest stage)")
+    p.add_argument("--backend", help=backend_help)
+    p.add_argument("--json", action="store_true", help="the same numbers, and the line, as one JSON object")
+    p.add_argument("--color", action="store_true", help="colour the share (green, yellow from 80 %%, red from 95 %%)")
+    p.set_defaults(func=_cmd_statusline)
     p = sub.add_parser("serve", help="serve the read-back API over HTTP (loopback by default)")
     p.add_argument("--backend", help=backend_help)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs a token)")
