@@ -393,14 +393,6 @@ READ_SETTINGS: tuple[Setting, ...] = (
         "Seconds without a new snapshot after which a stage reads `stored` instead of `live`.",
     ),
     Setting(
-        "threshold_percent",
-        ("CW_THRESHOLD_PERCENT",),
-        80.0,
-        parse_percent,
-        "The share of the window a stage's forecast counts the calls to (`forecast.calls_until_threshold`), "
-        "and the `agent.context_window.calls_until_threshold` gauge.",
-    ),
-    Setting(
         "index_dir",
         ("CW_INDEX_DIR",),
         Default(_default_index_dir),
@@ -452,8 +444,8 @@ class Config:
     metric_run_labels: bool = False
     metric_series_limit: int = 2000
     log_events: bool = False
-    langfuse_usage_details: bool = False
     threshold_percent: float = 80.0
+    langfuse_usage_details: bool = False
     export_queue_size: int = 2048
     export_interval_ms: int = 1000
     metric_interval_ms: int = 60000
@@ -480,7 +472,6 @@ class ReadConfig:
 
     backend: Optional[str] = None  # None: the file the write side's `export` names, see `backend_url`
     stale_after: float = DEFAULT_STALE_AFTER
-    threshold_percent: float = 80.0
     index_dir: str = ""
     backend_token: Optional[str] = None
     backend_user: Optional[str] = None
@@ -489,6 +480,7 @@ class ReadConfig:
     backend_timeout: float = 10.0
     serve_token: Optional[str] = None
     export: str = f"file:{DEFAULT_TELEMETRY_FILE}"  # the write side's, as `resolve` reads it
+    threshold_percent: float = 80.0  # the write side's too: the forecast's threshold, one setting for both
 
     def backend_url(self) -> str:
         """The backend to read from: CW_BACKEND, else the file the export writes.
@@ -538,7 +530,8 @@ def resolve(*, environ: Optional[Mapping[str, str]] = None, **settings: Any) -> 
 
 
 def resolve_read(*, environ: Optional[Mapping[str, str]] = None, **settings: Any) -> ReadConfig:
-    """The read side's settings; the write side's ``export`` too, read by the same rule as `resolve`'s."""
+    """The read side's settings; the write side's ``export`` and ``threshold_percent`` too, read by the same rule as
+    `resolve`'s."""
     env = os.environ if environ is None else environ
     values = _resolve(READ_SETTINGS, settings, env)
     export_setting = next(s for s in SETTINGS if s.name == "export")
@@ -546,6 +539,10 @@ def resolve_read(*, environ: Optional[Mapping[str, str]] = None, **settings: Any
         values["export"] = _resolve((export_setting,), {}, env)["export"]
     except ConfigError:
         values["export"] = f"file:{DEFAULT_TELEMETRY_FILE}"  # the writer refuses it and says so; the reader looks in the default
+    # The forecast's threshold is one setting for both sides: the reader's answers and the writer's gauge agree.
+    values["threshold_percent"] = _resolve((next(s for s in SETTINGS if s.name == "threshold_percent"),), {}, env)[
+        "threshold_percent"
+    ]
     return ReadConfig(**values)
 
 

@@ -303,6 +303,132 @@ def forecast_from(
     )
 
 
+class SuggestionKind(StrEnum):
+    UNUSED_TOOLS = "unused_tools"  # a source's definitions no call of the stage used
+    LARGE_TOOL_RESULTS = "large_tool_results"  # a tool whose results hold the largest share of the request
+    REPEATED_CONTENT = "repeated_content"  # the same segment sent more than once
+    CACHE_MISS = "cache_miss"  # a prefix repeated across calls, not served from the provider's cache
+    NEAR_THRESHOLD = "near_threshold"  # the forecast says the threshold comes soon
+
+
+class Suggestion(_Frozen):
+    """What to cut, and what the stage would not have sent without it (measured on its calls so far)."""
+
+    kind: SuggestionKind
+    target: str  # a source label (mcp:github), a tool name, or the stage
+    tokens_per_request: int  # in the latest request
+    tokens_in_stage: int  # over the stage's requests
+    cost_in_stage: Optional[float] = None  # USD at the stage's own price per token of that category; None: unpriced
+    message: str
+
+
+LARGE_RESULTS_SHARE = 0.25  # a tool's results above this share of the request are worth a look
+NEAR_CALLS = 5  # a forecast this close to the threshold is a suggestion of its own
+
+
+def suggestions_from(answer: StageContextWindow) -> list[Suggestion]:
+    """What the stage's answer says to cut, largest saving first (one function, wherever it is asked)."""
+    out = _unused_by_source(answer) + _large_results(answer) + _near_threshold(answer)
+    return sorted(out, key=lambda s: (-s.tokens_in_stage, -s.tokens_per_request, s.kind.value, s.target))
+
+
+def _price(answer: StageContextWindow, category: Optional[Category]) -> Optional[float]:
+    """The stage's own USD a token of a category (its cost over its tokens: cache discounts included)."""
+    totals = answer.stage_totals
+    got = totals.by_category.get(category) if totals is not None and category is not None else None
+    if got is None or got.cost is None or not got.tokens:
+        return None
+    return got.cost / got.tokens
+
+
+def _unused_by_source(answer: StageContextWindow) -> list[Suggestion]:
+    groups: dict[str, list[UnusedTool]] = {}
+    for tool in answer.unused_tools:
+        groups.setdefault(tool.source or (tool.category.value if tool.category else "tools"), []).append(tool)
+    defined: dict[str, int] = {}
+    for row in answer.tools:
+        if not row.folded and row.definition_tokens:
+            key = row.source or (row.category.value if row.category else "tools")
+            defined[key] = defined.get(key, 0) + 1
+    out = []
+    for source, tools in groups.items():
+        per_request = sum(t.definition_tokens for t in tools)
+        in_stage = sum(t.stage_definition_tokens for t in tools)
+        price = _price(answer, tools[0].category)
+        cost = round(in_stage * price, 10) if price is not None else None
+        requests = max(t.requests for t in tools)
+        of = f" of {defined[source]}" if defined.get(source, 0) >= len(tools) else ""
+        advice = "drop the server or defer its tools (tool search)" if source.startswith("mcp:") else "leave them out"
+        money = f", {_usd(cost)}" if cost is not None else ""
+        message = (
+            f"{source}: {len(tools)}{of} tool(s) never called: {per_request:,} tokens a request, "
+            f"{in_stage:,} over {requests} request(s){money}; {advice}"
+        )
+        out.append(
+            Suggestion(
+                kind=SuggestionKind.UNUSED_TOOLS,
+                target=source,
+                tokens_per_request=per_request,
+                tokens_in_stage=in_stage,
+                cost_in_stage=cost,
+                message=message,
+            )
+        )
+    return out
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.2f}" if value >= 1 else f"${value:.4f}"
+
+
+def _large_results(answer: StageContextWindow) -> list[Suggestion]:
+    rows = [r for r in answer.tools if r.result_tokens and not r.folded]
+    if not answer.input_tokens or not rows:
+        return []
+    top = max(rows, key=lambda r: r.result_tokens)
+    share = top.result_tokens / answer.input_tokens
+    if share < LARGE_RESULTS_SHARE:
+        return []
+    calls = max(top.invocations, 1)
+    price = _price(answer, Category.CONVERSATION)
+    cost = round(top.result_tokens * price, 10) if price is not None else None
+    message = (
+        f"{top.name}: its results hold {share:.0%} of the request ({top.result_tokens:,} tokens over {calls} call(s), "
+        f"{top.result_tokens // calls:,} each): trim or summarise them before they go back"
+    )
+    return [
+        Suggestion(
+            kind=SuggestionKind.LARGE_TOOL_RESULTS,
+            target=top.name,
+            tokens_per_request=top.result_tokens,
+            tokens_in_stage=top.result_tokens,
+            cost_in_stage=cost,
+            message=message,
+        )
+    ]
+
+
+def _near_threshold(answer: StageContextWindow) -> list[Suggestion]:
+    forecast = answer.forecast
+    if forecast is None or forecast.calls_until_threshold is None or forecast.calls_until_threshold > NEAR_CALLS:
+        return []
+    when = "now" if forecast.calls_until_threshold == 0 else f"within {forecast.calls_until_threshold} call(s)"
+    message = (
+        f"the stage reaches {forecast.threshold_percent:g}% of its window {when} at "
+        f"+{forecast.growth_per_call_tokens:,} tokens a call: compact the conversation, or cut what the other suggestions name"
+    )
+    growth = forecast.growth_per_call_tokens
+    return [
+        Suggestion(
+            kind=SuggestionKind.NEAR_THRESHOLD,
+            target=answer.stage_id,
+            tokens_per_request=growth,
+            tokens_in_stage=0,
+            message=message,
+        )
+    ]
+
+
 class Compaction(_Frozen):
     """This request carries less conversation than the stage's previous one: the agent summarised or truncated."""
 
@@ -407,6 +533,7 @@ class StageContextWindow(_Frozen):
     stage_totals: Optional[StageTotals] = None
     compaction: Optional[Compaction] = None  # the latest request's, when it carried less conversation
     forecast: Optional[Forecast] = None  # the stage's calls at their growth: when the window fills
+    suggestions: list[Suggestion] = Field(default_factory=list)  # what to cut, largest saving first
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, staleness: Staleness) -> StageContextWindow:

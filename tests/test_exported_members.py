@@ -23,7 +23,7 @@ PUBLIC = {
     # read-back, and the types its answers are made of
     "reader", "Reader", "ReaderOptions", "SnapshotReader", "StageSummary", "RunSummary", "Missing",
     "Cost", "ToolItem", "UnusedTool", "StageTotals", "CategoryTotals", "Compaction", "HistoryPoint", "StageRow", "RunReport",
-    "Forecast",
+    "Forecast", "Suggestion", "SuggestionKind",
     # errors
     "CwMiddlewareError", "TagError", "ConfigError", "NotFound", "BackendError", "BackendUnavailable", "BackendResponseError",
     "__version__",
@@ -83,8 +83,14 @@ def test_contract_enum_values_are_pinned():
         "usage_percent", "count_method", "staleness", "generated_at", "event_seq", "breakdown", "warnings", "details",
         # issue 21: which tool, unused definitions, money, cache, the stage so far
         "tools", "unused_tools", "unused_tool_tokens", "cost", "cached_tokens", "stage_totals", "compaction",
-        # issue 39: when the window fills
-        "forecast",
+        # issue 39: when the window fills, and what to cut
+        "forecast", "suggestions",
+    }  # fmt: skip
+    assert set(cw.Suggestion.model_fields) == {
+        "kind", "target", "tokens_per_request", "tokens_in_stage", "cost_in_stage", "message",
+    }  # fmt: skip
+    assert {k.value for k in cw.SuggestionKind} == {
+        "unused_tools", "large_tool_results", "repeated_content", "cache_miss", "near_threshold",
     }  # fmt: skip
     assert set(cw.Forecast.model_fields) == {
         "growth_per_call_tokens", "calls_until_threshold", "calls_until_full", "threshold_percent", "basis_calls",

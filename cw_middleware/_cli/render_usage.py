@@ -74,6 +74,9 @@ def usage_lines(view: Union[Snapshot, StageContextWindow], top_tools: int = 20) 
         lines.append(f"  ↓ this request was compacted: conversation {_fmt(c.before_tokens)} -> {_fmt(c.after_tokens)} tokens")
     if isinstance(view, StageContextWindow) and view.forecast is not None:  # a stage's answer: a snapshot has none
         lines.append("  " + forecast_line(view.forecast))
+    if isinstance(view, StageContextWindow) and view.suggestions:
+        lines += ["", "  Suggestions (largest saving first):"]
+        lines += [f"    - {s.message}" for s in view.suggestions]
     return lines
 
 

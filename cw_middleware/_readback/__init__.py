@@ -35,6 +35,7 @@ from .._contract import (  # noqa: F401 - re-exported
     RunReport,
     StageContextWindow,
     forecast_from,
+    suggestions_from,
     validate_id,
 )
 from .._errors import ConfigError, NotFound
@@ -83,7 +84,8 @@ class Reader:
         """The DESIGN.md contract for (run_id, stage_id); NotFound for a missing run or stage.
 
         Its ``forecast`` is read from the stage's calls as the backend holds them (each call once, at its
-        latest number: `history`), whichever process made them, by the one `forecast_from`."""
+        latest number: `history`), whichever process made them, by the one `forecast_from`; its
+        ``suggestions`` from the answer and the forecast by the one `suggestions_from`."""
         validate_id("run_id", run_id)
         validate_id("stage_id", stage_id)
         answer = self.backend.latest(run_id, stage_id)
@@ -91,13 +93,14 @@ class Reader:
             raise NotFound(f"run {run_id!r} not found")
         if answer is Missing.STAGE:
             raise NotFound(f"stage {stage_id!r} not found in run {run_id!r}")
-        if answer.available and answer.context_window_tokens:
-            calls = self.backend.history(run_id, stage_id, FORECAST_CALLS)
+        if answer.available:
+            calls = self.backend.history(run_id, stage_id, FORECAST_CALLS) if answer.context_window_tokens else None
             if isinstance(calls, list):
                 tokens = [p.input_tokens for p in calls]
                 forecast = forecast_from(tokens, answer.context_window_tokens, self.threshold_percent)
                 if forecast is not None:
                     answer = answer.model_copy(update={"forecast": forecast})
+            answer = answer.model_copy(update={"suggestions": suggestions_from(answer)})
         return answer
 
     def stages(self, run_id: str) -> list[StageSummary]:

@@ -65,9 +65,11 @@ class SnapshotRecord:
     def window(self) -> Optional[StageContextWindow]:
         """The answer this snapshot gives (as stored); None for a damaged snapshot, which is skipped, never fatal."""
         try:
-            return codec.window_from_attributes(self.attributes, self.stage_id, Staleness.STORED, self.event_time_ns)
+            window = codec.window_from_attributes(self.attributes, self.stage_id, Staleness.STORED, self.event_time_ns)
         except Exception:  # noqa: BLE001 - whatever a foreign or broken producer wrote
             return None
+        # A snapshot says how it was counted: an event without it is damaged, never a call of the stage's history.
+        return window if window is not None and window.count_method is not None else None
 
 
 def snapshot_records(span: Span, run_id: str, stage_id: str) -> list[SnapshotRecord]:

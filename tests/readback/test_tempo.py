@@ -49,9 +49,9 @@ def test_listings_come_from_search_alone_and_stages_from_their_traces(store):
     stage_requests = tempo.requests[len(listing_requests) :]
     assert stage_requests[0][1]["q"] == ['{ span.agent.run.id = "run-traces-1" && span.agent.stage.id = "review@1" }']
     assert int(stage_requests[0][1]["end"][0]) - int(stage_requests[0][1]["start"][0]) <= 7 * 86400 + 61
-    assert sorted(p for p, _ in stage_requests[1:]) == sorted(
-        ["/api/v2/traces/" + t.lstrip("0") for t in _traces_of(store, "review@1")]
-    )
+    # The answer's forecast reads the stage's calls too (its history: the same search, the same traces).
+    fetched = {p for p, _ in stage_requests if p != "/api/search"}
+    assert fetched == {"/api/v2/traces/" + t.lstrip("0") for t in _traces_of(store, "review@1")}
 
 
 def _traces_of(store: TraceStore, stage_id: str) -> list[str]:
@@ -70,7 +70,8 @@ def test_an_old_tempo_is_asked_the_old_api_once_then_only_that(store):
         reader.context_window(RUN, "plan@1")
         reader.context_window(RUN, "implement@1")
     trace_paths = [p for p, _ in tempo.requests if p != "/api/search"]
-    assert [p.split("/")[2] for p in trace_paths] == ["v2", "traces", "traces"]
+    versions = [p.split("/")[2] for p in trace_paths]
+    assert versions[0] == "v2" and set(versions[1:]) == {"traces"}  # v2 refused once, then the old API only
 
 
 def test_a_cut_short_span_set_fetches_the_whole_trace(exported_run, store):
