@@ -46,6 +46,29 @@ class Scenario:
         return f"archive entry for {query!r}: {self.canaries['result']}"
 
 
+def run_pydantic_ai(scenario: Scenario, model: Any) -> str:
+    """A pydantic-ai agent with the lookup tool on ``model``: run, or streamed (the scenarios of its client families)."""
+    import asyncio
+
+    from pydantic_ai import Agent
+
+    agent = Agent(model, instructions=scenario.system_prompt)
+
+    @agent.tool_plain(description=scenario.tool_description)
+    def lookup(query: str) -> str:
+        return scenario.tool_result(query)
+
+    async def go() -> str:
+        if scenario.stream:
+            async with agent.run_stream(scenario.task) as result:
+                async for _ in result.stream_text():
+                    pass
+                return str(await result.get_output())
+        return str((await agent.run(scenario.task)).output)
+
+    return asyncio.run(go())
+
+
 def main(run: Callable[[Scenario], Any], packages: tuple[str, ...]) -> None:
     """Run every scenario plain, then instrumented; ``packages`` are reported with their versions."""
     from importlib.metadata import version
