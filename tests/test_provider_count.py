@@ -237,15 +237,30 @@ def test_fingerprint_is_by_content_not_identity():
     target = CountTarget("anthropic", "m", None, "k")
     request = {"model": CLAUDE, "messages": CONVERSATION, "tools": TOOLS}
     fresh = json.loads(json.dumps(request))
-    fp, plain = canonical_request(target, request)
+    fp, _ = canonical_request(target, request)
     assert canonical_request(target, fresh)[0] == fp
-    assert plain == fresh
+    assert canonical_request(target, request).plain() == fresh
+    reordered = {"tools": TOOLS, "messages": [dict(reversed(m.items())) for m in CONVERSATION], "model": CLAUDE}
+    assert canonical_request(target, reordered)[0] == fp  # key order is not content
     edited = copy.deepcopy(request)
     edited["messages"][1]["content"] += "!"
     assert canonical_request(target, edited)[0] != fp
     assert canonical_request(target, {**request, "tool_choice": "required"})[0] != fp
     assert canonical_request(CountTarget("gemini", "m", None, "k"), request)[0] != fp
     assert "Paris" not in fp and len(fp) == 32
+
+
+def test_fingerprint_of_what_msgspec_refuses():
+    """A lone surrogate, an int past 64 bits: still a fingerprint, and a plain copy to send; a key of no JSON type is
+    not serialisable either way (the count is skipped with a warning)."""
+    target = CountTarget("anthropic", "m", None, "k")
+    odd = {"model": CLAUDE, "messages": [{"role": "user", "content": "half \ud800 pair"}], "tools": [{"n": 2**70}]}
+    fp, _ = canonical_request(target, odd)
+    assert len(fp) == 32 and fp != canonical_request(target, {**odd, "tools": [{"n": 2**70 + 1}]})[0]
+    assert canonical_request(target, odd).plain()["tools"] == [{"n": 2**70}]
+    keyed = {"model": CLAUDE, "messages": [{"role": "user", "content": {(1, 2): "x"}}]}
+    with pytest.raises(TypeError):
+        canonical_request(target, keyed)
 
 
 # ---------------------------------------------------------------- through the wrapper
