@@ -26,6 +26,10 @@ worker), ``_log`` and ``_offline``. A wing imports only wings below it in that
 list's data flow and the kernel; nothing imports upward.
 """
 
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from ._capture.clients import wrap
 from ._capture.instrument import Instrumentation, instrument, uninstrument
 from ._capture.propagation import bind
@@ -69,9 +73,13 @@ from ._errors import (
 )
 from ._readback import Missing, Reader, ReaderOptions, RunSummary, SnapshotReader, StageSummary, reader
 
+if _TYPE_CHECKING:
+    from ._serve.asgi import AsgiApp, asgi_app
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsgiApp",
     "BackendError",
     "BackendResponseError",
     "BackendUnavailable",
@@ -114,6 +122,7 @@ __all__ = [
     "__version__",
     "acompletion",
     "aresponses",
+    "asgi_app",
     "bind",
     "completion",
     "configure",
@@ -131,3 +140,15 @@ __all__ = [
     "uninstrument",
     "wrap",
 ]
+
+# Loaded when first asked for: the read-back server's modules (~20 ms, ~50 modules) are no cost to
+# a program that only makes LLM calls.
+_LAZY = {"asgi_app": "._serve.asgi", "AsgiApp": "._serve.asgi"}
+
+
+def __getattr__(name: str) -> _Any:
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -286,3 +286,43 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class AsgiServer:
+    """An ASGI application under a real uvicorn on 127.0.0.1 (its own thread and event loop), until `close`."""
+
+    def __init__(self, app: Any, root_path: str = "") -> None:
+        import asyncio
+
+        import uvicorn
+
+        self.app = app
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.server_address = self._sock.getsockname()[:2]
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", server_header=False, root_path=root_path)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve(sockets=[self._sock])), daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address
+        return f"http://{host}:{port}"
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self._sock.close()
+
+    # the names the serve fixtures call
+    def shutdown(self) -> None:
+        self.close()
+
+    def server_close(self) -> None:
+        pass

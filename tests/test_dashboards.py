@@ -183,7 +183,9 @@ def test_promtool_accepts_the_alert_rules():
     promtool = require_binary("promtool", "apt-get install -y --no-install-recommends prometheus")
     done = subprocess.run([promtool, "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 5 rules found" in done.stdout
+    rules = yaml.safe_load(ALERTS.read_text())
+    count = sum(len(group["rules"]) for group in rules["groups"])
+    assert count >= 5 and f"SUCCESS: {count} rules found" in done.stdout
 
 
 def _rules() -> dict[str, dict[str, Any]]:

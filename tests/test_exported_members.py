@@ -15,6 +15,8 @@ PUBLIC = {
     "instrument", "uninstrument", "bind", "Instrumentation",
     # the official openai / anthropic clients, observed without patching
     "wrap",
+    # the read-back API in the user's own ASGI app
+    "asgi_app", "AsgiApp",
     # configuration and telemetry
     "configure", "flush", "Config", "ProviderCountPolicy",
     # the contract
@@ -38,7 +40,10 @@ def test_all_is_exactly_the_public_api():
 
 def test_all_is_what_the_package_namespace_holds():
     """As httpx derives its export test from ``vars(httpx)``: a public name the face imports cannot be left out of
-    ``__all__``, and nothing in ``__all__`` is missing from the face. A submodule is a path, not a name."""
+    ``__all__``, and nothing in ``__all__`` is missing from the face. A submodule is a path, not a name.
+    (The ASGI app's names load when first asked for: asked here first.)"""
+    for name in cw.__all__:
+        getattr(cw, name)
     public = {name for name, value in vars(cw).items() if not name.startswith("_") and not isinstance(value, ModuleType)}
     assert public == set(cw.__all__) - {"__version__"}
 

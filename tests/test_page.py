@@ -292,6 +292,43 @@ def test_the_page_shows_the_apis_numbers_and_updates_live(served, browser):
 
 
 @pytest.mark.system
+def test_the_page_mounted_under_a_path_in_a_host_app_works_the_same(written, browser):
+    """cw.asgi_app() mounted at /cw in a Starlette app under uvicorn: the page's files, links, API calls and
+    event stream all carry /cw, and it shows the API's numbers and the next snapshot without a reload."""
+    import contextlib
+
+    from http_servers import AsgiServer
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    agent, backend = written
+    cw_app = cw.asgi_app(backend)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_):
+        yield
+        cw_app.close()
+
+    server = AsgiServer(Starlette(routes=[Mount("/cw", app=cw_app)], lifespan=lifespan))
+    try:
+        browser.get(f"{server.url}/cw/")
+        _wait(browser, lambda d: d.find_elements("css selector", "#runs-table tbody a"))
+        href = browser.execute_script("return document.querySelector('#runs-table tbody a').href")  # re-rendered as it polls
+        assert href == f"{server.url}/cw/runs/{RUN}"
+        browser.get(href + "#stage=review%401")
+        _wait(browser, lambda d: (_shown(d) or {}).get("stage") == "Stage review@1")
+        review = f"{server.url}/cw/api/v1/runs/{RUN}/stages/review@1/context-window"
+        _assert_matches_api(_shown(browser), json.loads(urllib.request.urlopen(review, timeout=10).read()))
+        _wait(browser, lambda d: d.find_element("id", "conn").text == "live", what="the event stream")
+        agent.call()
+        expected = json.loads(urllib.request.urlopen(review, timeout=10).read())
+        _wait(browser, lambda d: _shown(d)["total"] == expected["input_tokens"], what="the new snapshot")
+        assert browser.current_url.startswith(f"{server.url}/cw/runs/")
+    finally:
+        server.close()
+
+
+@pytest.mark.system
 def test_a_page_without_the_token_asks_for_it_and_keeps_it_out_of_urls(served, browser):
     agent, start = served
     server, proxy = start(token=TOKEN)

@@ -9,6 +9,7 @@ import json
 import socket
 import threading
 import time
+from email.message import Message
 
 import pytest
 from embedded_helpers import embedded_runtime
@@ -16,6 +17,7 @@ from stubs import TraceStore, serving
 from stubs.jaeger import JaegerStub
 
 import cw_middleware as cw
+from cw_middleware._serve.asgi import AsgiApp
 from cw_middleware._serve.server import Limits, make_server
 
 RUN = "run-live-1"
@@ -25,31 +27,76 @@ FAST = dict(poll_interval=0.05, heartbeat=0.4, full_poll_every=2.0, linger=30.0)
 
 
 class Stream:
-    """An SSE client on a raw socket: parses frames as the EventSource algorithm does (id, event, data, comments)."""
+    """An SSE client on a raw socket: parses frames as the EventSource algorithm does (id, event, data, comments).
+
+    Reads a chunked body too (an ASGI server streams HTTP/1.1 that way; serve closes the connection instead)."""
 
     def __init__(self, server, run_id=RUN, last_event_id=None, token=None):
         self.sock = socket.create_connection(server.server_address[:2], timeout=10)
-        headers = "Accept: text/event-stream\r\n"
+        headers = "Accept: text/event-stream\r\nConnection: close\r\n"
         if last_event_id is not None:
             headers += f"Last-Event-ID: {last_event_id}\r\n"
         if token is not None:
             headers += f"Authorization: Bearer {token}\r\n"
         self.sock.sendall(f"GET /api/v1/runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}\r\n".encode())
-        self.buffer = b""
-        while b"\r\n\r\n" not in self.buffer:
+        wire = b""
+        while b"\r\n\r\n" not in wire:
             chunk = self.sock.recv(65536)
             if not chunk:
                 break
-            self.buffer += chunk
-        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+            wire += chunk
+        head, _, wire = wire.partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         self.status = int(lines[0].split()[1])
-        self.headers = dict(line.split(": ", 1) for line in lines[1:])
+        self.headers = Message()
+        for line in lines[1:]:
+            name, _, value = line.partition(": ")
+            self.headers[name] = value
+        self.chunked = (self.headers.get("Transfer-Encoding") or "").lower() == "chunked"
+        self._wire, self._left, self._skip, self._last = b"", 0, 0, False
+        self.buffer = self._dechunk(wire) if self.chunked else wire
         self.raw = b""
         self.comments = 0
 
+    def _dechunk(self, data: bytes) -> bytes:
+        """The body bytes in ``data`` (and what was held back before it), chunk framing removed."""
+        self._wire += data
+        out = b""
+        while self._wire and not self._last:
+            if self._skip:
+                n = min(self._skip, len(self._wire))
+                self._wire, self._skip = self._wire[n:], self._skip - n
+                continue
+            if self._left == 0:
+                end = self._wire.find(b"\r\n")
+                if end < 0:
+                    break
+                size = int(self._wire[:end].split(b";")[0], 16)
+                self._wire = self._wire[end + 2 :]
+                self._last = size == 0
+                self._left = size
+                continue
+            take = self._wire[: self._left]
+            out += take
+            self._wire, self._left = self._wire[len(take) :], self._left - len(take)
+            if self._left == 0:
+                self._skip = 2  # the CRLF after a chunk's data
+        return out
+
+    def _recv(self) -> bytes:
+        """The next body bytes; b"" at the body's end."""
+        while True:
+            if self.chunked and self._last:
+                return b""
+            chunk = self.sock.recv(65536)
+            if not chunk or not self.chunked:
+                return chunk
+            data = self._dechunk(chunk)
+            if data:
+                return data
+
     def body_json(self):
-        while chunk := self.sock.recv(65536):
+        while chunk := self._recv():
             self.buffer += chunk
         return json.loads(self.buffer)
 
@@ -57,7 +104,7 @@ class Stream:
         while b"\n" not in self.buffer:
             self.sock.settimeout(max(0.01, deadline - time.monotonic()))
             try:
-                chunk = self.sock.recv(65536)
+                chunk = self._recv()
             except TimeoutError:
                 raise TimeoutError from None
             if not chunk:
@@ -127,8 +174,10 @@ class Agent:
         self.runtime.flush(5.0)
 
 
-@pytest.fixture
-def live(tmp_path):
+@pytest.fixture(params=("serve", "asgi"))  # one contract, two cores: serve's server and cw.asgi_app() under uvicorn
+def live(request, tmp_path):
+    from http_servers import AsgiServer
+
     path = tmp_path / "t.jsonl"
     servers = []
     with embedded_runtime(export=f"file:{path}") as runtime:
@@ -136,8 +185,12 @@ def live(tmp_path):
         agent.call()
 
         def serve(url=f"file:{path}", token=None, **limits):
-            server = make_server(cw.reader(url), "127.0.0.1", 0, token, Limits(**{**FAST, **limits}))
-            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+            if request.param == "asgi":
+                server = AsgiServer(AsgiApp(cw.reader(url), token, Limits(**{**FAST, **limits})))
+                server.context = server.app.context
+            else:
+                server = make_server(cw.reader(url), "127.0.0.1", 0, token, Limits(**{**FAST, **limits}))
+                threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
             servers.append(server)
             return server
 
@@ -149,8 +202,11 @@ def live(tmp_path):
 
 def _api(server, path):
     conn = http.client.HTTPConnection(*server.server_address[:2], timeout=10)
-    conn.request("GET", path)
-    return json.loads(conn.getresponse().read())
+    try:
+        conn.request("GET", path)
+        return json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
 
 
 def _window(server, stage=STAGE):

@@ -1,6 +1,10 @@
 """Serve: ``cw-middleware serve``, the HTTP API, its event stream and the live page over any reader.
 
-    server.py   the HTTP core: threads, limits, auth, errors, under the routes below (`make_server`)
+Two cores, one way to answer:
+
+    server.py   ``cw-middleware serve``'s HTTP core: threads, limits, sockets (`make_server`)
+    asgi.py     ``cw.asgi_app()``: the same routes as an ASGI application to mount in the user's app
+    dispatch.py what both call per request: match a route, check access, run it, answer errors as JSON
 
 Routes (each a list ``ROUTES`` the core matches requests against):
 
@@ -18,6 +22,6 @@ What they stand on, top down:
     http_errors.py  `HttpError` (our JSON error) and the one mapping from what a read raised to it
     limits.py       `Limits`: what one client, and all of them together, can hold of the server
 
-A module imports only the ones below it, never a route nor the server: there is no import circle.
+A module imports only the ones below it, never a route nor a core: there is no import circle.
 The server reads through `_readback`; nothing here imports the write side.
 """

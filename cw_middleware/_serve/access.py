@@ -6,8 +6,9 @@ user visits, through DNS rebinding: a name the attacker controls, resolved to
 So without a token the Host must be a loopback name or address (``localhost``,
 ``127.0.0.1``, ``[::1]``), or the address the server was bound to; bound to a wildcard
 (``0.0.0.0``, ``::``) any IP address (a page cannot be served from a bare address it
-rebinds). Anything else is 403 ``host_not_allowed``. A request without a Host (HTTP/1.0)
-cannot come from a browser and passes. With a token the token decides.
+rebinds); an ASGI mount also answers to the names its app gives (``allowed_hosts``).
+Anything else is 403 ``host_not_allowed``. A request without a Host (HTTP/1.0) cannot
+come from a browser and passes. With a token the token decides.
 
 The token is text; on the wire it is matched as UTF-8 (curl, most clients) and, when
 it fits ISO-8859-1, as ISO-8859-1 bytes too (what browsers and Python's http.client send
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Optional
 
 from .http_errors import HttpError
@@ -70,13 +72,14 @@ def _host_name(header: str) -> str:
 class Access:
     """The server's access rule (module docstring): its token, or the Host names it answers to."""
 
-    def __init__(self, token: Optional[str], bound_host: str) -> None:
+    def __init__(self, token: Optional[str], bound_host: str, allowed_hosts: Iterable[str] = ()) -> None:
         self.token = token or None
         self.bound = _host_name(bound_host)
+        self.allowed = frozenset(_host_name(h) for h in allowed_hosts)  # names a mounting app answers to (asgi.py)
 
     def host_allowed(self, header: str) -> bool:
         name = _host_name(header)
-        if is_loopback(name) or name == self.bound:
+        if is_loopback(name) or name == self.bound or name in self.allowed:
             return True
         if self.bound.strip("[]") in WILDCARDS:
             try:

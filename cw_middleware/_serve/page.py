@@ -11,6 +11,7 @@ send headers). Without streaming it polls the JSON API instead.
 
 from __future__ import annotations
 
+import html
 from importlib import resources
 
 from .http_errors import HttpError
@@ -53,7 +54,13 @@ def _send(ex: Exchange, name: str) -> None:
 
 
 def _index(ex: Exchange, _: list[str]) -> None:
-    _send(ex, "index.html")
+    if not ex.root_path:
+        return _send(ex, "index.html")
+    # Mounted under a path (an ASGI app's root_path): the page's own links and its API calls carry it.
+    root = html.escape(ex.root_path.rstrip("/"), quote=True).encode()
+    page = FILES["index.html"].replace(b'data-root=""', b'data-root="' + root + b'"')
+    page = page.replace(b'="/static/', b'="' + root + b"/static/").replace(b'href="/"', b'href="' + root + b'/"')
+    ex.send_bytes(200, _TYPES[".html"], page, HEADERS)
 
 
 def _static(ex: Exchange, params: list[str]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from io import BufferedIOBase
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -37,13 +36,25 @@ class Context:
     openapi: dict[str, Any] = field(default_factory=dict)
 
 
+class Body(Protocol):
+    """Where a stream's bytes go: serve's socket file, or the ASGI app's body messages."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
 class Exchange(Protocol):
     """One request as a route sees it (the core's handler)."""
 
     command: str
-    path: str  # the request target, query string included
+    path: str  # the request target below the root path, query string included
+    root_path: str  # where the routes are mounted ("" for serve; "/cw" for an app mounting cw.asgi_app() there)
     headers: Message
-    wfile: BufferedIOBase
+    started: bool  # an answer (or a stream) has begun: an error can no longer be sent
+
+    @property
+    def wfile(self) -> Body: ...
 
     @property
     def context(self) -> Context: ...

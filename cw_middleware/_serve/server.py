@@ -37,25 +37,20 @@ import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional
-from urllib.parse import urlsplit
 
 from .._readback import Reader
-from . import api, events, page
 from .access import Access, token_matches
+from .dispatch import ALLOW, answer, error_body, not_allowed
 from .gate import QueryGate
 from .http_errors import HttpError
 from .limits import Limits
 from .openapi import openapi_document
-from .route import API_PREFIX, Context, Route
+from .route import API_PREFIX, Context
 from .watch import Watchers
 
 logger = logging.getLogger("cw_middleware")
 
 __all__ = ["API_PREFIX", "Limits", "ReadbackServer", "make_server", "openapi_document", "token_matches"]
-
-ROUTES: list[Route] = [*api.ROUTES, *events.ROUTES, *page.ROUTES]
-ALLOW = "GET, HEAD"
-_MAX_MESSAGE = 200
 
 
 class _HeadReaper:
@@ -105,6 +100,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: ReadbackServer
     server_version = "cw-middleware"
     sys_version = ""
+    root_path = ""  # served at the root (an ASGI mount may sit under a path: asgi.py)
 
     def version_string(self) -> str:
         """The ``Server`` header: our name alone (the stdlib joins it to ``sys_version`` with a space, left trailing)."""
@@ -114,7 +110,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         self.timeout = self.server.limits.idle_timeout  # type: ignore[misc]  # StreamRequestHandler applies it to the socket
-        self._started = False
+        self.started = False
         super().setup()
         self.server.reaper.watch(self.connection)
 
@@ -162,7 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
 
     def send_bytes(self, status: int, content_type: str, data: bytes, headers: Optional[dict[str, str]] = None) -> None:
-        self._started = True
+        self.started = True
         self._head(status, content_type, headers)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -173,15 +169,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_bytes(status, "application/json", json.dumps(body, separators=(",", ":")).encode("utf-8"), headers)
 
     def start_stream(self, content_type: str, headers: Optional[dict[str, str]] = None) -> None:
-        self._started = True
+        self.started = True
         self._head(200, content_type, headers)
         self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.flush()
 
     def _error(self, error: HttpError) -> None:
-        body = {"error": {"code": error.code, "message": error.message[:_MAX_MESSAGE]}}
-        self.send_json(error.status, body, error.headers)
+        self.send_json(error.status, error_body(error), error.headers)
 
     def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
         """The stdlib's own errors (400 bad request line, 414, 431, 501 unknown method) as our JSON error."""
@@ -202,45 +197,15 @@ class _Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------ methods
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
-        try:
-            self._dispatch()
-        except HttpError as exc:
-            self._answer_error(exc)
-        except (BrokenPipeError, ConnectionResetError, TimeoutError):
-            pass  # the client went away, or stopped reading
-        except Exception as exc:  # noqa: BLE001 - never a stack trace to the client
-            logger.warning("cw_middleware serve: internal error (%s)", type(exc).__name__)
-            self._answer_error(HttpError(500, "internal_error", "internal error; see the server log"))
-
-    def _answer_error(self, error: HttpError) -> None:
-        if self._started:
-            return  # a stream already under way: closing it is the only answer left
-        try:
-            self._error(error)
-        except OSError:
-            pass
+        answer(self, self.server.access)
 
     do_HEAD = do_GET
 
     def _not_allowed(self) -> None:
-        self.close_connection = True
-        self._error(HttpError(405, "method_not_allowed", f"only {ALLOW} are supported", {"Allow": ALLOW}))
+        self.close_connection = True  # its body, if any, is not read
+        self._error(not_allowed())
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
-
-    def _dispatch(self) -> None:
-        target = self.path
-        path = urlsplit(target).path if target.startswith(("http://", "https://")) else target.split("?", 1)[0].split("#", 1)[0]
-        for route in ROUTES:
-            params = route.match(path)
-            if params is not None:
-                break
-        else:
-            route, params = None, None
-        self.server.access.check(self.headers, needs_token=route is None or route.auth)
-        if route is None or params is None:
-            raise HttpError(404, "no_route", f"no such endpoint: {path[:100]}")
-        route.handler(self, params)
 
 
 class ReadbackServer(ThreadingHTTPServer):

@@ -183,6 +183,7 @@ def _writers(path: Path, *jobs: tuple[str, int, int]) -> list[subprocess.Popen]:
     return procs
 
 
+@pytest.mark.system  # three fresh interpreters: other processes are the system tier
 def test_several_writer_processes_on_one_file_keep_one_index(tmp_path, monkeypatch, decoded, file_index_dir):
     path = tmp_path / "t.jsonl"
     runs = ["run-p1", "run-p2", "run-p3"]
@@ -194,6 +195,7 @@ def test_several_writer_processes_on_one_file_keep_one_index(tmp_path, monkeypat
     assert (answers, _tables(path, file_index_dir)) == _rebuilt(path, tmp_path, monkeypatch, runs)
 
 
+@pytest.mark.system  # a fresh interpreter killed mid-write
 def test_a_writer_killed_between_its_write_and_the_commit_leaves_an_index_the_reader_repairs(
     tmp_path, monkeypatch, decoded, file_index_dir
 ):

@@ -25,6 +25,8 @@
     not_observed: "no snapshot has been recorded for this stage yet",
     provider_unconfigured: "the provider cannot be asked for a count"
   };
+  // Where the server's routes are mounted ("" for cw-middleware serve; an app's path for cw.asgi_app()).
+  var ROOT = document.documentElement.getAttribute("data-root") || "";
   var TOP_SOURCES = 8;
   var POLL_MS = 2000;
   var STORAGE_KEY = "cw-middleware-token";
@@ -80,7 +82,7 @@
   function Unauthorized() { this.name = "Unauthorized"; }
 
   function api(path) {
-    return fetch(path, { headers: headers({ Accept: "application/json" }), cache: "no-store" }).then(function (r) {
+    return fetch(ROOT + path, { headers: headers({ Accept: "application/json" }), cache: "no-store" }).then(function (r) {
       if (r.status === 401) throw new Unauthorized();
       return r.json().then(function (body) {
         if (!r.ok) {
@@ -145,7 +147,7 @@
     runs.forEach(function (r, i) {
       var tr = el("tr", { "data-run": r.run_id });
       var td = el("td");
-      td.appendChild(el("a", { href: "/runs/" + encodeURIComponent(r.run_id) }, r.run_id));
+      td.appendChild(el("a", { href: ROOT + "/runs/" + encodeURIComponent(r.run_id) }, r.run_id));
       tr.appendChild(td);
       tr.appendChild(el("td", { "class": "num" }, r.stages));
       tr.appendChild(el("td", { "class": "num" }, r.live_stages));
@@ -538,7 +540,7 @@
     state.abort = ctrl;
     var h = headers({ Accept: "text/event-stream" });
     if (state.lastEventId) h["Last-Event-ID"] = state.lastEventId;
-    fetch("/api/v1/runs/" + encodeURIComponent(state.runId) + "/events", { headers: h, signal: ctrl.signal, cache: "no-store" })
+    fetch(ROOT + "/api/v1/runs/" + encodeURIComponent(state.runId) + "/events", { headers: h, signal: ctrl.signal, cache: "no-store" })
       .then(function (r) {
         if (r.status === 401) throw new Unauthorized();
         if (!r.ok || !r.body) { var e = new Error("HTTP " + r.status); e.status = r.status; throw e; }
@@ -604,7 +606,9 @@
 
   function route() {
     stopLive();
-    var match = /^\/runs\/([^/]+)\/?$/.exec(window.location.pathname);
+    var path = window.location.pathname;
+    if (ROOT && path.indexOf(ROOT) === 0) path = path.slice(ROOT.length);
+    var match = /^\/runs\/([^/]+)\/?$/.exec(path);
     if (match) showRun(decodeURIComponent(match[1]));
     else showRuns();
   }
