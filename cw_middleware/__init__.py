@@ -22,7 +22,8 @@ request's data flow, one wing a step (each wing's ``__init__`` is its map)::
 under a kernel both sides share: ``_contract`` (the JSON contract), ``_codec``
 (telemetry names and the snapshot's encoding), ``_config``, ``_errors``,
 ``_process`` (the one owner of process state), ``_worker`` (the one background
-worker), ``_log`` and ``_offline``. A wing imports only wings below it in that
+worker), ``_log``, ``_offline``, ``_formats`` (how numbers are written for people)
+and ``_notebook`` (the contract's objects in Jupyter). A wing imports only wings below it in that
 list's data flow and the kernel; nothing imports upward.
 """
 

@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -506,6 +506,18 @@ class Snapshot(_Frozen):
     def warning_codes(self) -> list[str]:
         return [w.code for w in self.warnings]
 
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the window to scale, the categories, the top sources (_notebook.py)."""
+        from ._notebook import html_view
+
+        return html_view(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython's terminal view: a few plain lines."""
+        from ._notebook import text_view
+
+        printer.text("..." if cycle else text_view(self))
+
 
 class StageContextWindow(_Frozen):
     """The read-back answer for one (run_id, stage_id): the DESIGN.md contract."""
@@ -534,6 +546,18 @@ class StageContextWindow(_Frozen):
     compaction: Optional[Compaction] = None  # the latest request's, when it carried less conversation
     forecast: Optional[Forecast] = None  # the stage's calls at their growth: when the window fills
     suggestions: list[Suggestion] = Field(default_factory=list)  # what to cut, largest saving first
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the window to scale, the categories, the top sources (_notebook.py)."""
+        from ._notebook import html_view
+
+        return html_view(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython's terminal view: a few plain lines."""
+        from ._notebook import text_view
+
+        printer.text("..." if cycle else text_view(self))
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, staleness: Staleness) -> StageContextWindow:

@@ -31,7 +31,7 @@ from embedded_helpers import embedded_runtime
 from servers import require_binary
 
 import cw_middleware as cw
-from cw_middleware._cli.formats import format_percent, format_tokens
+from cw_middleware._formats import format_percent, format_tokens
 
 CANARY = "CANARY-page-91d2e7"
 RUN = "run-page-1"

@@ -4,5 +4,4 @@ main.py           the parser and each subcommand: estimate, demo, runs, stages, 
 demo.py           a short mocked agent conversation through the wrapper, for the first run
 render.py         a breakdown in the terminal, in the spirit of Claude Code's /context
 render_usage.py   beyond the categories: tools, unused definitions, cost, cache, history
-formats.py        how numbers are written (tokens, shares, dollars); the page's format.js follows it
 """

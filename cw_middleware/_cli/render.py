@@ -14,29 +14,13 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 from .._contract import CATEGORIES, Snapshot, StageContextWindow
-from .formats import format_tokens
+from .._formats import GLYPH, LABEL, format_tokens
 from .render_usage import category_extra, usage_lines
 
 BAR_WIDTH = 50
-_GLYPH = {
-    "system_prompt": "S",
-    "tools": "T",
-    "mcp_tools": "M",
-    "skills": "K",
-    "memory": "Y",
-    "conversation": "C",
-    "other": "O",
-}
+_GLYPH = GLYPH
 _FREE = "·"
-_LABEL = {
-    "system_prompt": "System prompt",
-    "tools": "Tools",
-    "mcp_tools": "MCP tools",
-    "skills": "Skills",
-    "memory": "Memory",
-    "conversation": "Conversation",
-    "other": "Other",
-}
+_LABEL = LABEL
 
 
 _fmt = format_tokens

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Union
 
 from .._contract import CATEGORIES, Forecast, HistoryPoint, RunReport, Snapshot, StageContextWindow, StageTotals, never_called
-from .formats import format_tokens as _fmt
-from .formats import format_usd
+from .._formats import format_tokens as _fmt
+from .._formats import format_usd
 
 HISTORY_BAR = 40
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .._contract import Category, StageContextWindow, never_called
-from .formats import format_tokens, format_usd
+from .._formats import format_tokens, format_usd
 
 MAX_WIDTH = 100
 SEPARATOR = " · "
