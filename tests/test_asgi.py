@@ -220,11 +220,11 @@ def test_past_the_connection_cap_a_request_is_a_503(backend):
         assert status == 503 and json.loads(body)["error"]["code"] == "busy" and headers["retry-after"] == "1"
         release.set()
         first.join()
-        assert _get(f"{server.url}/healthz")[0] == 200
         deadline = time.monotonic() + 5
         while app.requests and time.monotonic() < deadline:  # a request's slot frees just after its answer
             time.sleep(0.01)
         assert app.requests == 0
+        assert _get(f"{server.url}/healthz")[0] == 200
     finally:
         release.set()
         server.close()
