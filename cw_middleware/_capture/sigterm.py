@@ -24,10 +24,10 @@ The handler is the process's: runtime.py's process part keeps it (`install_in_ch
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
@@ -55,9 +55,12 @@ class Handler:
         try:
             if not self._ending:
                 self._ending = True  # a second SIGTERM while exporting ends the process at once
-                exporter = threading.Thread(target=self._export, name="cw-sigterm-export", daemon=True)
-                exporter.start()
-                exporter.join(self._budget() + _GRACE)
+                # The low-level thread API: threading.Thread.start() takes threading's own lock, which the
+                # interrupted code may hold (a thread starting), and waits for the thread with no bound.
+                done = _thread.allocate_lock()
+                done.acquire()
+                _thread.start_new_thread(self._export, (done,))
+                done.acquire(timeout=self._budget() + _GRACE)
         finally:
             _end()
 
@@ -72,11 +75,13 @@ class Handler:
             if self._deferred:
                 _end()
 
-    def _export(self) -> None:
+    def _export(self, done: _thread.LockType) -> None:
         try:
             self._close()
         except Exception:  # noqa: BLE001 - the process ends either way
             pass
+        finally:
+            done.release()
 
 
 def _end() -> None:
