@@ -297,6 +297,7 @@ def test_serve_refuses_a_non_loopback_address_without_a_token_unless_told(tmp_pa
     for argv, said in (
         (["--host", "0.0.0.0"], "--allow-without-token"),
         (["--token-file", str(tmp_path / "empty")], "is empty"),
+        (["--allow-origin", "https://app.example/chat"], "--allow-origin: not an origin"),
     ):
         command = [sys.executable, "-m", "cw_middleware", "serve", "--port", "0", "--backend", backend, *argv]
         done = subprocess.run(command, capture_output=True, text=True, timeout=30, env=dict(os.environ))

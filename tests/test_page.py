@@ -89,8 +89,8 @@ class Recorder:
 class Serve:
     """``python -m cw_middleware serve`` on a free port, stopped by PID."""
 
-    def __init__(self, backend: str, token: str | None = None) -> None:
-        argv = [sys.executable, "-m", "cw_middleware", "serve", "--backend", backend, "--port", "0"]
+    def __init__(self, backend: str, token: str | None = None, args: tuple[str, ...] = ()) -> None:
+        argv = [sys.executable, "-m", "cw_middleware", "serve", "--backend", backend, "--port", "0", *args]
         env = {k: v for k, v in os.environ.items() if k != "CW_SERVE_TOKEN"}
         if token:
             env["CW_SERVE_TOKEN"] = token  # from the environment: never on a command line others can read
@@ -382,6 +382,149 @@ def test_the_pages_number_format_is_shows(served, browser):
     )
     assert got[0] == [format_tokens(n) for n in numbers]
     assert got[1] == [format_percent(a, b) for a, b in pairs]
+
+
+class HostPage:
+    """Another origin: a plain HTTP server on a port of its own whose one page embeds the element from serve."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        owner = self
+        self.html = ""
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                body = owner.html.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+XSS = '<img src=x onerror="window.__xss=1">"\'&'
+
+
+def _element(driver, selector: str) -> dict:
+    """What one <cw-context-window> shows: its ring, its button's label and state, its popover's rows and text."""
+    return driver.execute_script(
+        """
+        const host = document.querySelector(arguments[0]);
+        const root = host && host.shadowRoot;
+        if (!root) return null;
+        const q = (s) => root.querySelector(s);
+        const pop = q('.pop');
+        const rows = {};
+        root.querySelectorAll('tr[data-category]').forEach((tr) => { rows[tr.dataset.category] = tr.cells[1].textContent; });
+        return {pct: q('.pct').textContent, win: q('.win').textContent, label: q('button').getAttribute('aria-label'),
+                expanded: q('button').getAttribute('aria-expanded'), open: !pop.hidden, rows: rows,
+                title: (q('h2') || {}).textContent || null, text: pop.textContent,
+                focused: root.activeElement === q('button'), imgs: root.querySelectorAll('img').length};
+        """,
+        selector,
+    )
+
+
+@pytest.mark.system
+def test_the_embedded_element_on_another_origin_shows_the_stage_live_and_stays_inert(written, browser):
+    """README's three lines on a page of another origin, served by a `serve` told that origin (--allow-origin),
+    with the token set as a property (so every request is preflighted): the ring shows the API's usage_percent, the
+    popover the seven categories and the top sources, a new snapshot updates it without a reload, Escape closes it
+    and gives the focus back, ids stay text, and nothing runs past a 320 px container. Then serve's own /embed
+    preview, which takes the token the live page keeps in the tab."""
+    from docs_blocks import block
+    from selenium.webdriver.common.keys import Keys
+
+    agent, backend = written
+    readme = block("embed-element")
+    assert "http://127.0.0.1:8765/embed.js" in readme.code and 'run="run-42" stage="implement@1"' in readme.code
+    agent.call(stage=XSS)  # a stage whose id is markup
+    agent.runtime.flush(5.0)
+
+    def implement() -> None:  # README's ids: run-42, implement@1
+        with cw.stage("run-42", "implement@1"):
+            cw.completion(model="gpt-4o", messages=list(agent.history), tools=agent.TOOLS, mock_response="ok")
+        agent.history.append({"role": "user", "content": f"more {CANARY} " + "word " * 200})
+        agent.runtime.flush(5.0)
+
+    implement()
+    host = HostPage()
+    server = Serve(backend, TOKEN, ("--allow-origin", host.url))
+    mine = "cw-context-window:not(#xss)"
+    try:
+        window_path = "/api/v1/runs/run-42/stages/implement@1/context-window"
+        attr = lambda v: v.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")  # noqa: E731
+        host.html = f"""<!doctype html><html><body style="margin:0">
+<div id="box" style="width:320px"><p>chat</p>
+{readme.code.replace("http://127.0.0.1:8765", server.url)}
+<cw-context-window id="xss" run="{RUN}" stage="{attr(XSS)}" src="{server.url}"></cw-context-window>
+</div>
+<script>document.querySelectorAll("cw-context-window").forEach(function (e) {{ e.token = "{TOKEN}"; }});</script>
+</body></html>"""
+        browser.set_window_size(1000, 900)
+        browser.get(host.url + "/")
+        api = server.api(window_path)
+        _wait(browser, lambda d: (_element(d, mine) or {}).get("pct") == f"{api['usage_percent']:.1f}%", what="the ring")
+        shown = _element(browser, mine)
+        assert shown["win"] == f"{format_tokens(api['input_tokens'])} / {format_tokens(api['context_window_tokens'])}"
+        assert "implement@1" in shown["label"] and f"{api['usage_percent']:.1f}% used" in shown["label"]
+        browser.execute_script("window.__not_reloaded = true")
+
+        button = browser.execute_script("return document.querySelector(arguments[0]).shadowRoot.querySelector('button')", mine)
+        button.click()
+        shown = _element(browser, mine)
+        assert shown["open"] and shown["expanded"] == "true" and shown["title"] == "implement@1"
+        tokens = {b["category"]: b["tokens"] for b in api["breakdown"]}
+        categories = ["system_prompt", "tools", "mcp_tools", "skills", "memory", "conversation", "other"]
+        assert shown["rows"] == {c: format_tokens(tokens.get(c, 0)) for c in categories}
+        assert "github" in shown["text"]  # the top sources name the MCP server
+        geometry = browser.execute_script(
+            """const box = document.getElementById('box').getBoundingClientRect();
+               const pop = document.querySelector(arguments[0]).shadowRoot.querySelector('.pop').getBoundingClientRect();
+               return {box: [box.left, box.right], pop: [pop.left, pop.right],
+                       scroll: document.documentElement.scrollWidth, width: document.documentElement.clientWidth};""",
+            mine,
+        )
+        assert geometry["box"][0] - 0.5 <= geometry["pop"][0] and geometry["pop"][1] <= geometry["box"][1] + 0.5, geometry
+        assert geometry["scroll"] <= geometry["width"], geometry
+
+        button.send_keys(Keys.ESCAPE)
+        _wait(browser, lambda d: not _element(d, mine)["open"], what="Escape")
+        assert _element(browser, mine)["focused"] and _element(browser, mine)["expanded"] == "false"
+
+        implement()  # a new snapshot: the event stream brings it
+        api = server.api(window_path)
+        expected = f"{api['usage_percent']:.1f}%"
+        _wait(browser, lambda d: _element(d, mine)["pct"] == expected, timeout=15, what="the next snapshot")
+        assert _element(browser, mine)["win"].startswith(format_tokens(api["input_tokens"]) + " / ")
+        assert browser.execute_script("return window.__not_reloaded") is True
+
+        _wait(browser, lambda d: (_element(d, "#xss") or {}).get("pct", "–") not in ("–", "…"), what="the markup stage")
+        browser.execute_script("return document.getElementById('xss').shadowRoot.querySelector('button')").click()
+        shown = _element(browser, "#xss")
+        assert shown["title"] == XSS and shown["imgs"] == 0 and XSS in shown["label"]
+        assert browser.execute_script("return window.__xss") is None
+
+        # serve's own preview page: on the server's origin the element takes the token the live page keeps.
+        browser.get(f"{server.url}/embed?run=run-42&stage=implement%401")
+        browser.execute_script(f"sessionStorage.setItem('cw-middleware-token', '{TOKEN}')")
+        browser.refresh()
+        _wait(browser, lambda d: (_element(d, "cw-context-window") or {}).get("pct") == expected, what="the preview")
+    finally:
+        server.stop()
+        host.close()
 
 
 def test_the_page_ships_in_the_wheel_and_nothing_loads_from_elsewhere(tmp_path):

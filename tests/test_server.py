@@ -8,8 +8,10 @@ the stdlib core does (its Server header, a wildcard bind) says so.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -36,11 +38,11 @@ def serve(request, backend):
 
     servers = []
 
-    def start(token=None, url=backend):
+    def start(token=None, url=backend, origins=()):
         if request.param == "asgi":
-            server = AsgiServer(cw.asgi_app(url, token))
+            server = AsgiServer(cw.asgi_app(url, token, allowed_origins=origins))
         else:
-            server = make_server(cw.reader(url), "127.0.0.1", 0, token)
+            server = make_server(cw.reader(url), "127.0.0.1", 0, token, allowed_origins=origins)
             threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         return server
@@ -261,3 +263,83 @@ def test_the_page_has_an_icon_served_without_the_token(serve):
     assert ET.fromstring(icon).tag == "{http://www.w3.org/2000/svg}svg"
     head, same = _wire(server.url, "/favicon.ico")  # where a browser asks when it has not read the page
     assert b" 200 " in head.split(b"\r\n")[0] and same == icon
+
+
+def _answer(url, method="GET", headers=None):
+    """Status, body bytes and headers of any answer (an error's too)."""
+    req = urllib.request.Request(url, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read(), r.headers
+    except urllib.error.HTTPError as err:
+        return err.code, err.read(), err.headers
+
+
+APP = "http://app.example:3000"
+
+
+def test_an_allowed_origin_may_read_the_api_and_no_other(serve):
+    server = serve(origins=[APP + "/"])  # a trailing slash is the same origin
+    window = server.url + "/api/v1/runs/run-1/stages/agent@1/context-window"
+    status, _, headers = _answer(window, headers={"Origin": APP})
+    assert status == 200 and headers["Access-Control-Allow-Origin"] == APP and "Origin" in headers["Vary"]
+    status, _, headers = _answer(window, headers={"Origin": "http://evil.example"})
+    assert status == 200 and headers["Access-Control-Allow-Origin"] is None  # the browser keeps it from that page
+    status, body, headers = _answer(server.url + "/api/v1/runs/run-1/stages/nope/context-window", headers={"Origin": APP})
+    assert status == 404 and headers["Access-Control-Allow-Origin"] == APP  # the page reads the error too
+    assert json.loads(body)["error"]["code"] == "not_found"
+
+    # The preflight a page sends before a request with the token or Last-Event-ID.
+    asked = {"Origin": APP, "Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": "authorization"}
+    status, body, headers = _answer(window, method="OPTIONS", headers=asked)
+    assert status == 204 and body == b"" and headers["Access-Control-Allow-Origin"] == APP
+    allowed = {h.strip().lower() for h in headers["Access-Control-Allow-Headers"].split(",")}
+    assert {"authorization", "last-event-id"} <= allowed
+    assert {m.strip() for m in headers["Access-Control-Allow-Methods"].split(",")} == {"GET", "HEAD"}
+    status, body, _ = _answer(window, method="OPTIONS", headers={**asked, "Origin": "http://evil.example"})
+    assert status == 405 and json.loads(body)["error"]["code"] == "method_not_allowed"
+
+
+def test_no_origin_is_allowed_by_default_and_the_token_rules_stay(serve):
+    window = "/api/v1/runs/run-1/stages/agent@1/context-window"
+    status, _, headers = _answer(serve().url + window, headers={"Origin": APP})
+    assert status == 200 and headers["Access-Control-Allow-Origin"] is None and headers["Vary"] is None
+    assert _answer(serve().url + window, method="OPTIONS", headers={"Origin": APP})[0] == 405
+    server = serve(token="s3cret", origins=[APP])
+    status, body, headers = _answer(server.url + window, headers={"Origin": APP})
+    assert status == 401 and headers["Access-Control-Allow-Origin"] == APP
+    status, _, _ = _answer(server.url + window, headers={"Origin": APP, "Authorization": "Bearer s3cret"})
+    assert status == 200
+
+
+@pytest.mark.parametrize("bad", ["app.example", "ftp://app.example", "http://app.example/path", "http://", "*"])
+def test_a_bad_origin_is_refused_when_the_app_is_made(bad):
+    with pytest.raises(cw.ConfigError, match="not an origin"):
+        cw.asgi_app("file:/nonexistent.jsonl", allowed_origins=[bad])
+
+
+def test_the_element_and_its_preview_page_are_served_inert(serve):
+    server = serve(token="s3cret")  # neither holds data: neither needs the token
+    status, script, headers = _answer(server.url + "/embed.js")
+    assert status == 200 and headers["Content-Type"].startswith("text/javascript")
+    assert b'customElements.define("cw-context-window"' in script and b"innerHTML" not in script
+    payload = '"><script>alert(1)</script><img src=x onerror=alert(2)>'
+    query = urllib.parse.urlencode({"run": payload, "stage": "s&<b>"})
+    status, page, headers = _answer(f"{server.url}/embed?{query}")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert "script-src 'self'" in headers["Content-Security-Policy"]
+    text = page.decode()
+    assert "<script>alert" not in text and "<img" not in text and "<b>" not in text
+    assert 'run="&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;"' in text
+    assert 'stage="s&amp;&lt;b&gt;"' in text and '<script src="/embed.js" defer></script>' in text
+
+
+def test_the_elements_palette_is_the_pages():
+    from importlib import resources
+
+    from cw_middleware._formats import COLOUR
+
+    script = (resources.files("cw_middleware._serve") / "static" / "embed.js").read_text()
+    block = script[script.index("var COLOUR = {") : script.index("};", script.index("var COLOUR = {"))]
+    found = dict(re.findall(r'(\w+): "(#[0-9A-Fa-f]{6})"', block))
+    assert found == {k: v for k, v in COLOUR.items() if k != "free"}

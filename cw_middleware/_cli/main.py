@@ -392,7 +392,7 @@ def _cmd_stages(args: argparse.Namespace, reader: Any) -> int:
 @_read_errors
 def _cmd_serve(args: argparse.Namespace, reader: Any) -> int:
     from .._errors import ConfigError
-    from .._serve.access import is_loopback
+    from .._serve.access import is_loopback, origin
     from .._serve.server import make_server
 
     token = _serve_token(args)
@@ -404,7 +404,11 @@ def _cmd_serve(args: argparse.Namespace, reader: Any) -> int:
             )
         print(f"warning: serving on {args.host} without a bearer token", file=sys.stderr)
     try:
-        server = make_server(reader, args.host, args.port, token)
+        origins = [origin(o) for o in args.allow_origin or ()]
+    except ValueError as exc:
+        raise ConfigError(f"--allow-origin: {exc}") from None
+    try:
+        server = make_server(reader, args.host, args.port, token, allowed_origins=origins)
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port} ({exc.strerror})", file=sys.stderr)
         return EXIT_USAGE
@@ -533,6 +537,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-without-token",
         action="store_true",
         help="serve a non-loopback --host without a token (anyone who reaches it reads the runs)",
+    )
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="let pages of this origin (https://app.example) read the API (the embedded element); repeatable; none by default",
     )
     p.set_defaults(func=_cmd_serve)
     return parser

@@ -10,11 +10,12 @@ Routes (each a list ``ROUTES`` the core matches requests against):
 
     api.py      the JSON read-back API (runs, stages, a stage's context window)
     events.py   Server-Sent Events: a run's new snapshots and stage changes
-    page.py     the live page (static files shipped in ``static/``)
+    page.py     the live page and the embeddable ``<cw-context-window>`` element (files shipped in ``static/``)
 
 What they stand on, top down:
 
-    access.py       who may ask: the bearer token, else only this server's own Host names (DNS rebinding)
+    access.py       who may ask: the bearer token, else only this server's own Host names (DNS rebinding);
+                    which other origins' pages may read the answers (CORS)
     openapi.py      the OpenAPI document of every route
     route.py        what a route is and may use: `Route`, the `Exchange` it answers on, the `Context`
     watch.py        the run watchers: each polls one run through the gate and keeps its events

@@ -10,6 +10,12 @@ rebinds); an ASGI mount also answers to the names its app gives (``allowed_hosts
 Anything else is 403 ``host_not_allowed``. A request without a Host (HTTP/1.0) cannot
 come from a browser and passes. With a token the token decides.
 
+Another origin's page (the embeddable element, a typed client in a web app) may read the
+answers only when the server was told that origin (``serve --allow-origin``,
+``cw.asgi_app(allowed_origins=...)``; none by default): its requests get
+``Access-Control-Allow-Origin`` naming it, and its preflights (``OPTIONS``, for the
+``Authorization`` and ``Last-Event-ID`` headers) a 204. The token and Host rules are the same.
+
 The token is text; on the wire it is matched as UTF-8 (curl, most clients) and, when
 it fits ISO-8859-1, as ISO-8859-1 bytes too (what browsers and Python's http.client send
 for such text): both are accepted, compared in constant time. Two ``Authorization`` (or
@@ -28,6 +34,7 @@ from .http_errors import HttpError
 if TYPE_CHECKING:
     from email.message import Message
 
+CORS_REQUEST_HEADERS = "Authorization, Accept, Last-Event-ID, Cache-Control"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
@@ -60,6 +67,15 @@ def token_matches(given: str, token: str) -> bool:
     return matched
 
 
+def origin(value: str) -> str:
+    """An origin as browsers send it (``scheme://host[:port]``, lowercase); ValueError for anything else."""
+    text = value.strip().lower().rstrip("/")
+    scheme, sep, rest = text.partition("://")
+    if scheme not in ("http", "https") or not sep or not rest or any(c in rest for c in "/?#@ ") or rest.startswith(":"):
+        raise ValueError(f"not an origin (scheme://host[:port], nothing after it): {value!r}")
+    return text
+
+
 def _host_name(header: str) -> str:
     """The name or address of a Host header, without its port, lowercase."""
     value = header.strip().lower()
@@ -72,10 +88,34 @@ def _host_name(header: str) -> str:
 class Access:
     """The server's access rule (module docstring): its token, or the Host names it answers to."""
 
-    def __init__(self, token: Optional[str], bound_host: str, allowed_hosts: Iterable[str] = ()) -> None:
+    def __init__(
+        self, token: Optional[str], bound_host: str, allowed_hosts: Iterable[str] = (), allowed_origins: Iterable[str] = ()
+    ) -> None:
         self.token = token or None
         self.bound = _host_name(bound_host)
         self.allowed = frozenset(_host_name(h) for h in allowed_hosts)  # names a mounting app answers to (asgi.py)
+        self.origins = frozenset(origin(o) for o in allowed_origins)
+
+    def cors(self, headers: Message) -> dict[str, str]:
+        """The headers that let an allowed origin's page read this answer (none for any other origin)."""
+        given = headers.get("Origin")
+        if not self.origins:
+            return {}
+        if given is None or given.strip().lower() not in self.origins:
+            return {"Vary": "Origin"}
+        return {"Access-Control-Allow-Origin": given.strip(), "Vary": "Origin"}
+
+    def preflight(self, headers: Message) -> Optional[dict[str, str]]:
+        """An allowed origin's preflight (``OPTIONS``): the headers of its 204; None for anyone else's."""
+        allowed = self.cors(headers)
+        if "Access-Control-Allow-Origin" not in allowed:
+            return None
+        return {
+            **allowed,
+            "Access-Control-Allow-Methods": "GET, HEAD",
+            "Access-Control-Allow-Headers": CORS_REQUEST_HEADERS,
+            "Access-Control-Max-Age": "600",
+        }
 
     def host_allowed(self, header: str) -> bool:
         name = _host_name(header)

@@ -76,6 +76,7 @@ class _AsgiExchange:
             self.headers[key.decode("latin-1")] = value.decode("latin-1")
         self.wfile = _Body(self)
         self.started = False
+        self.response_headers: dict[str, str] = {}
         self.streaming = False
         self.gone = threading.Event()
         self._loop = loop
@@ -108,7 +109,8 @@ class _AsgiExchange:
     def _start(self, status: int, content_type: str, headers: Optional[dict[str, str]], length: Optional[int]) -> None:
         self.started = True
         head = [(b"content-type", content_type.encode("latin-1")), *_BASE_HEADERS]
-        head += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+        merged = {**self.response_headers, **(headers or {})}
+        head += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in merged.items()]
         if length is not None:
             head.append((b"content-length", str(length).encode()))
         self.send_message({"type": "http.response.start", "status": status, "headers": head})
@@ -160,10 +162,11 @@ class AsgiApp:
         token: Optional[str] = None,
         limits: Optional[Limits] = None,
         allowed_hosts: Iterable[str] = (),
+        allowed_origins: Iterable[str] = (),
     ) -> None:
         self.limits = limits or Limits()
         self.reader = reader
-        self.access = Access(token, "localhost", allowed_hosts)
+        self.access = Access(token, "localhost", allowed_hosts, allowed_origins)
         gate = QueryGate(self.limits.max_queries, self.limits.query_wait, self.limits.query_timeout)
         self.context = Context(reader, self.limits, gate, Watchers(reader, gate, self.limits), openapi_document())
         self.closing = False
@@ -261,16 +264,31 @@ def asgi_app(
     token: Optional[str] = None,
     *,
     allowed_hosts: Iterable[str] = (),
+    allowed_origins: Iterable[str] = (),
 ) -> AsgiApp:
     """The read-back API, event stream and live page as an ASGI application, to mount in your own app.
 
     ``backend``: a backend URL (as `cw.reader` takes it; default: where the embedded exporter writes)
     or a `Reader`. ``token``: the bearer token every API request must carry (default: $CW_SERVE_TOKEN;
-    none: only loopback Hosts and ``allowed_hosts`` may ask). The limits are `cw-middleware serve`'s.
+    none: only loopback Hosts and ``allowed_hosts`` may ask). ``allowed_origins``: other origins whose
+    pages may read the answers (``https://app.example``; CORS, none by default). The limits are
+    `cw-middleware serve`'s.
     Mount it (``app.mount("/cw", cw.asgi_app())``) or serve it alone (``uvicorn module:app``).
     """
     from .._config import resolve_read
     from .._readback import reader as make_reader
 
     source = backend if isinstance(backend, Reader) else make_reader(backend)
-    return AsgiApp(source, token or resolve_read().serve_token, allowed_hosts=allowed_hosts)
+    return AsgiApp(
+        source, token or resolve_read().serve_token, allowed_hosts=allowed_hosts, allowed_origins=_origins(allowed_origins)
+    )
+
+
+def _origins(given: Iterable[str]) -> list[str]:
+    from .._errors import ConfigError
+    from .access import origin
+
+    try:
+        return [origin(o) for o in ([given] if isinstance(given, str) else given)]
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None

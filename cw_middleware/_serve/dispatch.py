@@ -36,6 +36,13 @@ def not_allowed() -> HttpError:
 def answer(ex: Exchange, access: Access) -> None:
     """Answer one request: its route's answer, or our JSON error (never a stack trace)."""
     try:
+        ex.response_headers = access.cors(ex.headers)  # on every answer, errors included (a page reads their JSON too)
+        if ex.command == "OPTIONS":
+            preflight = access.preflight(ex.headers)
+            if preflight is None:
+                raise not_allowed()
+            ex.send_bytes(204, "text/plain", b"", preflight)
+            return
         if ex.command not in ("GET", "HEAD"):
             raise not_allowed()
         _dispatch(ex, access)

@@ -262,6 +262,25 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {"200": {"description": "the icon", "content": {"image/svg+xml": {}}}},
                 }
             },
+            "/embed.js": {
+                "get": {
+                    "operationId": "embedScript",
+                    "summary": "The <cw-context-window run stage src> element: a ring and its popover, live (no dependency)",
+                    "security": [{}],
+                    "responses": {"200": {"description": "the script", "content": {"text/javascript": {}}}},
+                }
+            },
+            "/embed": {
+                "get": {
+                    "operationId": "embedPage",
+                    "summary": "A page that shows the element for one stage (a preview of what a host page embeds)",
+                    "security": [{}],
+                    "parameters": [
+                        {"name": name, "in": "query", "required": True, "schema": {"type": "string"}} for name in ("run", "stage")
+                    ],
+                    "responses": {"200": {"description": "the page", "content": {"text/html": {}}}},
+                }
+            },
             "/openapi.json": {
                 "get": {
                     "operationId": "openapi",

@@ -1,4 +1,5 @@
-"""The live page: ``GET /`` (the runs), ``GET /runs/{run_id}`` (one run), ``GET /static/{name}``, ``GET /favicon.ico``.
+"""The live page and the element: ``GET /`` (the runs), ``GET /runs/{run_id}`` (one run), ``GET /static/{name}``,
+``GET /favicon.ico``; ``GET /embed.js`` and ``GET /embed``.
 
 Plain HTML, CSS and JavaScript shipped in the package (``static/``, package data), no
 build step and nothing fetched from elsewhere: the Content-Security-Policy allows
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import html
 from importlib import resources
+from urllib.parse import parse_qs, urlsplit
 
 from .http_errors import HttpError
 from .route import Exchange, Route
@@ -72,9 +74,39 @@ def _favicon(ex: Exchange, _: list[str]) -> None:
     _send(ex, "favicon.svg")
 
 
+_EMBED_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>cw-middleware: the context window element</title>
+<link rel="icon" href="{root}/static/favicon.svg" type="image/svg+xml">
+<script src="{root}/embed.js" defer></script>
+</head>
+<body>
+<cw-context-window run="{run}" stage="{stage}"></cw-context-window>
+</body>
+</html>
+"""
+
+
+def _embed_script(ex: Exchange, _: list[str]) -> None:
+    _send(ex, "embed.js")
+
+
+def _embed_page(ex: Exchange, _: list[str]) -> None:
+    query = parse_qs(urlsplit(ex.path).query)
+    given = {name: (query.get(name) or [""])[0] for name in ("run", "stage")}
+    values = {**given, "root": ex.root_path.rstrip("/")}
+    page = _EMBED_PAGE.format(**{k: html.escape(v, quote=True) for k, v in values.items()})
+    ex.send_bytes(200, _TYPES[".html"], page.encode("utf-8"), HEADERS)
+
+
 ROUTES = [
     Route("/", _index, auth=False),
     Route("/runs/{run_id}", _index, auth=False),
     Route("/static/{name}", _static, auth=False),
     Route("/favicon.ico", _favicon, auth=False),
+    Route("/embed.js", _embed_script, auth=False),
+    Route("/embed", _embed_page, auth=False),
 ]

@@ -52,6 +52,7 @@ class Exchange(Protocol):
     root_path: str  # where the routes are mounted ("" for serve; "/cw" for an app mounting cw.asgi_app() there)
     headers: Message
     started: bool  # an answer (or a stream) has begun: an error can no longer be sent
+    response_headers: dict[str, str]  # sent with whatever this request's answer is (CORS, access.py)
 
     @property
     def wfile(self) -> Body: ...

@@ -34,6 +34,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional
@@ -154,7 +155,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
-        for key, value in (headers or {}).items():
+        for key, value in {**getattr(self, "response_headers", {}), **(headers or {})}.items():
             self.send_header(key, value)
 
     def send_bytes(self, status: int, content_type: str, data: bytes, headers: Optional[dict[str, str]] = None) -> None:
@@ -197,15 +198,16 @@ class _Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------ methods
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        self.response_headers: dict[str, str] = {}
         answer(self, self.server.access)
 
-    do_HEAD = do_GET
+    do_HEAD = do_OPTIONS = do_GET  # OPTIONS: an allowed origin's preflight (access.py), else 405
 
     def _not_allowed(self) -> None:
         self.close_connection = True  # its body, if any, is not read
         self._error(not_allowed())
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_TRACE = do_CONNECT = _not_allowed
 
 
 class ReadbackServer(ThreadingHTTPServer):
@@ -220,12 +222,13 @@ class ReadbackServer(ThreadingHTTPServer):
         port: int = 8765,
         token: Optional[str] = None,
         limits: Optional[Limits] = None,
+        allowed_origins: Iterable[str] = (),
     ) -> None:
         self.limits = limits or Limits()
         self.request_queue_size = self.limits.backlog  # read by server_activate() inside __init__ below
         self.reader = reader
         self.token = token or None
-        self.access = Access(self.token, host)
+        self.access = Access(self.token, host, allowed_origins=allowed_origins)
         gate = QueryGate(self.limits.max_queries, self.limits.query_wait, self.limits.query_timeout)
         self.context = Context(reader, self.limits, gate, Watchers(reader, gate, self.limits), openapi_document())
         self.closing = False
@@ -294,6 +297,12 @@ class ReadbackServer(ThreadingHTTPServer):
 
 
 def make_server(
-    reader: Reader, host: str = "127.0.0.1", port: int = 8765, token: Optional[str] = None, limits: Optional[Limits] = None
+    reader: Reader,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    token: Optional[str] = None,
+    limits: Optional[Limits] = None,
+    allowed_origins: Iterable[str] = (),
 ) -> ReadbackServer:
-    return ReadbackServer(reader, host, port, token, limits)
+    """``allowed_origins``: other origins whose pages may read the answers (CORS, access.py; none by default)."""
+    return ReadbackServer(reader, host, port, token, limits, allowed_origins)
