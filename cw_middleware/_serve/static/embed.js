@@ -1,4 +1,4 @@
-/* <cw-context-window run="RUN" stage="STAGE" src="http://127.0.0.1:8765">: the context window of one stage,
+/* <cw-context-window run="RUN" stage="STAGE" src="SERVER">: the context window of one stage,
    for a host page's own UI (GET /embed.js). A ring with the share of the model's window in use; on click or
    Enter a popover with the categories (tokens, share, cost), the top sources, the forecast and the top
    suggestions. Live: the run's event stream (fetch streaming, so the token can ride in a header), polling
