@@ -43,14 +43,15 @@
     ".pct{font-weight:600;font-variant-numeric:tabular-nums}",
     ".win{color:var(--cw-muted,#5a5a5a);font-variant-numeric:tabular-nums}",
     ".pop{position:absolute;z-index:2147483000;top:calc(100% + 6px);left:0;box-sizing:border-box;",
-    "width:var(--cw-popover-width,18rem);max-width:calc(100vw - 16px);padding:.75em;border-radius:8px;",
-    "background:var(--cw-bg,#fff);border:1px solid var(--cw-border,#d0d0d0);box-shadow:0 4px 18px rgba(0,0,0,.16);",
-    "overflow-wrap:anywhere}",
+    "width:var(--cw-popover-width,20rem);max-width:calc(100vw - 16px);padding:.6em;border-radius:8px;",
+    "background:var(--cw-bg,#fff);border:1px solid var(--cw-border,#d0d0d0);box-shadow:0 4px 18px rgba(0,0,0,.16)}",
     ".pop[hidden]{display:none}",
     "h2{font-size:1em;margin:0 0 .25em} p{margin:.35em 0} .muted{color:var(--cw-muted,#5a5a5a)}",
+    "h2,p,li{overflow-wrap:anywhere}",
     ".bar{display:flex;height:10px;border-radius:3px;overflow:hidden;background:var(--cw-track,#e6e6e6);margin:.5em 0}",
-    "table{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}",
-    "th,td{padding:.15em .25em;text-align:left} th{font-weight:600} .num{text-align:right}",
+    "table{border-collapse:collapse;width:100%;font-size:.92em;font-variant-numeric:tabular-nums}",
+    "th,td{padding:.15em .2em;text-align:left} th{font-weight:600} .num{text-align:right;white-space:nowrap}",
+    "tbody th{font-weight:400;white-space:nowrap}",
     ".key{display:inline-block;width:.7em;height:.7em;border-radius:2px;margin-right:.35em;vertical-align:-.05em}",
     "ul{margin:.25em 0;padding-left:1.1em} li{margin:.15em 0}",
     "h3{font-size:.95em;margin:.6em 0 .2em}"
@@ -345,7 +346,7 @@
     pop.appendChild(bar);
     var table = el("table", {});
     var head = el("tr", {});
-    ["Category", "Tokens", size ? "Of window" : "Of input", "Cost"].forEach(function (t, i) {
+    ["Category", "Tokens", "Share", "Cost"].forEach(function (t, i) {
       head.appendChild(el("th", { scope: "col", "class": i ? "num" : "" }, t));
     });
     var thead = el("thead", {});
@@ -378,7 +379,7 @@
     var f = w.forecast;
     if (f && (f.calls_until_threshold !== null || f.calls_until_full !== null)) {
       var parts = [];
-      if (f.calls_until_threshold !== null) parts.push("≈ " + f.calls_until_threshold + " calls to " + fixed1(f.threshold_percent) + "%");
+      if (f.calls_until_threshold !== null) parts.push("≈ " + f.calls_until_threshold + " calls to " + (f.threshold_percent % 1 ? fixed1(f.threshold_percent) : f.threshold_percent) + "%");
       if (f.calls_until_full !== null) parts.push("≈ " + f.calls_until_full + " to full");
       pop.appendChild(el("p", { "class": "forecast" }, "Forecast: " + parts.join(", ") + " (+" + tokens(f.growth_per_call_tokens) + " a call)"));
     }
