@@ -40,6 +40,7 @@ from ._capture.wrapper import acompletion, aresponses, completion, estimate, res
 from ._config import Config, ProviderCountPolicy
 from ._contract import (
     BreakdownItem,
+    CacheMiss,
     Category,
     CategoryTotals,
     Compaction,
@@ -48,6 +49,7 @@ from ._contract import (
     DetailItem,
     Forecast,
     HistoryPoint,
+    RepeatedContent,
     RunReport,
     Snapshot,
     SnapshotWarning,
@@ -85,6 +87,7 @@ __all__ = [
     "BackendResponseError",
     "BackendUnavailable",
     "BreakdownItem",
+    "CacheMiss",
     "Category",
     "CategoryTotals",
     "Compaction",
@@ -102,6 +105,7 @@ __all__ = [
     "ProviderCountPolicy",
     "Reader",
     "ReaderOptions",
+    "RepeatedContent",
     "RunReport",
     "RunSummary",
     "Snapshot",

@@ -25,12 +25,14 @@ from ._contract import (
     CATEGORIES,
     WARNING_MESSAGES,
     BreakdownItem,
+    CacheMiss,
     Category,
     CategoryTotals,
     Compaction,
     Cost,
     CountMethod,
     DetailItem,
+    RepeatedContent,
     Snapshot,
     SnapshotWarning,
     StageContextWindow,
@@ -105,6 +107,14 @@ UNUSED_ARRAYS = tuple(
     UNUSED_PREFIX + f for f in ("name", "category", "source", "definition_tokens", "stage_definition_tokens", "requests")
 )
 ATTR_UNUSED_TOOL_TOKENS = "agent.context_window.unused_tool_tokens"
+# Segments the stage's requests sent more than once, parallel arrays (event only): labels and opaque fingerprints.
+REPEATED_PREFIX = "agent.context_window.repeated."
+REPEATED_ARRAYS = tuple(
+    REPEATED_PREFIX + f for f in ("target", "category", "fingerprint", "copies", "tokens", "stage_tokens", "requests")
+)
+# The stage's calls whose repeated prefix the provider's cache did not serve (event only).
+CACHE_MISS_PREFIX = "agent.context_window.cache_miss."
+CACHE_MISS_FIELDS = ("prefix_tokens", "cached_tokens", "missed_tokens", "stage_missed_tokens", "stage_saving", "calls")
 # The cache and the money: per category like the tokens; absent where the snapshot has none.
 # No key is both a value and the prefix of others: Phoenix (and any store that nests dotted keys) keeps both.
 ATTR_CACHED_TOKENS = "agent.context_window.cached_tokens"
@@ -292,6 +302,27 @@ def snapshot_attributes(snapshot: Snapshot, include_details: bool = True) -> dic
     if snapshot.compaction is not None:
         attrs[ATTR_COMPACTION_BEFORE] = snapshot.compaction.before_tokens
         attrs[ATTR_COMPACTION_AFTER] = snapshot.compaction.after_tokens
+    if include_details and snapshot.repeated:
+        rep = snapshot.repeated
+        for key, values in zip(
+            REPEATED_ARRAYS,
+            (
+                [exportable_text(r.target) for r in rep],
+                [r.category.value for r in rep],
+                [r.fingerprint for r in rep],
+                [r.copies for r in rep],
+                [r.tokens for r in rep],
+                [r.stage_tokens for r in rep],
+                [r.requests for r in rep],
+            ),
+        ):
+            attrs[key] = values
+    miss = snapshot.cache_miss
+    if miss is not None:
+        for name in CACHE_MISS_FIELDS:
+            value = getattr(miss, name)
+            if value is not None:
+                attrs[CACHE_MISS_PREFIX + name] = float(value) if name == "stage_saving" else value
     return attrs  # ids are valid Unicode (validate_id); the labels above went through exportable_text
 
 
@@ -328,7 +359,14 @@ def span_level(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in attrs.items() if not k.startswith(_EVENT_ONLY)}
 
 
-_EVENT_ONLY = (DETAILS_PREFIX, TOOLS_PREFIX, UNUSED_PREFIX, STAGE_TOTALS_PREFIX)  # rows and totals ride on the event only
+_EVENT_ONLY = (
+    DETAILS_PREFIX,
+    TOOLS_PREFIX,
+    UNUSED_PREFIX,
+    STAGE_TOTALS_PREFIX,
+    REPEATED_PREFIX,
+    CACHE_MISS_PREFIX,
+)  # rows and totals ride on the event only
 
 
 # ---------------------------------------------------------------- decode
@@ -444,6 +482,48 @@ def window_from_attributes(
         cost=cost_from_attributes(a),
         stage_totals=stage_totals_from_attributes(a),
         compaction=compaction_from_attributes(a),
+        repeated=repeated_from_attributes(a),
+        cache_miss=cache_miss_from_attributes(a),
+    )
+
+
+def repeated_from_attributes(attrs: Mapping[str, Any]) -> list[RepeatedContent]:
+    """The repeated segments one snapshot event carried; a row that does not decode is skipped."""
+    columns: list[Any] = [attrs.get(k) for k in REPEATED_ARRAYS]
+    columns = [c if isinstance(c, (list, tuple)) else [] for c in columns]
+    out = []
+    for i, target in enumerate(columns[0]):
+        cat, fp, copies, tokens, over, requests = (c[i] if i < len(c) else None for c in columns[1:])
+        try:
+            out.append(
+                RepeatedContent(
+                    target=str(target),
+                    category=Category(str(cat)),
+                    fingerprint=str(fp or ""),
+                    copies=as_int(copies),
+                    tokens=as_int(tokens),
+                    stage_tokens=as_int(over),
+                    requests=as_int(requests),
+                )
+            )
+        except ValueError:
+            continue
+    return out
+
+
+def cache_miss_from_attributes(attrs: Mapping[str, Any]) -> Optional[CacheMiss]:
+    """The stage's cache misses as one snapshot event carried them; None when it carried none."""
+    missed = attrs.get(CACHE_MISS_PREFIX + "stage_missed_tokens")
+    if missed is None:
+        return None
+    get = {name: attrs.get(CACHE_MISS_PREFIX + name) for name in CACHE_MISS_FIELDS}
+    return CacheMiss(
+        prefix_tokens=as_int(get["prefix_tokens"]),
+        cached_tokens=as_int(get["cached_tokens"]),
+        missed_tokens=as_int(get["missed_tokens"]),
+        stage_missed_tokens=as_int(missed),
+        stage_saving=as_float(get["stage_saving"]),
+        calls=as_int(get["calls"]),
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -240,6 +241,40 @@ class UnusedTool(_Frozen):
     requests: int  # how many of the stage's requests defined it
 
 
+class RepeatedContent(_Frozen):
+    """A long segment (a tool result, a file, a memory block) the stage's requests send more than once each.
+
+    Found by an in-process fingerprint of its text: ``fingerprint`` is twelve opaque hex digits that say
+    "the same segment" within the stage and nothing about what it says. ``target`` names where the copy
+    one would cut sits: its tag's source and category ("AGENTS.md (memory)"), or "message role tool".
+    Tokens are the local count of the duplicate copies (a request's copies less one).
+    """
+
+    target: str
+    category: Category
+    fingerprint: str
+    copies: int = 0  # in the latest request (0: the latest request no longer repeats it)
+    tokens: int = 0  # the latest request's duplicate copies
+    stage_tokens: int = 0  # over the stage's requests (each call's own count)
+    requests: int = 0  # how many of the stage's requests repeated it
+
+
+class CacheMiss(_Frozen):
+    """Calls whose request began with the previous call's prefix, which the provider's cache did not serve.
+
+    Counted only for a model LiteLLM has a cached-input price for, a prefix of at least the provider's
+    minimum cacheable size, and a response that reported its cached tokens (0 or under half the prefix).
+    ``stage_saving`` is what those tokens would have cost less at the cached price (USD).
+    """
+
+    prefix_tokens: int  # the latest call's prefix shared with the call before it
+    cached_tokens: int  # of the latest call's input, served from the cache
+    missed_tokens: int  # the latest call's prefix tokens billed at the full price (0: it was served)
+    stage_missed_tokens: int
+    stage_saving: Optional[float] = None
+    calls: int = 0  # the stage's calls that missed
+
+
 class CategoryTotals(_Frozen):
     """One category over a stage's calls: its tokens, cost (None when no call was priced) and cached tokens."""
 
@@ -328,8 +363,58 @@ NEAR_CALLS = 5  # a forecast this close to the threshold is a suggestion of its 
 
 def suggestions_from(answer: StageContextWindow) -> list[Suggestion]:
     """What the stage's answer says to cut, largest saving first (one function, wherever it is asked)."""
-    out = _unused_by_source(answer) + _large_results(answer) + _near_threshold(answer)
+    out = _unused_by_source(answer) + _large_results(answer) + _repeated(answer) + _cache_miss(answer)
+    return _largest_first(out + _near_threshold(answer))
+
+
+def _largest_first(out: list[Suggestion]) -> list[Suggestion]:
     return sorted(out, key=lambda s: (-s.tokens_in_stage, -s.tokens_per_request, s.kind.value, s.target))
+
+
+def run_suggestions(stages: list[list[Suggestion]]) -> list[Suggestion]:
+    """A run's suggestions: its stages' summed per (kind, target), largest saving first.
+
+    Tokens and cost over the stages add up (a cost stays None only where no stage priced it);
+    ``tokens_per_request`` is the largest of the stages'. The message is the summed numbers'.
+    """
+    groups: dict[tuple[SuggestionKind, str], list[Suggestion]] = {}
+    for suggestions in stages:
+        for s in suggestions:
+            groups.setdefault((s.kind, s.target), []).append(s)
+    out = []
+    for (kind, target), items in groups.items():
+        if len(items) == 1:
+            out.append(items[0])
+            continue
+        in_stage = sum(s.tokens_in_stage for s in items)
+        costs = [s.cost_in_stage for s in items if s.cost_in_stage is not None]
+        cost = round(sum(costs), 10) if costs else None
+        money = f", {_usd(cost)}" if cost is not None else ""
+        per_request = max(s.tokens_per_request for s in items)
+        message = (
+            f"{target}: {_KIND_WORDS[kind]} in {len(items)} stages: up to {per_request:,} tokens a request, "
+            f"{in_stage:,} over the run{money}"
+        )
+        out.append(
+            Suggestion(
+                kind=kind,
+                target=target,
+                tokens_per_request=per_request,
+                tokens_in_stage=in_stage,
+                cost_in_stage=cost,
+                message=message,
+            )
+        )
+    return _largest_first(out)
+
+
+_KIND_WORDS = {
+    SuggestionKind.UNUSED_TOOLS: "tools never called",
+    SuggestionKind.LARGE_TOOL_RESULTS: "results over a quarter of the request",
+    SuggestionKind.REPEATED_CONTENT: "the same content sent more than once",
+    SuggestionKind.CACHE_MISS: "a repeated prefix not served from the cache",
+    SuggestionKind.NEAR_THRESHOLD: "near the threshold",
+}
 
 
 def _price(answer: StageContextWindow, category: Optional[Category]) -> Optional[float]:
@@ -408,6 +493,61 @@ def _large_results(answer: StageContextWindow) -> list[Suggestion]:
     ]
 
 
+def _repeated(answer: StageContextWindow) -> list[Suggestion]:
+    """One suggestion a target: its segments' duplicate copies, in the latest request and over the stage."""
+    groups: dict[str, list[RepeatedContent]] = {}
+    for item in answer.repeated:
+        if item.stage_tokens > 0:
+            groups.setdefault(item.target, []).append(item)
+    out = []
+    for target, items in groups.items():
+        per_request = sum(i.tokens for i in items)
+        in_stage = sum(i.stage_tokens for i in items)
+        price = _price(answer, items[0].category)
+        cost = round(in_stage * price, 10) if price is not None else None
+        money = f", {_usd(cost)}" if cost is not None else ""
+        requests = max(i.requests for i in items)
+        copies = max(i.copies for i in items)
+        now = f"{per_request:,} tokens a request ({copies} copies of a segment)" if per_request else "none in the latest request"
+        message = (
+            f"{target}: {len(items)} segment(s) sent more than once: {now}, {in_stage:,} over {requests} request(s)"
+            f"{money}; send each once, or refer back to it"
+        )
+        out.append(
+            Suggestion(
+                kind=SuggestionKind.REPEATED_CONTENT,
+                target=target,
+                tokens_per_request=per_request,
+                tokens_in_stage=in_stage,
+                cost_in_stage=cost,
+                message=message,
+            )
+        )
+    return out
+
+
+def _cache_miss(answer: StageContextWindow) -> list[Suggestion]:
+    miss = answer.cache_miss
+    if miss is None or miss.stage_missed_tokens <= 0:
+        return []
+    money = f", {_usd(miss.stage_saving)} more than at the cached price" if miss.stage_saving is not None else ""
+    message = (
+        f"{miss.calls} call(s) resent the previous call's prefix ({miss.prefix_tokens:,} tokens in the latest, "
+        f"{miss.cached_tokens:,} served from the cache) at the full input price: {miss.stage_missed_tokens:,} tokens "
+        f"over the stage{money}; keep the prefix stable and mark it cacheable (cache_control after it, for Claude)"
+    )
+    return [
+        Suggestion(
+            kind=SuggestionKind.CACHE_MISS,
+            target=answer.model or "prompt prefix",
+            tokens_per_request=miss.missed_tokens,
+            tokens_in_stage=miss.stage_missed_tokens,
+            cost_in_stage=miss.stage_saving,
+            message=message,
+        )
+    ]
+
+
 def _near_threshold(answer: StageContextWindow) -> list[Suggestion]:
     forecast = answer.forecast
     if forecast is None or forecast.calls_until_threshold is None or forecast.calls_until_threshold > NEAR_CALLS:
@@ -448,8 +588,44 @@ class HistoryPoint(_Frozen):
     usage_percent: Optional[float] = None
     cached_tokens: Optional[int] = None
     input_cost: Optional[float] = None
+    cost_by_category: dict[Category, float] = Field(default_factory=dict)  # USD; empty when the call was not priced
     breakdown: list[BreakdownItem] = Field(default_factory=list)
     compaction: Optional[Compaction] = None
+
+
+def stage_totals_from(calls: Sequence[HistoryPoint]) -> StageTotals:
+    """A stage so far from its calls as the backend holds them: each call once, at its latest number.
+
+    One function wherever it is asked (the reader's answer, ``show``, ``summary``, the page, the API), so a
+    stage's totals are the same whichever process wrote its calls: the calls, their input tokens and cost,
+    the peak (the largest final share of the window: an estimate a provider's count overruled is not a
+    peak), per category the tokens, cost and cached tokens, and the compactions.
+    """
+    priced = [c for c in calls if c.input_cost is not None]
+    tokens = dict.fromkeys(CATEGORIES, 0)
+    cached = dict.fromkeys(CATEGORIES, 0)
+    costs: dict[Category, Optional[float]] = dict.fromkeys(CATEGORIES, 0.0 if priced else None)
+    for call in calls:
+        for item in call.breakdown:
+            tokens[item.category] += item.tokens
+            cached[item.category] += item.cached_tokens or 0
+        for category, cost in call.cost_by_category.items():
+            costs[category] = (costs[category] or 0.0) + cost
+    peaks = [c.usage_percent for c in calls if c.usage_percent is not None]
+    return StageTotals(
+        calls=len(calls),
+        input_tokens=sum(c.input_tokens for c in calls),
+        input_cost=round(sum(c.input_cost or 0.0 for c in priced), 10) if priced else None,
+        peak_usage_percent=max(peaks) if peaks else None,
+        by_category={
+            c: CategoryTotals(
+                tokens=tokens[c], cost=None if costs[c] is None else round(costs[c] or 0.0, 10), cached_tokens=cached[c]
+            )
+            for c in CATEGORIES
+        },
+        cached_tokens=sum(c.cached_tokens or 0 for c in calls),
+        compactions=sum(1 for c in calls if c.compaction is not None),
+    )
 
 
 class StageRow(_Frozen):
@@ -472,6 +648,9 @@ class RunReport(_Frozen):
     stages: list[StageRow] = Field(default_factory=list)
     totals: StageTotals  # summed over the stages' totals (peak: the highest)
     model: Optional[str] = None  # the newest stage's model
+    # The stages' suggestions summed per (kind, target), largest saving first (`run_suggestions`); a stage's
+    # near_threshold is its own forecast's and is not among them.
+    suggestions: list[Suggestion] = Field(default_factory=list)
 
 
 class Snapshot(_Frozen):
@@ -497,6 +676,8 @@ class Snapshot(_Frozen):
     cost: Optional[Cost] = None  # None when LiteLLM has no price for the model (warning price_unknown)
     stage_totals: Optional[StageTotals] = None  # the stage so far, this call included (None outside a call)
     compaction: Optional[Compaction] = None
+    repeated: list[RepeatedContent] = Field(default_factory=list)  # bounded: the largest over the stage
+    cache_miss: Optional[CacheMiss] = None  # the stage's calls whose repeated prefix the cache did not serve
 
     def tokens(self, category: Category | str) -> int:
         """Tokens of one category (0 when absent)."""
@@ -545,6 +726,8 @@ class StageContextWindow(_Frozen):
     stage_totals: Optional[StageTotals] = None
     compaction: Optional[Compaction] = None  # the latest request's, when it carried less conversation
     forecast: Optional[Forecast] = None  # the stage's calls at their growth: when the window fills
+    repeated: list[RepeatedContent] = Field(default_factory=list)  # segments sent more than once, over the stage
+    cache_miss: Optional[CacheMiss] = None
     suggestions: list[Suggestion] = Field(default_factory=list)  # what to cut, largest saving first
 
     def _repr_html_(self) -> str:
@@ -583,6 +766,8 @@ class StageContextWindow(_Frozen):
             cost=snapshot.cost,
             stage_totals=snapshot.stage_totals,
             compaction=snapshot.compaction,
+            repeated=snapshot.repeated,
+            cache_miss=snapshot.cache_miss,
         )
 
     @classmethod

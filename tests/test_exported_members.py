@@ -25,7 +25,7 @@ PUBLIC = {
     # read-back, and the types its answers are made of
     "reader", "Reader", "ReaderOptions", "SnapshotReader", "StageSummary", "RunSummary", "Missing",
     "Cost", "ToolItem", "UnusedTool", "StageTotals", "CategoryTotals", "Compaction", "HistoryPoint", "StageRow", "RunReport",
-    "Forecast", "Suggestion", "SuggestionKind",
+    "Forecast", "Suggestion", "SuggestionKind", "RepeatedContent", "CacheMiss",
     # errors
     "CwMiddlewareError", "TagError", "ConfigError", "NotFound", "BackendError", "BackendUnavailable", "BackendResponseError",
     "__version__",
@@ -90,6 +90,8 @@ def test_contract_enum_values_are_pinned():
         "tools", "unused_tools", "unused_tool_tokens", "cost", "cached_tokens", "stage_totals", "compaction",
         # issue 39: when the window fills, and what to cut
         "forecast", "suggestions",
+        # issue 39: segments sent more than once, prefixes the cache did not serve
+        "repeated", "cache_miss",
     }  # fmt: skip
     assert set(cw.Suggestion.model_fields) == {
         "kind", "target", "tokens_per_request", "tokens_in_stage", "cost_in_stage", "message",

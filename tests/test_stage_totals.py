@@ -219,3 +219,46 @@ def test_the_http_api_serves_history_and_summary(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_stage_written_by_several_processes_has_one_set_of_totals_whoever_reads_it(tmp_path):
+    """Issue 36 item 2: the Quick start run three times (each a fresh process: a ledger of its own, starting at zero)
+    into one stage: its totals count every call once, at its latest number, in the reader's answer, `show --json`
+    and `summary --json` alike, not the newest writer's own calls."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "telemetry.jsonl"
+    finals = []
+    for _ in range(3):  # three writers, one after another, each with its own runtime (and so its own ledger)
+        with exported_to(str(path)) as runtime:
+            finals += _agent_stage("agent@1", turns=1)
+            runtime.flush(5.0)
+    assert finals[-1].stage_totals.calls == 2  # the newest writer knows its own two calls only
+    reader = cw.reader(f"file:{path}")
+    totals = reader.context_window(RUN, "agent@1").stage_totals
+    assert totals.calls == len(finals) == 6
+    assert totals.input_tokens == sum(f.input_tokens for f in finals)
+    assert totals.input_cost == pytest.approx(sum(f.cost.input_cost for f in finals))
+    assert totals.peak_usage_percent == max(f.usage_percent for f in finals)
+    assert totals.compactions == sum(1 for f in finals if f.compaction is not None)
+    for category in CATEGORIES:
+        assert totals.by_category[category].tokens == sum(f.tokens(category) for f in finals)
+        assert totals.by_category[category].cost == pytest.approx(sum(f.cost.by_category[category] for f in finals))
+    assert len(reader.history(RUN, "agent@1")) == 6
+
+    def cli(*argv: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, "-m", "cw_middleware", *argv, "--backend", f"file:{path}", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return json.loads(done.stdout)
+
+    shown = cli("show", RUN, "agent@1")["stage_totals"]
+    assert shown == totals.model_dump(mode="json")
+    report = cli("summary", RUN)
+    assert report["totals"]["calls"] == 6 and report["totals"]["input_tokens"] == totals.input_tokens
+    assert report["stages"][0]["stage_totals"] == shown

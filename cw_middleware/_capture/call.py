@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING, Any, Optional
 from .._config import ProviderCountPolicy, StreamUsagePolicy, parse_policy, parse_stream_usage
 from .._contract import Category, CountMethod, WarningCode
 from .._counting.estimator import Estimate, Later
-from .._counting.model_facts import OPTION_CONTEXT_WINDOW, RequestMeta
+from .._counting.model_facts import OPTION_CONTEXT_WINDOW, RequestMeta, min_cacheable_tokens
 from .._counting.rules import rules_for
 from .._errors import ConfigError, TagError
 from .._process import PROCESS
 from .._snapshots.build import ResponseSide, build_snapshot
+from .._snapshots.ledger import PrefixFacts
 from .._snapshots.telemetry import CallTelemetry
 from .._worker import JobsAtFork
 from .apis import Api, Forward, Parsed, Route, Usage
@@ -442,17 +443,27 @@ class Call:
                 max_tools=self.runtime.config.max_tools,
                 order=self.estimate.order,
                 response=self._response,
+                repeated=self.estimate.repeated,
                 generated_at=None if at is None else datetime.fromtimestamp(at / 1e9, UTC),
             )
             runtime = self.runtime
             newest = not superseded and runtime.is_newest_call(self.stage, self.call_seq)
             stage_key = (self.stage.run_id, self.stage.stage_id)
-            snap = runtime.ledgers.add(stage_key, self.call_seq, snap, self._local_conversation, newest, runtime.parts)
+            prefix = self._prefix_facts()
+            snap = runtime.ledgers.add(stage_key, self.call_seq, snap, self._local_conversation, newest, runtime.parts, prefix)
             still_waiting = live and self.runtime.call_ends is not None and not self.sent.is_set()
             forecast = runtime.ledgers.forecast(stage_key, snap.context_window_tokens, runtime.config.threshold_percent)
             runtime.publish(snap, self.telemetry, self.stage, superseded=superseded, at=at, live=still_waiting, forecast=forecast)
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("publish", f"cw_middleware: could not build a snapshot ({type(exc).__name__})")
+
+    def _prefix_facts(self) -> Optional[PrefixFacts]:
+        """What the stage's ledger reads a cache miss from: the request's prefix, and the model's cache prices."""
+        estimate = self.estimate
+        if estimate is None or estimate.prefix is None:
+            return None
+        meta = self.meta
+        return PrefixFacts(estimate.prefix, estimate.total, min_cacheable_tokens(meta.model), meta.prices)
 
 
 def _cache_written(usage: Optional[Usage]) -> Optional[int]:

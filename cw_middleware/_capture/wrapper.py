@@ -140,12 +140,12 @@ def estimate(*args: Any, **kwargs: Any) -> Snapshot:
     try:
         parsed, est = _local_estimate(runtime, for_estimate(args, kwargs), args, kwargs)
         by_source, model, codes = est.by_source, parsed.model, set(est.warnings) | parsed.warnings
-        tools = est.tools
+        tools, repeated = est.tools, est.repeated
     except TagError:
         raise
     except Exception as exc:  # noqa: BLE001
         runtime.log.warning("estimate", f"cw_middleware: local estimate failed ({type(exc).__name__})")
-        by_source, codes, tools = {}, {WarningCode.ESTIMATE_FAILED}, NO_TOOLS
+        by_source, codes, tools, repeated = {}, {WarningCode.ESTIMATE_FAILED}, NO_TOOLS, ()
         model = kwargs.get("model", args[0] if args else "")
         model = model if isinstance(model, str) else ""
     meta, window_codes = runtime.model_facts.request_meta(
@@ -165,6 +165,7 @@ def estimate(*args: Any, **kwargs: Any) -> Snapshot:
         parts=runtime.parts,
         tools=tools,
         max_tools=runtime.config.max_tools,
+        repeated=repeated,
     )
 
 

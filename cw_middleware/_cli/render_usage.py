@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from typing import Union
 
-from .._contract import CATEGORIES, Forecast, HistoryPoint, RunReport, Snapshot, StageContextWindow, StageTotals, never_called
+from .._contract import (
+    CATEGORIES,
+    Forecast,
+    HistoryPoint,
+    RunReport,
+    Snapshot,
+    StageContextWindow,
+    StageTotals,
+    Suggestion,
+    never_called,
+)
 from .._formats import format_tokens as _fmt
 from .._formats import format_usd
 
@@ -74,10 +84,16 @@ def usage_lines(view: Union[Snapshot, StageContextWindow], top_tools: int = 20) 
         lines.append(f"  ↓ this request was compacted: conversation {_fmt(c.before_tokens)} -> {_fmt(c.after_tokens)} tokens")
     if isinstance(view, StageContextWindow) and view.forecast is not None:  # a stage's answer: a snapshot has none
         lines.append("  " + forecast_line(view.forecast))
-    if isinstance(view, StageContextWindow) and view.suggestions:
-        lines += ["", "  Suggestions (largest saving first):"]
-        lines += [f"    - {s.message}" for s in view.suggestions]
+    if isinstance(view, StageContextWindow):
+        lines += suggestion_lines(view.suggestions)
     return lines
+
+
+def suggestion_lines(suggestions: list[Suggestion]) -> list[str]:
+    """What to cut, largest saving first: a stage's (show) or a run's summed over its stages (summary)."""
+    if not suggestions:
+        return []
+    return ["", "  Suggestions (largest saving first):", *(f"    - {s.message}" for s in suggestions)]
 
 
 def forecast_line(f: Forecast) -> str:
@@ -155,4 +171,5 @@ def render_summary(report: RunReport) -> str:
             continue
         cached = f"{100 * ct.cached_tokens / ct.tokens:5.1f}%" if ct.tokens else "     -"
         lines.append(f"  {category.value:<15} {_fmt(ct.tokens):>9} {format_usd(ct.cost):>9} {cached:>7}")
+    lines += suggestion_lines(report.suggestions)
     return "\n".join(lines)

@@ -40,6 +40,7 @@ from typing import Any, Optional
 
 from .._contract import Category, WarningCode
 from .cache_share import RequestOrder, cache_prefix, has_breakpoint
+from .fingerprints import PrefixChain, chained, message_fingerprint
 from .message_count import MessageCount, MessageCounter, ReadMessage, SourceKey, TextCache
 from .request_copies import AsDict, DumpCache, common_prefix, freeze, head_key, plain_text
 from .response_format import response_format_as_sent
@@ -91,6 +92,10 @@ class Estimate:
     tools: ToolUse = NO_TOOLS
     # Its parts in the provider's order, for attributing a cached prefix (cache_share.py).
     order: Optional[RequestOrder] = None
+    # Long texts the request sends more than once: (fingerprint, label, category, tokens of one copy, copies).
+    repeated: tuple[tuple[int, str, Category, int, int], ...] = ()
+    # Its prefix as fingerprints, to compare with the stage's previous request (a cache miss: ledger.py).
+    prefix: Optional[PrefixChain] = None
 
     @property
     def total(self) -> int:
@@ -116,6 +121,12 @@ class _Conversation:
     result_tools: set[str] = field(default_factory=set)  # tools whose untagged results moved to their own source
     # The last `ToolUse` handed out, with the tool set and message count it was made for (`_tool_use`).
     tool_use: Optional[tuple[ToolSet, int, ToolUse]] = None
+    # Long texts by fingerprint: [label of the newest copy, category, tokens, copies]; those sent twice or more.
+    segments: dict[int, list[Any]] = field(default_factory=dict)
+    repeats: dict[int, None] = field(default_factory=dict)
+    # Per message: the chained fingerprint of the conversation up to it, and its local tokens so far (fingerprints.py).
+    fps: list[int] = field(default_factory=list)
+    cumulative: list[int] = field(default_factory=list)
 
 
 class Later(Exception):
@@ -253,9 +264,11 @@ class Estimator:
         head = tool_entries
         tools_breakpoint = False
         tool_set = NO_TOOL_SET
+        tools_fingerprint = 0
         if all_tools:
             tc = self._tools.count(rules, all_tools, tool_choice)
             tool_entries, tools_breakpoint, tool_set = tc.entries, tc.breakpoint, tc.tool_set
+            tools_fingerprint = tc.fingerprint
             for key, tokens in tc.entries:
                 by_source[key] = by_source.get(key, 0) + tokens
             warnings |= tc.warnings
@@ -292,6 +305,8 @@ class Estimator:
             if conv.breakpoint_idx or tools_breakpoint
             else {}
         )
+        repeated = tuple((fp, *conv.segments[fp]) for fp in conv.repeats) if conv.repeats else ()
+        chain = PrefixChain(tools_fingerprint, sum(n for _, n in head), conv.fps, conv.cumulative, len(conv.fps))
         return Estimate(
             {k: v for k, v in by_source.items() if v},
             frozenset(warnings),
@@ -301,6 +316,8 @@ class Estimator:
             prefix,
             tool_use,
             RequestOrder(head, conv.counts, len(conv.counts), tuple(tail), tool_use.names),
+            repeated,
+            chain,
         )
 
     def frozen(self, obj: Any) -> Any:
@@ -333,6 +350,8 @@ class Estimator:
                     _add(conv, count)
                 conv.frozen = best.frozen[:best_k]
                 conv.counts = best.counts[:best_k]
+                conv.fps = best.fps[:best_k]
+                conv.cumulative = best.cumulative[:best_k]
                 conv.tagged_idx = [i for i in best.tagged_idx if i < best_k]
                 conv.system_idx = [i for i in best.system_idx if i < best_k]
                 conv.breakpoint_idx = [i for i in best.breakpoint_idx if i < best_k]
@@ -362,9 +381,11 @@ class Estimator:
                 if count.tagged:
                     conv.tagged_idx.append(len(conv.counts))
                 _note_position(conv, as_dict(msg), len(conv.counts))
-                conv.frozen.append(freeze(msg, as_dict))
+                frozen = freeze(msg, as_dict)
+                conv.frozen.append(frozen)
                 conv.counts.append(count)
                 _add(conv, count)
+                _chain(conv, frozen, count)
         return conv
 
     def _dry_run(self, rules: CountingRules, messages: list[Any], read_message: Optional[ReadMessage]) -> None:
@@ -435,6 +456,14 @@ def _tool_use(conv: _Conversation, tool_set: ToolSet, by_source: dict[SourceKey,
     return use
 
 
+def _chain(conv: _Conversation, frozen: Any, count: MessageCount) -> None:
+    """The conversation's prefix one message longer: its chained fingerprint and local tokens so far."""
+    fps, cumulative = conv.fps, conv.cumulative
+    tokens = sum(n for _, n in count.entries)
+    fps.append(chained(fps[-1] if fps else 0, message_fingerprint(frozen)))
+    cumulative.append((cumulative[-1] if cumulative else 0) + tokens)
+
+
 def _add(conv: _Conversation, count: MessageCount) -> None:
     for key, tokens in count.entries:
         conv.totals[key] += tokens
@@ -453,3 +482,10 @@ def _add(conv: _Conversation, count: MessageCount) -> None:
         conv.warnings[code] += 1
     for key, parts in count.unseen:
         conv.unseen[key] += parts
+    for fp, label, category, tokens in count.texts:
+        seen = conv.segments.get(fp)
+        if seen is None:
+            conv.segments[fp] = [label, category, tokens, 1]
+        else:  # the copy one would cut is the newest: its place names the suggestion
+            seen[0], seen[1], seen[3] = label, category, seen[3] + 1
+            conv.repeats[fp] = None

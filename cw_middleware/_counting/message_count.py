@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, Optional, Union
 
 from .._contract import Category, WarningCode
 from .._errors import TagError
+from .fingerprints import MIN_REPEAT_TOKENS, text_fingerprint
 from .request_copies import AsDict, plain_text
 from .rules import CountingRules
 from .rules._tiktoken import NotReady, OverBudget, affordable, recording
@@ -26,6 +27,7 @@ _DEFAULT_SOURCE = {"system": "system", "developer": "developer"}
 _LONG_TEXT = 64 * 1024  # characters: a text this long is checked against the caller's budget before it is hashed
 
 SourceKey = tuple[Category, str]
+Segment = tuple[int, str, Category, int]  # (fingerprint, label, category, tokens) of one long text
 _UNREADABLE: SourceKey = (Category.CONVERSATION, UNKNOWN_ROLE_LABEL)
 _UNREADABLE_PART: SourceKey = (Category.OTHER, "")  # never exported: a marker inside _count_message
 
@@ -51,6 +53,9 @@ class MessageCount(NamedTuple):
     parts: tuple[
         MessageCount, ...
     ] = ()  # one entry answering several calls (Anthropic): its messages' counts, matched one by one
+    # Its texts of at least MIN_REPEAT_TOKENS tokens: (fingerprint, label, category, tokens), in memory only
+    # (fingerprints.py); the label names where the text sits (a tag's source, or the message's role), never what.
+    texts: tuple[Segment, ...] = ()
 
 
 _NO_WARNINGS: frozenset[WarningCode] = frozenset()
@@ -174,12 +179,16 @@ class MessageCounter:
         content = msg.get("content")
         parts: dict[SourceKey, int] = {}
         unseen: dict[SourceKey, int] = {}
+        texts: list[Segment] = []
         tagged = tag is not None
         if isinstance(content, str):
-            tokens += self._text(rules, content)
+            n = self._text(rules, content)
+            tokens += n
+            if n >= MIN_REPEAT_TOKENS:
+                _segment(texts, content, own, tagged, role, n)
         elif isinstance(content, (list, tuple)):
             for part in content:
-                tagged |= self._count_part(rules, part, own, parts, unseen)
+                tagged |= self._count_part(rules, part, own, parts, unseen, texts, tag is not None, role)
             tokens += parts.pop(own, 0)
             if unseen:
                 warnings.add(WarningCode.NON_TEXT_CONTENT_NOT_ESTIMATED)
@@ -203,14 +212,31 @@ class MessageCounter:
         entries = ((own, tokens), *parts.items()) if parts else ((own, tokens),)
         result_of = _result_of(msg, role)
         return MessageCount(
-            entries, frozenset(warnings) if warnings else _NO_WARNINGS, tagged, tuple(unseen.items()), made, result_of
+            entries,
+            frozenset(warnings) if warnings else _NO_WARNINGS,
+            tagged,
+            tuple(unseen.items()),
+            made,
+            result_of,
+            texts=tuple(texts),
         )
 
     def _count_part(
-        self, rules: CountingRules, part: Any, own: SourceKey, entries: dict[SourceKey, int], unseen: dict[SourceKey, int]
+        self,
+        rules: CountingRules,
+        part: Any,
+        own: SourceKey,
+        entries: dict[SourceKey, int],
+        unseen: dict[SourceKey, int],
+        texts: Optional[list[Segment]] = None,
+        message_tagged: bool = False,
+        role: str = "user",
     ) -> bool:
         if isinstance(part, str):
-            entries[own] = entries.get(own, 0) + self._text(rules, part)
+            n = self._text(rules, part)
+            entries[own] = entries.get(own, 0) + n
+            if texts is not None and n >= MIN_REPEAT_TOKENS:
+                _segment(texts, part, own, message_tagged, role, n)
             return False
         raw, part = part, self._as_dict(part)
         if not part and type(raw) is not dict:
@@ -221,7 +247,10 @@ class MessageCounter:
         text = part.get("text")
         if part.get("type", "text") in _TEXT_PART_TYPES:  # a part without a type is text
             if isinstance(text, str):
-                entries[key] = entries.get(key, 0) + self._text(rules, text)
+                n = self._text(rules, text)
+                entries[key] = entries.get(key, 0) + n
+                if texts is not None and n >= MIN_REPEAT_TOKENS:
+                    _segment(texts, text, key, message_tagged or tag is not None, role, n)
             else:
                 entries[_UNREADABLE_PART] = 0
         else:
@@ -253,6 +282,14 @@ class MessageCounter:
                 continue
             out.append(call)
         return out
+
+
+def _segment(texts: list[Segment], text: str, key: SourceKey, tagged: bool, role: str, tokens: int) -> None:
+    """Note a long text of the message: its fingerprint, where it sits (never what it says) and its tokens."""
+    if recording():  # a batch's dry run: its counts are placeholders, and its texts are hashed for real later
+        return
+    label = f"{key[1]} ({key[0].value})" if tagged else f"message role {role if role in MESSAGE_ROLES else UNKNOWN_ROLE_LABEL}"
+    texts.append((text_fingerprint(text), label, key[0], tokens))
 
 
 def _custom_call(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -301,11 +338,12 @@ def _together(counts: Sequence[MessageCount]) -> MessageCount:
             unseen[key] = unseen.get(key, 0) + parts
         warnings |= count.warnings
     tagged = any(count.tagged for count in counts)
+    texts = tuple(text for count in counts for text in count.texts)
     calls = tuple(call for count in counts for call in count.calls)
     answers = {count.result_of for count in counts if count.result_of is not None}
     if len(answers) > 1:  # one entry answering several calls (Anthropic: a user turn of tool_result blocks)
         return MessageCount(
-            tuple(entries.items()), frozenset(warnings), tagged, tuple(unseen.items()), calls, parts=tuple(counts)
+            tuple(entries.items()), frozenset(warnings), tagged, tuple(unseen.items()), calls, parts=tuple(counts), texts=texts
         )
     result_of = answers.pop() if answers else None
-    return MessageCount(tuple(entries.items()), frozenset(warnings), tagged, tuple(unseen.items()), calls, result_of)
+    return MessageCount(tuple(entries.items()), frozenset(warnings), tagged, tuple(unseen.items()), calls, result_of, texts=texts)

@@ -163,3 +163,20 @@ def _look_up(model: str, custom_llm_provider: Optional[str]) -> Facts:
     window = (found.get("max_input_tokens") or found.get("max_tokens")) if found is not None else None
     prices = prices_from(found) if found is not None else None
     return Facts(provider, str(name or model), int(window) if isinstance(window, (int, float)) and window else None, prices)
+
+
+def min_cacheable_tokens(model: Optional[str]) -> int:
+    """The shortest prefix the provider's prompt cache takes, as its documentation gives it (1024 for most).
+
+    Anthropic: 1024 tokens, 2048 for Claude 3 and 3.5 Haiku, 4096 for Claude Opus 4.5 and Haiku 4.5;
+    OpenAI caches automatically from 1024; Gemini's implicit cache from 1024 (Flash) or 2048 (Pro).
+    """
+    name = (model or "").lower()
+    if "claude" in name:
+        if "haiku-4" in name or "opus-4-5" in name or "opus-4.5" in name:
+            return 4096
+        if "haiku" in name:
+            return 2048
+    if "gemini" in name and "pro" in name:
+        return 2048
+    return 1024

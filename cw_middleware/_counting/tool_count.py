@@ -19,9 +19,10 @@ from typing import Any
 
 from .._contract import Category, WarningCode
 from .cache_share import has_breakpoint
+from .fingerprints import message_fingerprint
 from .request_copies import AsDict, freeze
 from .rules import CountingRules
-from .rules._tiktoken import BATCH_FROM, NotReady, batched
+from .rules._tiktoken import BATCH_FROM, NotReady, batched, recording
 from .tags import TAG_KEY, mcp_server_label, read_tag, strip_tool
 from .tool_rows import NO_TOOL_SET, ToolDefinition, ToolSet, tool_name
 
@@ -41,6 +42,7 @@ class ToolsCount:
     warnings: frozenset[WarningCode]
     breakpoint: bool  # a definition carries a cache_control breakpoint: known once per tool set, not per turn
     tool_set: ToolSet = NO_TOOL_SET
+    fingerprint: int = 0  # of the definitions and tool choice as sent (fingerprints.py): in memory only
 
 
 class ToolSetCounter:
@@ -98,13 +100,15 @@ class ToolSetCounter:
         except Exception:  # noqa: BLE001
             warnings.add(WarningCode.UNREADABLE_MESSAGE)
         breakpoint = any(has_breakpoint(self._as_dict(raw)) for raw in tools)
+        frozen = freeze(tools, self._as_dict)
         return ToolsCount(
-            freeze(tools, self._as_dict),
+            frozen,
             tool_choice,
             tuple(entries.items()),
             frozenset(warnings),
             breakpoint,
             ToolSet(tuple(definitions)),
+            message_fingerprint([frozen, tool_choice]) if not recording() else 0,
         )
 
 

@@ -35,6 +35,7 @@ from .._contract import (  # noqa: F401 - re-exported
     RunReport,
     StageContextWindow,
     forecast_from,
+    stage_totals_from,
     suggestions_from,
     validate_id,
 )
@@ -46,7 +47,11 @@ from .summary import run_report
 
 @runtime_checkable
 class SnapshotReader(Protocol):
-    """One backend. Implementations never raise for absence; they raise BackendError for failures."""
+    """One backend. Implementations never raise for absence; they raise BackendError for failures.
+
+    A backend whose `history` keeps the latest values rather than every call (metrics) says so with a
+    class attribute ``keeps_every_call = False``; the reader then leaves its totals to it.
+    """
 
     def latest(self, run_id: str, stage_id: str) -> Union[StageContextWindow, Missing]:
         """The stage's latest answer, or which of the run and the stage the backend does not hold."""
@@ -83,9 +88,10 @@ class Reader:
     def context_window(self, run_id: str, stage_id: str) -> StageContextWindow:
         """The DESIGN.md contract for (run_id, stage_id); NotFound for a missing run or stage.
 
-        Its ``forecast`` is read from the stage's calls as the backend holds them (each call once, at its
-        latest number: `history`), whichever process made them, by the one `forecast_from`; its
-        ``suggestions`` from the answer and the forecast by the one `suggestions_from`."""
+        Its ``stage_totals`` and ``forecast`` are read from the stage's calls as the backend holds them (each
+        call once, at its latest number: `history`), whichever process made them, by the one
+        `stage_totals_from` and `forecast_from`; its ``suggestions`` from that answer by the one
+        `suggestions_from`. (A metrics backend keeps no calls: its totals are its counters'.)"""
         validate_id("run_id", run_id)
         validate_id("stage_id", stage_id)
         answer = self.backend.latest(run_id, stage_id)
@@ -93,15 +99,29 @@ class Reader:
             raise NotFound(f"run {run_id!r} not found")
         if answer is Missing.STAGE:
             raise NotFound(f"stage {stage_id!r} not found in run {run_id!r}")
-        if answer.available:
-            calls = self.backend.history(run_id, stage_id, FORECAST_CALLS) if answer.context_window_tokens else None
-            if isinstance(calls, list):
-                tokens = [p.input_tokens for p in calls]
-                forecast = forecast_from(tokens, answer.context_window_tokens, self.threshold_percent)
-                if forecast is not None:
-                    answer = answer.model_copy(update={"forecast": forecast})
-            answer = answer.model_copy(update={"suggestions": suggestions_from(answer)})
-        return answer
+        return self._derived(run_id, stage_id, answer)
+
+    def _derived(
+        self, run_id: str, stage_id: str, answer: StageContextWindow, calls: Optional[list[HistoryPoint]] = None
+    ) -> StageContextWindow:
+        """The answer with what is derived from the stage's calls (its totals, forecast, suggestions); ``calls``
+        when the caller read them already (a run's summary reads every stage's at once)."""
+        if not answer.available:
+            return answer
+        every = getattr(self.backend, "keeps_every_call", True)
+        if calls is None and (every or answer.context_window_tokens):
+            wanted = MAX_HISTORY if every else FORECAST_CALLS
+            found = self.backend.history(run_id, stage_id, wanted)
+            calls = found if isinstance(found, list) else None
+        update: dict[str, Any] = {}
+        if isinstance(calls, list) and calls:
+            if every and len(calls) < MAX_HISTORY:  # past that many calls, the writer's own running totals stand
+                update["stage_totals"] = stage_totals_from(calls)
+            forecast = forecast_from([p.input_tokens for p in calls], answer.context_window_tokens, self.threshold_percent)
+            if forecast is not None:
+                update["forecast"] = forecast
+        answer = answer.model_copy(update=update)
+        return answer.model_copy(update={"suggestions": suggestions_from(answer)})
 
     def stages(self, run_id: str) -> list[StageSummary]:
         validate_id("run_id", run_id)
@@ -128,11 +148,21 @@ class Reader:
         return answer
 
     def summary(self, run_id: str) -> RunReport:
-        """The run over its stages: each stage's latest request and totals, and the run's; NotFound for a missing run."""
+        """The run over its stages: each stage's latest request and totals, and the run's; NotFound for a missing run.
+
+        Each stage's answer is `context_window`'s (its totals from its calls as the backend holds them)."""
+        stages = self.stages(run_id)
+        whole = getattr(self.backend, "run_calls", None)  # every stage in one pass, where the backend can
+        found = whole(run_id) if whole is not None else None
         pairs = []
-        for stage in self.stages(run_id):
-            window = self.backend.latest(run_id, stage.stage_id)
-            pairs.append((stage, window if isinstance(window, StageContextWindow) else None))
+        for stage in stages:
+            calls: Optional[list[HistoryPoint]] = None
+            if found is not None:
+                window, calls = found.get(stage.stage_id, (None, []))
+            else:
+                latest = self.backend.latest(run_id, stage.stage_id)
+                window = latest if isinstance(latest, StageContextWindow) else None
+            pairs.append((stage, self._derived(run_id, stage.stage_id, window, calls) if window is not None else None))
         return run_report(run_id, pairs)
 
     def close(self) -> None:

@@ -317,6 +317,21 @@ class FileIndex:
                 return
             before = rows[-1][0]
 
+    def run_lines_newest_first(self, run_id: str, page: int = 64) -> Iterator[LineRef]:
+        """The lines that name any stage of the run, each once, newest first, a page at a time."""
+        before = 1 << 62
+        while True:
+            with self._query() as db:
+                rows = db.execute(
+                    "SELECT DISTINCT l.n, l.off, l.len, l.crc FROM stages s JOIN stage_lines sl ON sl.stage = s.id"
+                    " JOIN lines l ON l.n = sl.line WHERE s.run = ? AND sl.line < ? ORDER BY l.n DESC LIMIT ?",
+                    (run_id, before, page),
+                ).fetchall()
+            yield from (LineRef(*row) for row in rows)
+            if len(rows) < page:
+                return
+            before = rows[-1][0]
+
     def read_line(self, ref: LineRef) -> bytes:
         """The line's bytes, checked against the index (FileChanged when they differ)."""
         try:

@@ -174,11 +174,13 @@ class StageFold:
         self.last_activity_ns = 0
         self._older_than_best = False
 
-    def add(self, span: Span) -> None:
+    def add(self, span: Span, records: Optional[list[SnapshotRecord]] = None) -> None:
+        """``records``: the span's snapshot records of this stage, where the caller has them (a shared pass)."""
         role = role_of(span, self.run_id, self.stage_id)
         if role == SpanRole.OTHER:
             return
-        records = snapshot_records(span, self.run_id, self.stage_id)
+        if records is None:
+            records = snapshot_records(span, self.run_id, self.stage_id)
         if role == SpanRole.LATE and all(r.window is None for r in records):
             return  # a late snapshot's carrier says nothing without a readable snapshot
         self.seen = True
@@ -256,8 +258,9 @@ class HistoryFold:
         self._calls: dict[str, SnapshotRecord] = {}
         self.seen = False
 
-    def add(self, span: Span) -> None:
-        records = snapshot_records(span, self.run_id, self.stage_id)
+    def add(self, span: Span, records: Optional[list[SnapshotRecord]] = None) -> None:
+        if records is None:
+            records = snapshot_records(span, self.run_id, self.stage_id)
         if role_of(span, self.run_id, self.stage_id) != SpanRole.OTHER:
             self.seen = True
         for record in records:
@@ -289,6 +292,7 @@ def point(window: StageContextWindow) -> HistoryPoint:
         usage_percent=window.usage_percent,
         cached_tokens=window.cached_tokens,
         input_cost=window.cost.input_cost if window.cost is not None else None,
+        cost_by_category=dict(window.cost.by_category) if window.cost is not None else {},
         breakdown=window.breakdown,
         compaction=window.compaction,
     )

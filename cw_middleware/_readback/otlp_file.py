@@ -31,7 +31,19 @@ from typing import TYPE_CHECKING, Optional, TypeVar, Union
 from .._contract import HistoryPoint, StageContextWindow
 from .._errors import BackendResponseError, BackendUnavailable, ConfigError
 from .file_index import RESTARTS, FileChanged, FileIndex
-from .fold import DEFAULT_HISTORY, ROUTING_KEYS, HistoryFold, Horizon, Missing, RunSummary, StageFold, StageSummary, stage_pairs
+from .fold import (
+    DEFAULT_HISTORY,
+    MAX_HISTORY,
+    ROUTING_KEYS,
+    HistoryFold,
+    Horizon,
+    Missing,
+    RunSummary,
+    StageFold,
+    StageSummary,
+    snapshot_records,
+    stage_pairs,
+)
 from .otlp_json import Span, decode_line
 
 if TYPE_CHECKING:
@@ -55,6 +67,8 @@ class FileContents(Enum):
 
 class OtlpFileReader:
     """`SnapshotReader` over one OTLP JSON lines file."""
+
+    keeps_every_call = True  # every call is a span it holds
 
     CACHED_FOLDS = 256  # stages whose last answer is kept while no new line names them (polling readers)
 
@@ -102,6 +116,38 @@ class OtlpFileReader:
 
         no_file: Union[list[HistoryPoint], Missing] = Missing.RUN
         return self._from_index(answer, no_file)
+
+    def run_calls(self, run_id: str) -> Optional[dict[str, tuple[Optional[StageContextWindow], list[HistoryPoint]]]]:
+        """Every stage of the run in one pass over its lines, each once: its latest answer and its calls (`summary`
+        reads a run of many stages so, where a stage at a time would decode the lines they share again and again)."""
+
+        def answer(index: FileIndex) -> dict[str, tuple[Optional[StageContextWindow], list[HistoryPoint]]]:
+            folds: dict[str, tuple[StageFold, HistoryFold]] = {}
+
+            def of_run(span: Span) -> bool:
+                return any(run == run_id for run, _ in stage_pairs(span))
+
+            for ref in index.run_lines_newest_first(run_id):
+                try:
+                    spans = decode_line(index.read_line(ref), where=of_run, where_keys=ROUTING_KEYS)
+                except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+                    continue  # a damaged line: skip it, never fail the query
+                for span in reversed(spans):  # newest first, as a stage's own fold reads them
+                    for run, stage_id in stage_pairs(span):
+                        if run != run_id:
+                            continue
+                        pair = folds.get(stage_id)
+                        if pair is None:
+                            pair = folds[stage_id] = (
+                                StageFold(run_id, stage_id, self.horizon),
+                                HistoryFold(run_id, stage_id, MAX_HISTORY),
+                            )
+                        records = snapshot_records(span, run_id, stage_id)  # decoded once for both folds
+                        pair[0].add(span, records)
+                        pair[1].add(span, records)
+            return {stage_id: (latest.result(), calls.result()) for stage_id, (latest, calls) in folds.items()}
+
+        return self._from_index(answer, None)
 
     def stages(self, run_id: str) -> Optional[list[StageSummary]]:
         found = self._from_index(lambda index: index.stages(run_id, self.horizon), None)

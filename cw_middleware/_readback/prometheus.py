@@ -109,6 +109,8 @@ class _Series:
 class PrometheusReader:
     """`SnapshotReader` over the PromQL HTTP API of Prometheus or VictoriaMetrics."""
 
+    keeps_every_call = False  # metrics keep the latest values, not each call
+
     def __init__(self, url: BackendURL, options: ReaderOptions) -> None:
         self.display = url.display
         self.lookback = lookback(url.params)

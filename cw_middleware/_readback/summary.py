@@ -2,6 +2,8 @@
 
 Built on the reader protocol alone (`stages`, then `latest` for each), so every backend answers it
 as far as it can answer those: a trace backend in full, a metrics backend with what its answers carry.
+Its suggestions are the stages' (`suggestions_from` on each latest answer) summed per (kind, target)
+by `run_suggestions`; a stage's near_threshold belongs to its own forecast and is left out.
 """
 
 from __future__ import annotations
@@ -9,7 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Optional
 
-from .._contract import CATEGORIES, CategoryTotals, RunReport, StageContextWindow, StageRow, StageTotals
+from .._contract import (
+    CATEGORIES,
+    CategoryTotals,
+    RunReport,
+    StageContextWindow,
+    StageRow,
+    StageTotals,
+    Suggestion,
+    SuggestionKind,
+    run_suggestions,
+    suggestions_from,
+)
 from .fold import StageSummary
 
 
@@ -23,8 +36,12 @@ def run_report(run_id: str, stages: Iterable[tuple[StageSummary, Optional[StageC
     costs: dict = dict.fromkeys(CATEGORIES, None)
     cached_by = dict.fromkeys(CATEGORIES, 0)
     model = None
+    suggested: list[list[Suggestion]] = []
     for summary, window in stages:
         totals = window.stage_totals if window is not None else None
+        if window is not None and window.available:
+            own = window.suggestions or suggestions_from(window)
+            suggested.append([s for s in own if s.kind is not SuggestionKind.NEAR_THRESHOLD])
         rows.append(
             StageRow(
                 stage_id=summary.stage_id,
@@ -64,7 +81,7 @@ def run_report(run_id: str, stages: Iterable[tuple[StageSummary, Optional[StageC
         cached_tokens=cached,
         compactions=compactions,
     )
-    return RunReport(run_id=run_id, stages=rows, totals=run_totals, model=model)
+    return RunReport(run_id=run_id, stages=rows, totals=run_totals, model=model, suggestions=run_suggestions(suggested))
 
 
 def _usd(value: Optional[float]) -> Optional[float]:

@@ -70,6 +70,8 @@ class SpanSearch(Protocol):
 class TraceReader:
     """`SnapshotReader` over one `SpanSearch`."""
 
+    keeps_every_call = True  # every call is a span it holds
+
     def __init__(self, search: SpanSearch, horizon: Horizon) -> None:
         self.search = search
         self.horizon = horizon

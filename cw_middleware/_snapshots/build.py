@@ -26,11 +26,13 @@ from .._contract import (
     CATEGORIES,
     WARNING_MESSAGES,
     BreakdownItem,
+    CacheMiss,
     Category,
     Compaction,
     Cost,
     CountMethod,
     DetailItem,
+    RepeatedContent,
     Snapshot,
     SnapshotWarning,
     StageTotals,
@@ -41,6 +43,7 @@ from .._contract import (
 )
 from .._counting.cache_share import RequestOrder, cached_by_category
 from .._counting.cost import CURRENCY, Prices, request_cost
+from .._counting.fingerprints import exported
 from .._counting.model_facts import RequestMeta
 from .._counting.tool_rows import NO_TOOLS, ToolUse, tool_rows
 from .reconcile import reconcile_with_prefix
@@ -152,6 +155,7 @@ def build_snapshot(
     order: Optional[RequestOrder] = None,
     response: Optional[ResponseSide] = None,
     generated_at: Optional[datetime] = None,
+    repeated: Iterable[tuple[int, str, Category, int, int]] = (),
 ) -> Snapshot:
     """A snapshot of ``by_source``, rescaled to ``total`` when one is given.
 
@@ -169,6 +173,7 @@ def build_snapshot(
     largest ``max_tools`` of them and one folded row. ``response`` is what the response said
     beyond the total: its tool calls, and the cached tokens that ``order`` (`Estimate.order`)
     attributes to categories in request order (cache_share.py). ``meta.prices`` prices it all.
+    ``repeated`` (`Estimate.repeated`) are the long texts the request sends more than once.
     """
     codes = set(warnings)
     parts = parts or SnapshotParts()
@@ -221,8 +226,37 @@ def build_snapshot(
             cost=_cost(per_category, meta.prices, read, written) if meta.prices is not None else None,
             stage_totals=None,
             compaction=None,
+            repeated=repeated_items(repeated),
+            cache_miss=None,
         ),
     )
+
+
+MAX_REPEATED = 20  # segments a snapshot lists, the largest over the stage first
+
+
+def repeated_items(repeated: Iterable[tuple[int, str, Category, int, int]]) -> list[RepeatedContent]:
+    """A request's repeated segments as the contract has them: the duplicate copies' local tokens, largest first."""
+    items = [
+        repeated_item(label, category, exported(fp), copies, tokens * (copies - 1), tokens * (copies - 1), 1)
+        for fp, label, category, tokens, copies in repeated
+    ]
+    return sorted(items, key=lambda r: -r.stage_tokens)[:MAX_REPEATED]
+
+
+REPEATED_FIELDS = ("target", "category", "fingerprint", "copies", "tokens", "stage_tokens", "requests")
+
+
+def repeated_item(
+    target: str, category: Category, fingerprint: str, copies: int, tokens: int, stage_tokens: int, requests: int
+) -> RepeatedContent:
+    values = (target, category, fingerprint, copies, tokens, stage_tokens, requests)
+    return trusted(RepeatedContent, dict(zip(REPEATED_FIELDS, values)))
+
+
+def cache_miss_item(prefix: int, cached: int, missed: int, stage_missed: int, saving: Optional[float], calls: int) -> CacheMiss:
+    fields = ("prefix_tokens", "cached_tokens", "missed_tokens", "stage_missed_tokens", "stage_saving", "calls")
+    return trusted(CacheMiss, dict(zip(fields, (prefix, cached, missed, stage_missed, saving, calls))))
 
 
 def _tool_part(
@@ -301,9 +335,15 @@ def with_stage(
     tools: list[ToolItem],
     unused: list[UnusedTool],
     compaction: Optional[Compaction],
+    repeated: Optional[list[RepeatedContent]] = None,
+    cache_miss: Optional[CacheMiss] = None,
 ) -> Snapshot:
-    """The snapshot with what its stage adds (_snapshots/ledger.py): totals, tool rows and unused tools, a compaction."""
+    """The snapshot with what its stage adds (_snapshots/ledger.py): totals, tool rows and unused tools, a compaction,
+    its repeated segments over the stage and the stage's cache misses."""
     fields = {**snapshot.__dict__, "stage_totals": totals, "tools": tools, "unused_tools": unused, "compaction": compaction}
+    if repeated is not None:
+        fields["repeated"] = repeated
+    fields["cache_miss"] = cache_miss
     return trusted(Snapshot, fields)
 
 

@@ -16,9 +16,15 @@ once, at its latest number:
 * a compaction marker on the snapshots of a call whose request carries less conversation
   than the call before it (the agent summarised or truncated), with the conversation's
   tokens before and after: both requests' local counts, the numbers the decision read, so
-  the marker is the same whichever of a call's snapshots lands first.
+  the marker is the same whichever of a call's snapshots lands first;
+* the long segments its requests sent more than once (by fingerprint: `RepeatedContent`),
+  their duplicate copies' tokens over the stage and in how many requests;
+* its cache misses: a call whose request begins with the previous call's prefix (the two
+  requests' `PrefixChain`s, compared when the call is first seen), whose response reported
+  fewer than half of that prefix's tokens served from the cache, for a model LiteLLM has a
+  cached price for and a prefix of at least the provider's minimum (`CacheMiss`).
 
-Held per stage: numbers and the names of defined tools, never content. Everything runs under
+Held per stage: numbers, fingerprints and the names of defined tools, never content. Everything runs under
 one lock, on the call path: a few dictionary updates per snapshot.
 """
 
@@ -29,14 +35,17 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from .._contract import (
     CATEGORIES,
     FORECAST_CALLS,
+    CacheMiss,
+    Category,
     CategoryTotals,
     Compaction,
     Forecast,
+    RepeatedContent,
     Snapshot,
     StageTotals,
     ToolItem,
@@ -44,10 +53,27 @@ from .._contract import (
     forecast_from,
     never_called,
 )
-from .build import SnapshotParts, trusted, unused_tool, with_stage
+from .._counting.cost import Prices
+from .._counting.fingerprints import PrefixChain
+from .build import MAX_REPEATED, SnapshotParts, cache_miss_item, repeated_item, trusted, unused_tool, with_stage
 
 MAX_STAGES = 1024  # stages whose totals are kept (the least recently called one falls out)
 MAX_OPEN_CALLS = 64  # calls per stage whose contribution may still change (a late count)
+MAX_SEGMENTS = 256  # repeated segments a stage keeps numbers for (past it, the smallest fall out)
+CACHE_SERVED_SHARE = 0.5  # a prefix with at least this share served from the cache is not a miss
+
+
+@dataclass(frozen=True)
+class PrefixFacts:
+    """What a call's cache miss is read from besides its snapshot: its request's prefix and the model's cache."""
+
+    chain: PrefixChain
+    local_total: int  # the request's local count (its prefix is scaled as the snapshot's total is)
+    min_tokens: int  # the provider's minimum cacheable prefix
+    prices: Optional[Prices]
+
+
+_NO_MISS = (0, 0, None)
 
 
 @dataclass(frozen=True)
@@ -60,11 +86,35 @@ class _Contribution:
     costs: tuple[Optional[float], ...]
     cached: tuple[int, ...]
     definitions: tuple[tuple[str, int], ...]  # (tool name, definition tokens)
+    repeated: tuple[tuple[str, str, Category, int, int], ...] = ()  # (target, fingerprint, category, tokens, copies)
+    shared: int = 0  # local tokens of the prefix it shares with the stage's call before it
+    prefix: int = 0  # ... as the snapshot counts them
+    missed: int = 0  # of those, billed at the full price where the cache could have served them
+    saving: Optional[float] = None  # what they would have cost less at the cached price (USD)
 
 
-def _contribution(snapshot: Snapshot, parts: Optional[SnapshotParts] = None) -> _Contribution:
+def _missed(snapshot: Snapshot, shared: int, facts: Optional[PrefixFacts]) -> tuple[int, int, Optional[float]]:
+    """(prefix, missed tokens, saving) of one call: a miss only where the answer is honest (see the module docstring)."""
+    if not shared or facts is None:
+        return _NO_MISS
+    local = facts.local_total
+    prefix = round(shared * snapshot.input_tokens / local) if local and snapshot.input_tokens != local else shared
+    cached, prices = snapshot.cached_tokens, facts.prices
+    if cached is None or prices is None or prices.cache_read is None or prefix < facts.min_tokens:
+        return prefix, 0, None
+    base, read, _ = prices.for_input(snapshot.input_tokens)
+    if read >= base or cached >= CACHE_SERVED_SHARE * prefix:
+        return prefix, 0, None
+    missed = prefix - cached
+    return prefix, missed, round(missed * (base - read), 10)
+
+
+def _contribution(
+    snapshot: Snapshot, parts: Optional[SnapshotParts] = None, shared: int = 0, facts: Optional[PrefixFacts] = None
+) -> _Contribution:
     items = {b.category: b for b in snapshot.breakdown}
     cost = snapshot.cost
+    prefix, missed, saving = _missed(snapshot, shared, facts) if shared else _NO_MISS
     return _Contribution(
         snapshot.input_tokens,
         cost.input_cost if cost is not None else None,
@@ -73,6 +123,11 @@ def _contribution(snapshot: Snapshot, parts: Optional[SnapshotParts] = None) -> 
         tuple((items[c].cached_tokens or 0) if c in items else 0 for c in CATEGORIES),
         # The rows are shared from call to call (_snapshots/build.py): their pairs are made once per list of rows.
         parts.flat("definitions", snapshot.tools, _definitions) if parts is not None else _definitions(snapshot.tools),
+        tuple((r.target, r.fingerprint, r.category, r.tokens, r.copies) for r in snapshot.repeated),
+        shared,
+        prefix,
+        missed,
+        saving,
     )
 
 
@@ -117,6 +172,14 @@ class Ledger:
     _made_totals: tuple[tuple[object, ...], Optional[StageTotals]] = ((), None)
     _made_unused: tuple[tuple[object, ...], list[UnusedTool]] = ((), [])
     _definitions_changed: int = 0  # bumped whenever definition_tokens or definition_requests change
+    # Repeated segments over the stage: (target, fingerprint) -> [category, duplicate tokens, requests].
+    segments: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
+    # Cache misses: the prefix of the call seen last (to compare the next one with), and the stage's sums.
+    last_chain: Optional[PrefixChain] = None
+    missed_tokens: int = 0
+    missed_calls: int = 0
+    saving: float = 0.0
+    priced_misses: int = 0
 
     def add(
         self,
@@ -125,13 +188,26 @@ class Ledger:
         local_conversation: Optional[int],
         newest: bool,
         parts: Optional[SnapshotParts] = None,
-    ) -> None:
-        new = _contribution(snapshot, parts)
+        prefix: Optional[PrefixFacts] = None,
+    ) -> _Contribution:
         old = self.open_calls.pop(call_seq, None)
+        if old is not None:
+            shared = old.shared
+        else:
+            last, chain = self.last_chain, prefix.chain if prefix is not None else None
+            shared = chain.common_tokens(last) if chain is not None and last is not None else 0
+            if chain is not None:
+                self.last_chain = chain
+        new = _contribution(snapshot, parts, shared, prefix)
         if old is None:
             self.calls += 1
             for name, _ in new.definitions:
                 self.definition_requests[name] = self.definition_requests.get(name, 0) + 1
+            for target, fp, category, _, _ in new.repeated:
+                seg = self.segments.get((target, fp))
+                if seg is None:
+                    seg = self.segments[(target, fp)] = [category, 0, 0]
+                seg[2] += 1
         if old != new:  # a call's next snapshot with the same numbers changes nothing
             # ... and one with the same definitions (the same rows) takes out what it puts back.
             same = old is not None and old.definitions is new.definitions
@@ -150,10 +226,25 @@ class Ledger:
             self.peak_usage_percent = max(latest or 0.0, self.closed_peak or 0.0)
         if newest:
             self._follow(call_seq, snapshot, local_conversation, parts)
+        return new
 
     def _move(self, part: Optional[_Contribution], sign: int, same_definitions: bool = False) -> None:
         if part is None:
             return
+        for target, fp, category, tokens, _ in part.repeated:
+            seg = self.segments.get((target, fp))
+            if seg is None:
+                seg = self.segments[(target, fp)] = [category, 0, 0]
+            seg[1] += sign * tokens
+        if len(self.segments) > MAX_SEGMENTS:
+            smallest = min(self.segments, key=lambda k: self.segments[k][1])
+            del self.segments[smallest]
+        if part.missed:
+            self.missed_tokens += sign * part.missed
+            self.missed_calls += sign
+            if part.saving is not None:
+                self.saving += sign * part.saving
+                self.priced_misses += sign
         self.input_tokens += sign * part.input_tokens
         if part.input_cost is not None:
             self.input_cost += sign * part.input_cost
@@ -254,6 +345,27 @@ class Ledger:
         self._made_unused = (key, made)
         return list(made)
 
+    def repeated(self, latest: _Contribution) -> list[RepeatedContent]:
+        """The stage's repeated segments, largest over the stage first, with the latest request's copies."""
+        if not self.segments:
+            return []
+        now = {(target, fp): (tokens, copies) for target, fp, _, tokens, copies in latest.repeated}
+        ranked = sorted(self.segments.items(), key=lambda kv: -kv[1][1])[:MAX_REPEATED]
+        out = []
+        for (target, fp), (category, stage_tokens, requests) in ranked:
+            if stage_tokens <= 0:
+                continue
+            tokens, copies = now.get((target, fp), (0, 0))
+            out.append(repeated_item(target, category, fp, copies, tokens, stage_tokens, requests))
+        return out
+
+    def cache_miss(self, latest: _Contribution, snapshot: Snapshot) -> Optional[CacheMiss]:
+        if self.missed_tokens <= 0:
+            return None
+        saving = round(self.saving, 10) if self.priced_misses > 0 else None
+        cached = snapshot.cached_tokens or 0
+        return cache_miss_item(latest.prefix, cached, latest.missed, self.missed_tokens, saving, self.missed_calls)
+
     def _unused(self, rows: list[ToolItem]) -> list[UnusedTool]:
         return [
             unused_tool(
@@ -285,8 +397,10 @@ class Ledgers:
         local_conversation: Optional[int],
         newest: bool,
         parts: SnapshotParts,
+        prefix: Optional[PrefixFacts] = None,
     ) -> Snapshot:
-        """The snapshot as its stage sees it: with the stage's totals, tool rows and compaction marker."""
+        """The snapshot as its stage sees it: with the stage's totals, tool rows, compaction marker, repeated
+        segments and cache misses."""
         with self._lock:
             ledger = self._ledgers.get(stage)
             if ledger is None:
@@ -295,12 +409,14 @@ class Ledgers:
                     self._ledgers.popitem(last=False)
             else:
                 self._ledgers.move_to_end(stage)
-            ledger.add(call_seq, snapshot, local_conversation, newest, parts)
+            latest = ledger.add(call_seq, snapshot, local_conversation, newest, parts, prefix)
             totals = ledger.totals()
             rows = ledger.stage_rows(snapshot.tools, parts.tool_item) if snapshot.tools else snapshot.tools
             unused = ledger.unused(rows) if rows else snapshot.unused_tools
             marker = ledger.marker if newest and ledger.newest_call == call_seq else None
-        return with_stage(snapshot, totals, rows, unused, marker)
+            repeated = ledger.repeated(latest) if ledger.segments else snapshot.repeated
+            miss = ledger.cache_miss(latest, snapshot)
+        return with_stage(snapshot, totals, rows, unused, marker, repeated, miss)
 
     def forecast(self, stage: tuple[str, str], window: Optional[int], threshold_percent: float) -> Optional[Forecast]:
         """The stage's forecast from its calls' latest input tokens (`forecast_from`, as a reader computes it)."""

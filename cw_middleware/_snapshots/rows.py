@@ -24,7 +24,16 @@ from .._contract import (
     ToolItem,
     WarningCode,
 )
-from .build import TOOL_FIELDS, UNUSED_FIELDS, SnapshotParts, trusted, unused_tool
+from .build import (
+    REPEATED_FIELDS,
+    TOOL_FIELDS,
+    UNUSED_FIELDS,
+    SnapshotParts,
+    cache_miss_item,
+    repeated_item,
+    trusted,
+    unused_tool,
+)
 
 CompactSnapshot = tuple[Any, ...]
 _N = len(CATEGORIES)
@@ -92,7 +101,23 @@ def compact(snapshot: Snapshot, parts: Optional[SnapshotParts] = None) -> Compac
     # A call's snapshots, and its stage's, share their totals while they are unchanged (_snapshots/ledger.py).
     stage = [snapshot.stage_totals, snapshot.compaction]
     block = parts.flat("stage", stage, _compact_stage) if parts is not None else _compact_stage(stage)
-    return head + (len(snapshot.tools),) + per_category + codes + details + tools + unused + block
+    return head + (len(snapshot.tools),) + per_category + codes + details + tools + unused + block + _compact_extra(snapshot)
+
+
+def _compact_extra(snapshot: Snapshot) -> CompactSnapshot:
+    """The row's last two items: its repeated segments (flat) and its cache misses (None: none)."""
+    repeated = tuple(
+        chain.from_iterable(
+            (r.target, r.category.value, r.fingerprint, r.copies, r.tokens, r.stage_tokens, r.requests) for r in snapshot.repeated
+        )
+    )
+    m = snapshot.cache_miss
+    miss = (
+        (m.prefix_tokens, m.cached_tokens, m.missed_tokens, m.stage_missed_tokens, m.stage_saving, m.calls)
+        if m is not None
+        else None
+    )
+    return (repeated, miss)
 
 
 def _flat_details(details: list[DetailItem]) -> tuple[Any, ...]:
@@ -130,10 +155,15 @@ def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
     start += 3 * n_details
     n, m = len(TOOL_FIELDS), len(UNUSED_FIELDS)
     tool_part = row[start : start + n * n_tools]
-    unused_part = row[start + n * n_tools : -_STAGE_LEN]
+    unused_part = row[start + n * n_tools : -_STAGE_LEN - 2]
     tools = [tool_part[i : i + n] for i in range(0, len(tool_part), n)]
     left = [unused_part[i : i + m] for i in range(0, len(unused_part), m)]
-    totals, compaction = _expand_stage(row[-_STAGE_LEN:])
+    totals, compaction = _expand_stage(row[-_STAGE_LEN - 2 : -2])
+    flat_repeated, miss = row[-2:]
+    k = len(REPEATED_FIELDS)
+    repeated = [
+        repeated_item(r[0], Category(r[1]), *r[2:]) for r in (flat_repeated[i : i + k] for i in range(0, len(flat_repeated), k))
+    ]
     rows = [per_category[3 * i : 3 * i + 3] for i in range(_N)]
     cost = None
     if currency is not None:
@@ -162,6 +192,8 @@ def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
             cost=cost,
             stage_totals=totals,
             compaction=compaction,
+            repeated=repeated,
+            cache_miss=cache_miss_item(*miss) if miss is not None else None,
         ),
     )
 

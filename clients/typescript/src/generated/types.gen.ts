@@ -24,6 +24,42 @@ export type BreakdownItem = {
 };
 
 /**
+ * CacheMiss
+ *
+ * Calls whose request began with the previous call's prefix, which the provider's cache did not serve.
+ *
+ * Counted only for a model LiteLLM has a cached-input price for, a prefix of at least the provider's
+ * minimum cacheable size, and a response that reported its cached tokens (0 or under half the prefix).
+ * ``stage_saving`` is what those tokens would have cost less at the cached price (USD).
+ */
+export type CacheMiss = {
+    /**
+     * Cached Tokens
+     */
+    cached_tokens: number;
+    /**
+     * Calls
+     */
+    calls?: number;
+    /**
+     * Missed Tokens
+     */
+    missed_tokens: number;
+    /**
+     * Prefix Tokens
+     */
+    prefix_tokens: number;
+    /**
+     * Stage Missed Tokens
+     */
+    stage_missed_tokens: number;
+    /**
+     * Stage Saving
+     */
+    stage_saving?: number | null;
+};
+
+/**
  * Category
  *
  * What a token of the context window is spent on.
@@ -164,6 +200,12 @@ export type HistoryPoint = {
      * Context Window Tokens
      */
     context_window_tokens?: number | null;
+    /**
+     * Cost By Category
+     */
+    cost_by_category?: {
+        [key in Category]?: number;
+    };
     count_method?: CountMethod | null;
     /**
      * Event Seq
@@ -192,6 +234,44 @@ export type HistoryPoint = {
 };
 
 /**
+ * RepeatedContent
+ *
+ * A long segment (a tool result, a file, a memory block) the stage's requests send more than once each.
+ *
+ * Found by an in-process fingerprint of its text: ``fingerprint`` is twelve opaque hex digits that say
+ * "the same segment" within the stage and nothing about what it says. ``target`` names where the copy
+ * one would cut sits: its tag's source and category ("AGENTS.md (memory)"), or "message role tool".
+ * Tokens are the local count of the duplicate copies (a request's copies less one).
+ */
+export type RepeatedContent = {
+    category: Category;
+    /**
+     * Copies
+     */
+    copies?: number;
+    /**
+     * Fingerprint
+     */
+    fingerprint: string;
+    /**
+     * Requests
+     */
+    requests?: number;
+    /**
+     * Stage Tokens
+     */
+    stage_tokens?: number;
+    /**
+     * Target
+     */
+    target: string;
+    /**
+     * Tokens
+     */
+    tokens?: number;
+};
+
+/**
  * RunReport
  *
  * A run over its stages (``GET /api/v1/runs/{run_id}/summary``, ``cw-middleware summary RUN``).
@@ -209,6 +289,10 @@ export type RunReport = {
      * Stages
      */
     stages?: Array<StageRow>;
+    /**
+     * Suggestions
+     */
+    suggestions?: Array<Suggestion>;
     totals: StageTotals;
 };
 
@@ -248,6 +332,7 @@ export type StageContextWindow = {
      * Breakdown
      */
     breakdown?: Array<BreakdownItem>;
+    cache_miss?: CacheMiss | null;
     /**
      * Cached Tokens
      */
@@ -284,6 +369,10 @@ export type StageContextWindow = {
      * Provider
      */
     provider?: string | null;
+    /**
+     * Repeated
+     */
+    repeated?: Array<RepeatedContent>;
     /**
      * Stage Id
      */
