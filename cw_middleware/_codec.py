@@ -53,6 +53,7 @@ ATTR_SCHEMA = "agent.context_window.schema"
 ATTR_RUN_ID = "agent.run.id"
 ATTR_STAGE_ID = "agent.stage.id"
 ATTR_STAGE_KIND = "agent.stage.kind"
+ATTR_PARENT_STAGE_ID = "agent.stage.parent_id"  # a sub-agent's stage: the stage of its run it was started from
 # Stage lifecycle, readable from the backend alone. A span is exported only when it
 # ends, so stage start is announced by a zero-duration marker span (STAGE_START_SPAN,
 # child of the stage span, state "started"); the stage span itself is exported at the

@@ -46,11 +46,13 @@ def validate_id(name: str, value: object) -> str:
 
 @dataclass(frozen=True)
 class StageInfo:
-    """The stage a call belongs to: its run, its id and its kind (a label; "agent" unless told)."""
+    """The stage a call belongs to: its run, its id, its kind (a label; "agent" unless told) and, for a sub-agent's
+    stage, the stage of the same run it was started from (`parent_stage_id`)."""
 
     run_id: str
     stage_id: str
     kind: str = "agent"
+    parent_stage_id: Optional[str] = None
 
 
 class Category(StrEnum):
@@ -629,7 +631,8 @@ def stage_totals_from(calls: Sequence[HistoryPoint]) -> StageTotals:
 
 
 class StageRow(_Frozen):
-    """One stage in a run's summary: its latest request and its totals."""
+    """One stage in a run's summary: its latest request and its totals; a sub-agent's stage names its parent, and a
+    parent's row has its own totals and, rolled up, its own and all its descendants' (the run as a tree)."""
 
     stage_id: str
     kind: Optional[str] = None
@@ -639,6 +642,9 @@ class StageRow(_Frozen):
     input_tokens: Optional[int] = None  # the latest request's
     usage_percent: Optional[float] = None
     stage_totals: Optional[StageTotals] = None
+    parent_stage_id: Optional[str] = None
+    child_stage_ids: list[str] = Field(default_factory=list)
+    rolled_up: Optional[StageTotals] = None  # a parent's: its totals with its descendants' added (None: no children)
 
 
 class RunReport(_Frozen):
@@ -729,6 +735,10 @@ class StageContextWindow(_Frozen):
     repeated: list[RepeatedContent] = Field(default_factory=list)  # segments sent more than once, over the stage
     cache_miss: Optional[CacheMiss] = None
     suggestions: list[Suggestion] = Field(default_factory=list)  # what to cut, largest saving first
+
+    # A sub-agent's stage: the stage of its run it was started from; a parent: the stages started from it.
+    parent_stage_id: Optional[str] = None
+    child_stage_ids: list[str] = Field(default_factory=list)
 
     def _repr_html_(self) -> str:
         """Jupyter's view: the window to scale, the categories, the top sources (_notebook.py)."""

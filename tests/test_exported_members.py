@@ -92,6 +92,8 @@ def test_contract_enum_values_are_pinned():
         "forecast", "suggestions",
         # issue 39: segments sent more than once, prefixes the cache did not serve
         "repeated", "cache_miss",
+        # issue 39: sub-agents, the run as a tree
+        "parent_stage_id", "child_stage_ids",
     }  # fmt: skip
     assert set(cw.Suggestion.model_fields) == {
         "kind", "target", "tokens_per_request", "tokens_in_stage", "cost_in_stage", "message",

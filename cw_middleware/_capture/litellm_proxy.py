@@ -16,8 +16,8 @@ environment (``CW_EXPORT``, ``OTEL_SERVICE_NAME``, ``OTEL_EXPORTER_OTLP_*``).
 
 Before each call the handler reads the stage from the request:
 
-    headers   x-cw-run-id, x-cw-stage-id, x-cw-stage-kind (kind defaults to "agent")
-    body      "metadata": {"cw_run_id": ..., "cw_stage_id": ..., "cw_stage_kind": ...}
+    headers   x-cw-run-id, x-cw-stage-id, x-cw-stage-kind (kind defaults to "agent"), x-cw-parent-stage-id
+    body      "metadata": {"cw_run_id": ..., "cw_stage_id": ..., "cw_stage_kind": ..., "cw_parent_stage_id": ...}
 
 A header wins over the body. A run id alone names that run's stage of the day
 (``YYYY-MM-DD``, UTC). A request that names no stage lands in the default run
@@ -47,9 +47,11 @@ from .stages import default_stage, set_for_this_task
 HEADER_RUN_ID = "x-cw-run-id"
 HEADER_STAGE_ID = "x-cw-stage-id"
 HEADER_STAGE_KIND = "x-cw-stage-kind"
+HEADER_PARENT_STAGE_ID = "x-cw-parent-stage-id"
 METADATA_RUN_ID = "cw_run_id"
 METADATA_STAGE_ID = "cw_stage_id"
 METADATA_STAGE_KIND = "cw_stage_kind"
+METADATA_PARENT_STAGE_ID = "cw_parent_stage_id"
 # Where the proxy keeps a request's metadata: "metadata" for chat, "litellm_metadata" for the Responses API.
 _METADATA_FIELDS = ("metadata", "litellm_metadata")
 
@@ -71,6 +73,7 @@ def stage_of_request(data: Mapping[str, Any], service_name: str) -> Optional[Sta
     run_id = pick(HEADER_RUN_ID, METADATA_RUN_ID)
     stage_id = pick(HEADER_STAGE_ID, METADATA_STAGE_ID)
     kind = pick(HEADER_STAGE_KIND, METADATA_STAGE_KIND)
+    parent = pick(HEADER_PARENT_STAGE_ID, METADATA_PARENT_STAGE_ID)
     if run_id is None and stage_id is None:
         return None
     if run_id is None:
@@ -81,6 +84,7 @@ def stage_of_request(data: Mapping[str, Any], service_name: str) -> Optional[Sta
         validate_id(HEADER_RUN_ID, run_id),
         validate_id(HEADER_STAGE_ID, stage_id),
         validate_id(HEADER_STAGE_KIND, kind) if kind is not None else AGENT_STAGE_KIND,
+        validate_id(HEADER_PARENT_STAGE_ID, parent) if parent is not None and parent != stage_id else None,
     )
 
 
@@ -102,7 +106,7 @@ def _metadata(data: Mapping[str, Any]) -> dict[str, Any]:
     for field in _METADATA_FIELDS:
         metadata = data.get(field)
         if isinstance(metadata, Mapping):
-            for key in (METADATA_RUN_ID, METADATA_STAGE_ID, METADATA_STAGE_KIND):
+            for key in (METADATA_RUN_ID, METADATA_STAGE_ID, METADATA_STAGE_KIND, METADATA_PARENT_STAGE_ID):
                 if key in metadata:
                     found.setdefault(key, metadata[key])
     return found

@@ -47,15 +47,27 @@ def default_stage(service_name: str, run_id: Optional[str] = None, now: Optional
 
 
 @contextmanager
-def stage(run_id: str, stage_id: str, kind: str = "agent") -> Iterator[StageInfo]:
-    """Attribute the calls inside to (run_id, stage_id); opens the stage span. Sync and async safe."""
+def stage(run_id: str, stage_id: str, kind: str = "agent", *, parent_stage_id: Optional[str] = None) -> Iterator[StageInfo]:
+    """Attribute the calls inside to (run_id, stage_id); opens the stage span. Sync and async safe.
+
+    A stage opened inside another stage of the same run is that stage's sub-agent: it records the
+    outer stage as its parent (``parent_stage_id=`` names one outright, e.g. for a sub-agent run on
+    another task or process). The read side shows the run as a tree (a parent's own calls, and its
+    children's rolled up).
+    """
     for name, value in (("run_id", run_id), ("stage_id", stage_id), ("kind", kind)):
         validate_id(name, value)  # the same rule the readers apply: what is written can be read
     outer = _current_stage.get()
     if outer is not None and (outer.run_id, outer.stage_id) == (run_id, stage_id):
         # Its inner end would make the still-running outer stage read as ended.
         raise ConfigError(f"stage {stage_id!r} of run {run_id!r} is already open here; give the inner stage its own id")
-    info = StageInfo(run_id, stage_id, kind)
+    if parent_stage_id is None and outer is not None and outer.run_id == run_id:
+        parent_stage_id = outer.stage_id
+    if parent_stage_id is not None:
+        validate_id("parent_stage_id", parent_stage_id)
+        if parent_stage_id == stage_id:
+            raise ConfigError(f"stage {stage_id!r} cannot be its own parent")
+    info = StageInfo(run_id, stage_id, kind, parent_stage_id)
     token = _current_stage.set(info)
     try:
         with get_runtime().telemetry.stage_span(info):

@@ -18,6 +18,7 @@ from .._contract import (
     RunReport,
     Snapshot,
     StageContextWindow,
+    StageRow,
     StageTotals,
     Suggestion,
     never_called,
@@ -150,19 +151,47 @@ def render_history(points: list[HistoryPoint], title: str = "") -> str:
     return "\n".join(lines)
 
 
+def _as_tree(report: RunReport) -> list[tuple[StageRow, int]]:
+    """The run's stages as a tree, in the listing's order: each stage followed by its sub-agents' (depth first)."""
+    by_id = {s.stage_id: s for s in report.stages}
+    out: list[tuple[StageRow, int]] = []
+    placed: set[str] = set()
+
+    def place(row: StageRow, depth: int) -> None:
+        if row.stage_id in placed:
+            return
+        placed.add(row.stage_id)
+        out.append((row, depth))
+        for child in row.child_stage_ids:
+            if child in by_id:
+                place(by_id[child], depth + 1)
+
+    for row in report.stages:
+        if row.parent_stage_id is None or row.parent_stage_id not in by_id:
+            place(row, 0)
+    for row in report.stages:  # a cycle of parents: shown at the top, once
+        place(row, 0)
+    return out
+
+
 def render_summary(report: RunReport) -> str:
     t = report.totals
     head = f"run {report.run_id}: {len(report.stages)} stage(s), " + stage_line(t).removeprefix("Stage so far: ")
     lines = [head + (f"  [{report.model}]" if report.model else "")]
     lines.append(f"  {'stage':<28} {'state':<7} {'calls':>5} {'latest':>8} {'window':>7} {'peak':>6} {'cost':>9}")
-    for s in report.stages:
+    for s, depth in _as_tree(report):
         st = s.stage_totals
         calls = str(st.calls) if st is not None and st.calls is not None else "-"
         peak = f"{st.peak_usage_percent:5.1f}%" if st is not None and st.peak_usage_percent is not None else "     -"
         used = f"{s.usage_percent:6.1f}%" if s.usage_percent is not None else "      -"
         latest = _fmt(s.input_tokens) if s.input_tokens is not None else "-"
         cost = format_usd(st.input_cost) if st is not None else "-"
-        lines.append(f"  {s.stage_id:<28} {s.staleness.value:<7} {calls:>5} {latest:>8} {used} {peak} {cost:>9}")
+        name = ("  " * (depth - 1) + "└ " if depth else "") + s.stage_id
+        lines.append(f"  {name:<28} {s.staleness.value:<7} {calls:>5} {latest:>8} {used} {peak} {cost:>9}")
+        if s.rolled_up is not None:
+            r = s.rolled_up
+            with_children = f"{r.calls or 0} call(s), {_fmt(r.input_tokens or 0)} input tokens, {format_usd(r.input_cost)}"
+            lines.append(f"  {'  ' * depth}  with its {len(s.child_stage_ids)} sub-agent stage(s): {with_children}")
     lines.append("")
     lines.append(f"  {'category':<15} {'tokens':>9} {'cost':>9} {'cached':>7}")
     for category in CATEGORIES:

@@ -99,7 +99,16 @@ class Reader:
             raise NotFound(f"run {run_id!r} not found")
         if answer is Missing.STAGE:
             raise NotFound(f"stage {stage_id!r} not found in run {run_id!r}")
-        return self._derived(run_id, stage_id, answer)
+        return self._with_family(run_id, stage_id, self._derived(run_id, stage_id, answer))
+
+    def _with_family(self, run_id: str, stage_id: str, answer: StageContextWindow) -> StageContextWindow:
+        """The answer with its place in the run's tree: its parent stage and the stages started from it."""
+        listing = self.backend.stages(run_id) or []
+        parent = next((s.parent_stage_id for s in listing if s.stage_id == stage_id), None)
+        children = [s.stage_id for s in listing if s.parent_stage_id == stage_id]
+        if parent is None and not children:
+            return answer
+        return answer.model_copy(update={"parent_stage_id": parent, "child_stage_ids": children})
 
     def _derived(
         self, run_id: str, stage_id: str, answer: StageContextWindow, calls: Optional[list[HistoryPoint]] = None

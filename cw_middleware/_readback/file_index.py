@@ -352,7 +352,7 @@ class FileIndex:
         """The run's stage listing, from the index alone."""
         with self._query() as db:
             rows = db.execute(
-                "SELECT stage, kind, state, first_ns, last_ns FROM stages WHERE run = ? AND listed = 1", (run_id,)
+                "SELECT stage, kind, state, first_ns, last_ns, parent FROM stages WHERE run = ? AND listed = 1", (run_id,)
             ).fetchall()
             states = [(stage, _state(*rest)) for stage, *rest in rows]
         return summarize_stages(states, horizon)
@@ -370,7 +370,7 @@ class FileIndex:
     def runs(self, horizon: Horizon) -> list[RunSummary]:
         """Every run, from the index alone; the rows are streamed, so memory grows with the runs, not the stages."""
         with self._query() as db:
-            cursor = db.execute("SELECT run, stage, kind, state, first_ns, last_ns FROM stages WHERE listed = 1")
+            cursor = db.execute("SELECT run, stage, kind, state, first_ns, last_ns, parent FROM stages WHERE listed = 1")
             rows = (row for page in iter(lambda: cursor.fetchmany(4096), []) for row in page)
             return summarize_runs(((run, stage, _state(*rest)) for run, stage, *rest in rows), horizon)
 
@@ -440,11 +440,12 @@ def store_lines(
 
     for run_id, stage_id, later in fold.states():
         row_id = stage_row(run_id, stage_id)
-        st = _state(*db.execute("SELECT kind, state, first_ns, last_ns FROM stages WHERE id = ?", (row_id,)).fetchone())
+        row = db.execute("SELECT kind, state, first_ns, last_ns, parent FROM stages WHERE id = ?", (row_id,)).fetchone()
+        st = _state(*row)
         st.merge(later)
         db.execute(
-            "UPDATE stages SET listed = 1, kind = ?, state = ?, first_ns = ?, last_ns = ? WHERE id = ?",
-            (st.kind, st.state.value if st.state else None, _to_db(st.first_ns), _to_db(st.last_ns), row_id),
+            "UPDATE stages SET listed = 1, kind = ?, state = ?, first_ns = ?, last_ns = ?, parent = ? WHERE id = ?",
+            (st.kind, st.state.value if st.state else None, _to_db(st.first_ns), _to_db(st.last_ns), st.parent, row_id),
         )
     next_n = (db.execute("SELECT MAX(n) FROM lines").fetchone()[0] or 0) + 1
     for offset, length, crc in refs:
@@ -468,11 +469,13 @@ def _from_db(time_ns: int) -> int:
     return _BEYOND if time_ns == _INT64 else time_ns
 
 
-def _state(kind: Optional[str], state: Optional[str], first_ns: int, last_ns: int) -> StageState:
+def _state(kind: Optional[str], state: Optional[str], first_ns: int, last_ns: int, parent: Optional[str] = None) -> StageState:
     try:
         if not isinstance(first_ns, int) or not isinstance(last_ns, int) or not isinstance(kind, (str, type(None))):
             raise TypeError
-        return StageState(kind, Staleness(state) if state else None, _from_db(first_ns), _from_db(last_ns))
+        if not isinstance(parent, (str, type(None))):
+            raise TypeError
+        return StageState(kind, Staleness(state) if state else None, _from_db(first_ns), _from_db(last_ns), parent)
     except (ValueError, TypeError):
         raise sqlite3.DatabaseError("a stage row this index never writes") from None  # damaged: made anew
 

@@ -118,7 +118,7 @@ def role_of(span: Span, run_id: str, stage_id: str) -> str:
 
 # The attributes `stage_pairs`, `role_of` and `RunsFold` read: an index decodes only these.
 ROUTING_KEYS = frozenset({codec.ATTR_RUN_ID, codec.ATTR_STAGE_ID})
-INDEX_KEYS = ROUTING_KEYS | {codec.ATTR_STAGE_STATE, codec.ATTR_STAGE_KIND, codec.ATTR_LATE}
+INDEX_KEYS = ROUTING_KEYS | {codec.ATTR_STAGE_STATE, codec.ATTR_STAGE_KIND, codec.ATTR_LATE, codec.ATTR_PARENT_STAGE_ID}
 
 
 def stage_pairs(span: Span) -> set[tuple[str, str]]:
@@ -329,10 +329,12 @@ class StageSummary:
     staleness: Staleness  # live | stored
     started_at: Optional[datetime] = None
     last_seen_at: Optional[datetime] = None
+    parent_stage_id: Optional[str] = None  # a sub-agent's stage: the stage of the run it was started from
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "stage_id": self.stage_id,
+            "parent_stage_id": self.parent_stage_id,
             "kind": self.kind,
             "agent_stage": self.kind == codec.AGENT_STAGE_KIND if self.kind else None,
             "staleness": self.staleness.value,
@@ -369,10 +371,15 @@ class StageState:
     state: Optional[Staleness] = None  # from markers and stage spans only
     first_ns: int = 0
     last_ns: int = 0
+    parent: Optional[str] = None  # the stage it was started from (the first one a span names)
 
-    def touch(self, kind: Optional[str], state: Optional[Staleness], start_ns: int, last_ns: int) -> None:
+    def touch(
+        self, kind: Optional[str], state: Optional[Staleness], start_ns: int, last_ns: int, parent: Optional[str] = None
+    ) -> None:
         if kind and not self.kind:
             self.kind = kind
+        if parent and not self.parent:
+            self.parent = parent
         if state is not None:
             self.state = state  # oldest-first: the last record wins
         if start_ns and (not self.first_ns or start_ns < self.first_ns):
@@ -381,12 +388,13 @@ class StageState:
 
     def merge(self, later: StageState) -> None:
         """Fold in what spans exported after this state's spans said (an index adds a file piece by piece)."""
-        self.touch(later.kind, later.state, later.first_ns, later.last_ns)
+        self.touch(later.kind, later.state, later.first_ns, later.last_ns, later.parent)
 
     def summary(self, stage_id: str, horizon: Horizon) -> StageSummary:
         live = self.state is not Staleness.STORED and not horizon.expired(self.last_ns)
         staleness = Staleness.LIVE if live else Staleness.STORED
-        return StageSummary(stage_id, self.kind, staleness, codec.from_ns(self.first_ns), codec.from_ns(self.last_ns))
+        first, last = codec.from_ns(self.first_ns), codec.from_ns(self.last_ns)
+        return StageSummary(stage_id, self.kind, staleness, first, last, self.parent)
 
 
 def summarize_stages(states: Iterable[tuple[str, StageState]], horizon: Horizon) -> Optional[list[StageSummary]]:
@@ -441,10 +449,19 @@ class RunFold:
         # Markers and stage spans decide staleness (see StageFold); a call span only names the stage.
         state = {SpanRole.END: Staleness.STORED, SpanRole.START: Staleness.LIVE}.get(role)
         kind = a.get(codec.ATTR_STAGE_KIND) if isinstance(a.get(codec.ATTR_STAGE_KIND), str) else None
-        self._touch(stage_id, kind, state, span.start_ns, _activity_ns(span))
+        parent = a.get(codec.ATTR_PARENT_STAGE_ID) if isinstance(a.get(codec.ATTR_PARENT_STAGE_ID), str) else None
+        self._touch(stage_id, kind, state, span.start_ns, _activity_ns(span), parent)
 
-    def _touch(self, stage_id: str, kind: Optional[str], state: Optional[Staleness], start_ns: int, last_ns: int) -> None:
-        self._stages.setdefault(stage_id, StageState()).touch(kind, state, start_ns, last_ns)
+    def _touch(
+        self,
+        stage_id: str,
+        kind: Optional[str],
+        state: Optional[Staleness],
+        start_ns: int,
+        last_ns: int,
+        parent: Optional[str] = None,
+    ) -> None:
+        self._stages.setdefault(stage_id, StageState()).touch(kind, state, start_ns, last_ns, parent)
 
     def states(self) -> dict[str, StageState]:
         """The stages folded so far, by stage id."""

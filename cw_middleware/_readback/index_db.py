@@ -34,7 +34,7 @@ from .._log import RateLimitedLog
 from .._process import PROCESS
 
 FORMAT = "cw-middleware file index"
-VERSION = "1"
+VERSION = "2"  # 2: a stage's parent (a sub-agent's stage); an index of another version is made anew
 MEMORY = "memory"  # the index directory that keeps every index in memory
 BUSY_TIMEOUT = 0.25  # seconds to wait for another process's write lock before indexing in memory instead
 # Seconds a fork waits for the threads inside SQLite: a section is a transaction (at most
@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS lines (n INTEGER PRIMARY KEY, off INTEGER NOT NULL, len INTEGER NOT NULL, crc INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS stages (
     id INTEGER PRIMARY KEY, run TEXT NOT NULL, stage TEXT NOT NULL, listed INTEGER NOT NULL DEFAULT 0,
-    kind TEXT, state TEXT, first_ns INTEGER NOT NULL DEFAULT 0, last_ns INTEGER NOT NULL DEFAULT 0,
+    kind TEXT, state TEXT, first_ns INTEGER NOT NULL DEFAULT 0, last_ns INTEGER NOT NULL DEFAULT 0, parent TEXT,
     UNIQUE (run, stage));
 CREATE TABLE IF NOT EXISTS stage_lines (stage INTEGER NOT NULL, line INTEGER NOT NULL, PRIMARY KEY (stage, line)) WITHOUT ROWID;
 """

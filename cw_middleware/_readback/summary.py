@@ -27,21 +27,25 @@ from .fold import StageSummary
 
 
 def run_report(run_id: str, stages: Iterable[tuple[StageSummary, Optional[StageContextWindow]]]) -> RunReport:
-    """The run's summary from its stages (in the listing's order) and each one's answer (None: none)."""
+    """The run's summary from its stages (in the listing's order) and each one's answer (None: none).
+
+    The run is a tree where stages name a parent (sub-agents): each row says its parent and children, and a
+    parent's row has its totals rolled up with all its descendants' (`rolled_up`); the run's totals count
+    each stage once."""
     rows = []
-    calls = input_tokens = cached = compactions = 0
-    cost: Optional[float] = None
-    peak: Optional[float] = None
-    tokens = dict.fromkeys(CATEGORIES, 0)
-    costs: dict = dict.fromkeys(CATEGORIES, None)
-    cached_by = dict.fromkeys(CATEGORIES, 0)
     model = None
     suggested: list[list[Suggestion]] = []
-    for summary, window in stages:
+    totals_of: dict[str, Optional[StageTotals]] = {}
+    pairs = list(stages)
+    children: dict[str, list[str]] = {}
+    for summary, _ in pairs:
+        if summary.parent_stage_id is not None:
+            children.setdefault(summary.parent_stage_id, []).append(summary.stage_id)
+    for summary, window in pairs:
         totals = window.stage_totals if window is not None else None
         if window is not None and window.available:
-            own = window.suggestions or suggestions_from(window)
-            suggested.append([s for s in own if s.kind is not SuggestionKind.NEAR_THRESHOLD])
+            advice = window.suggestions or suggestions_from(window)
+            suggested.append([s for s in advice if s.kind is not SuggestionKind.NEAR_THRESHOLD])
         rows.append(
             StageRow(
                 stage_id=summary.stage_id,
@@ -52,12 +56,40 @@ def run_report(run_id: str, stages: Iterable[tuple[StageSummary, Optional[StageC
                 input_tokens=window.input_tokens if window is not None else None,
                 usage_percent=window.usage_percent if window is not None else None,
                 stage_totals=totals,
+                parent_stage_id=summary.parent_stage_id,
+                child_stage_ids=children.get(summary.stage_id, []),
             )
         )
+        totals_of[summary.stage_id] = totals
         if window is not None and window.model:
             model = window.model
-        if totals is None:
-            continue
+    rows = [_rolled_up(row, totals_of, children) if row.child_stage_ids else row for row in rows]
+    run_totals = sum_totals([t for t in totals_of.values() if t is not None])
+    return RunReport(run_id=run_id, stages=rows, totals=run_totals, model=model, suggestions=run_suggestions(suggested))
+
+
+def _rolled_up(row: StageRow, own: dict[str, Optional[StageTotals]], children: dict[str, list[str]]) -> StageRow:
+    """A parent's row with its own and every descendant's totals added up (each stage once, whatever the depth)."""
+    seen, todo, parts = {row.stage_id}, list(row.child_stage_ids), [own.get(row.stage_id)]
+    while todo:
+        stage_id = todo.pop()
+        if stage_id in seen:
+            continue  # a parent named in a cycle: each stage counts once
+        seen.add(stage_id)
+        parts.append(own.get(stage_id))
+        todo.extend(children.get(stage_id, []))
+    return row.model_copy(update={"rolled_up": sum_totals([t for t in parts if t is not None])})
+
+
+def sum_totals(parts: list[StageTotals]) -> StageTotals:
+    """Stages' totals added up: calls, tokens, cost, cached tokens and compactions summed; the peak the highest."""
+    calls = input_tokens = cached = compactions = 0
+    cost: Optional[float] = None
+    peak: Optional[float] = None
+    tokens = dict.fromkeys(CATEGORIES, 0)
+    costs: dict = dict.fromkeys(CATEGORIES, None)
+    cached_by = dict.fromkeys(CATEGORIES, 0)
+    for totals in parts:
         calls += totals.calls or 0
         input_tokens += totals.input_tokens or 0
         cached += totals.cached_tokens
@@ -72,7 +104,7 @@ def run_report(run_id: str, stages: Iterable[tuple[StageSummary, Optional[StageC
             if ct.cost is not None:
                 costs[category] = (costs[category] or 0.0) + ct.cost
     by_category = {c: CategoryTotals(tokens=tokens[c], cost=_usd(costs[c]), cached_tokens=cached_by[c]) for c in CATEGORIES}
-    run_totals = StageTotals(
+    return StageTotals(
         calls=calls,
         input_tokens=input_tokens,
         input_cost=_usd(cost),
@@ -81,7 +113,6 @@ def run_report(run_id: str, stages: Iterable[tuple[StageSummary, Optional[StageC
         cached_tokens=cached,
         compactions=compactions,
     )
-    return RunReport(run_id=run_id, stages=rows, totals=run_totals, model=model, suggestions=run_suggestions(suggested))
 
 
 def _usd(value: Optional[float]) -> Optional[float]:

@@ -51,6 +51,7 @@ def openapi_document() -> dict[str, Any]:
         "required": ["stage_id", "staleness"],
         "properties": {
             "stage_id": {"type": "string"},
+            "parent_stage_id": {"type": ["string", "null"], "description": "a sub-agent's stage: the stage it was started from"},
             "kind": {"type": ["string", "null"]},
             "agent_stage": {"type": ["boolean", "null"]},
             "staleness": {"type": "string", "enum": ["live", "stored"]},

@@ -24,6 +24,7 @@ from .._codec import (
     ATTR_CATEGORY,
     ATTR_COUNT_METHOD,
     ATTR_LATE,
+    ATTR_PARENT_STAGE_ID,
     ATTR_RUN_ID,
     ATTR_SCHEMA,
     ATTR_STAGE_ID,
@@ -154,6 +155,7 @@ class Telemetry:
                 ATTR_STAGE_KIND: stage.kind,
                 ATTR_SCHEMA: SCHEMA_VERSION,
                 ATTR_STAGE_STATE: STAGE_STATE_STARTED,
+                **({ATTR_PARENT_STAGE_ID: stage.parent_stage_id} if stage.parent_stage_id else {}),
             }
         )
         # Exceptions are not recorded: their messages may quote prompts or provider error bodies.
@@ -190,6 +192,8 @@ class Telemetry:
             attrs[ATTR_RUN_ID] = stage.run_id
             attrs[ATTR_STAGE_ID] = stage.stage_id
             attrs[ATTR_STAGE_KIND] = stage.kind
+            if stage.parent_stage_id:
+                attrs[ATTR_PARENT_STAGE_ID] = stage.parent_stage_id
         name = exportable_text(f"{operation} {model or ''}".strip())
         span = self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=exportable(attrs))
         return CallTelemetry(self, span, provider, model, stage, operation)

@@ -307,7 +307,7 @@ def test_the_index_holds_ids_offsets_counts_and_times_only(tmp_path, file_index_
     assert stage_texts == {"run-a", "s@1", "agent", "stored"} and line_texts == []
     generation = meta.pop("generation")
     assert len(generation) == 16 and int(generation, 16) >= 0
-    assert {v for v in meta.values() if isinstance(v, str)} == {"cw-middleware file index", "1", str(path)}
+    assert {v for v in meta.values() if isinstance(v, str)} == {"cw-middleware file index", "2", str(path)}
     assert canary.encode() not in db.read_bytes()
 
 
