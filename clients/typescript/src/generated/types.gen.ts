@@ -337,6 +337,10 @@ export type StageContextWindow = {
      * Cached Tokens
      */
     cached_tokens?: number | null;
+    /**
+     * Child Stage Ids
+     */
+    child_stage_ids?: Array<string>;
     compaction?: Compaction | null;
     /**
      * Context Window Tokens
@@ -365,6 +369,10 @@ export type StageContextWindow = {
      * Model
      */
     model?: string | null;
+    /**
+     * Parent Stage Id
+     */
+    parent_stage_id?: string | null;
     /**
      * Provider
      */
@@ -409,13 +417,18 @@ export type StageContextWindow = {
 /**
  * StageRow
  *
- * One stage in a run's summary: its latest request and its totals.
+ * One stage in a run's summary: its latest request and its totals; a sub-agent's stage names its parent, and a
+ * parent's row has its own totals and, rolled up, its own and all its descendants' (the run as a tree).
  */
 export type StageRow = {
     /**
      * Available
      */
     available?: boolean;
+    /**
+     * Child Stage Ids
+     */
+    child_stage_ids?: Array<string>;
     /**
      * Input Tokens
      */
@@ -428,6 +441,11 @@ export type StageRow = {
      * Model
      */
     model?: string | null;
+    /**
+     * Parent Stage Id
+     */
+    parent_stage_id?: string | null;
+    rolled_up?: StageTotals | null;
     /**
      * Stage Id
      */
@@ -444,6 +462,10 @@ export type StageSummary = {
     agent_stage?: boolean | null;
     kind?: string | null;
     last_seen_at?: string | null;
+    /**
+     * a sub-agent's stage: the stage it was started from
+     */
+    parent_stage_id?: string | null;
     stage_id: string;
     staleness: 'live' | 'stored';
     started_at?: string | null;
