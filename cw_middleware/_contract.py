@@ -24,6 +24,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._errors import ConfigError
+from ._formats import format_usd
 
 MAX_ID_LENGTH = 256
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -115,6 +116,7 @@ class WarningCode(StrEnum):
     PROVIDER_TOOL_NOT_ESTIMATED = "provider_tool_not_estimated"
     INVALID_CONTEXT_WINDOW = "invalid_context_window"
     UNREADABLE_MESSAGE = "unreadable_message"
+    ANCHORED_ESTIMATE = "anchored_estimate"
     # A metrics backend (Prometheus, VictoriaMetrics) answered: see _readback/prometheus.py.
     FROM_METRICS = "from_metrics"
     METRICS_WITHOUT_RUN_LABELS = "metrics_without_run_labels"
@@ -162,6 +164,10 @@ WARNING_MESSAGES: dict[WarningCode, str] = {
     WarningCode.UNREADABLE_MESSAGE: (
         "a message, tool definition or schema of the request has a shape the local count cannot read: "
         "it counts as far as it could be read, the rest of the breakdown stands"
+    ),
+    WarningCode.ANCHORED_ESTIMATE: (
+        "anchored on the previous call's provider-reported input tokens: its request began with that call's whole "
+        "request, so the total is that call's provider-reported input tokens plus the local estimate of what was added"
     ),
     WarningCode.FROM_METRICS: (
         "read from metrics: the latest values only, without per-source details or the snapshot's own warnings; "
@@ -391,7 +397,7 @@ def run_suggestions(stages: list[list[Suggestion]]) -> list[Suggestion]:
         in_stage = sum(s.tokens_in_stage for s in items)
         costs = [s.cost_in_stage for s in items if s.cost_in_stage is not None]
         cost = round(sum(costs), 10) if costs else None
-        money = f", {_usd(cost)}" if cost is not None else ""
+        money = f", {format_usd(cost)}" if cost is not None else ""
         per_request = max(s.tokens_per_request for s in items)
         message = (
             f"{target}: {_KIND_WORDS[kind]} in {len(items)} stages: up to {per_request:,} tokens a request, "
@@ -446,7 +452,7 @@ def _unused_by_source(answer: StageContextWindow) -> list[Suggestion]:
         requests = max(t.requests for t in tools)
         of = f" of {defined[source]}" if defined.get(source, 0) >= len(tools) else ""
         advice = "drop the server or defer its tools (tool search)" if source.startswith("mcp:") else "leave them out"
-        money = f", {_usd(cost)}" if cost is not None else ""
+        money = f", {format_usd(cost)}" if cost is not None else ""
         message = (
             f"{source}: {len(tools)}{of} tool(s) never called: {per_request:,} tokens a request, "
             f"{in_stage:,} over {requests} request(s){money}; {advice}"
@@ -462,10 +468,6 @@ def _unused_by_source(answer: StageContextWindow) -> list[Suggestion]:
             )
         )
     return out
-
-
-def _usd(value: float) -> str:
-    return f"${value:,.2f}" if value >= 1 else f"${value:.4f}"
 
 
 def _large_results(answer: StageContextWindow) -> list[Suggestion]:
@@ -507,7 +509,7 @@ def _repeated(answer: StageContextWindow) -> list[Suggestion]:
         in_stage = sum(i.stage_tokens for i in items)
         price = _price(answer, items[0].category)
         cost = round(in_stage * price, 10) if price is not None else None
-        money = f", {_usd(cost)}" if cost is not None else ""
+        money = f", {format_usd(cost)}" if cost is not None else ""
         requests = max(i.requests for i in items)
         copies = max(i.copies for i in items)
         now = f"{per_request:,} tokens a request ({copies} copies of a segment)" if per_request else "none in the latest request"
@@ -532,7 +534,7 @@ def _cache_miss(answer: StageContextWindow) -> list[Suggestion]:
     miss = answer.cache_miss
     if miss is None or miss.stage_missed_tokens <= 0:
         return []
-    money = f", {_usd(miss.stage_saving)} more than at the cached price" if miss.stage_saving is not None else ""
+    money = f", {format_usd(miss.stage_saving)} more than at the cached price" if miss.stage_saving is not None else ""
     message = (
         f"{miss.calls} call(s) resent the previous call's prefix ({miss.prefix_tokens:,} tokens in the latest, "
         f"{miss.cached_tokens:,} served from the cache) at the full input price: {miss.stage_missed_tokens:,} tokens "

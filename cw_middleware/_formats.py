@@ -7,6 +7,7 @@ compare them).
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 
@@ -23,12 +24,18 @@ def format_percent(part: int, whole: int) -> str:
 
 
 def format_usd(value: Optional[float]) -> str:
-    """``$0.0123``: four decimals under a dollar (six under a hundredth of a cent), cents above; ``-`` without a price."""
+    """``$12.34`` from a dollar up, ``$0.0123`` (four decimals) below, two significant digits below a hundredth of a
+    cent (``$0.000077``: a cost is never written as zeros), ``$0`` for none at all, ``-`` without a price. The one
+    rule for every view (the live page's format.js ``usd`` and the element's agree)."""
     if value is None:
         return "-"
+    if value == 0:
+        return "$0"
     if value >= 1:
         return f"${value:,.2f}"
-    return f"${value:.4f}" if value >= 0.0001 or value == 0 else f"${value:.6f}"
+    if value >= 0.0001:
+        return f"${value:.4f}"
+    return f"${value:.{1 - math.floor(math.log10(value))}f}"
 
 
 # Each category's name, the letter that stands for it where colour cannot (a terminal's bar), and its

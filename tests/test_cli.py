@@ -339,6 +339,34 @@ def test_serve_without_a_telemetry_file_says_the_absolute_path_it_reads_and_that
         process.wait(10)
 
 
+def test_serve_on_a_file_that_is_not_otlp_json_lines_warns_once_at_start(tmp_path):
+    """`serve --backend file:README.md` says, in one warning line at start, that the file is not OTLP JSON lines; a
+    telemetry file (its first non-empty line an export record, after a blank one) draws no warning."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CW_", "OTEL_"))}
+    readme = tmp_path / "README.md"
+    readme.write_text("\n# A project\n\nSome words.\n")
+    telemetry = tmp_path / "t.jsonl"
+    telemetry.write_text('\n{"resourceSpans":[]}\n')
+    for path, warned in ((readme, True), (telemetry, False)):
+        process, _ = _serving(["--backend", f"file:{path}"], env)
+        try:
+            assert process.stderr is not None
+            lines = [process.stderr.readline()]
+        finally:
+            process.terminate()
+            process.wait(10)
+        rest = process.stderr.read() if process.stderr else ""
+        assert lines[0].strip() == f"reading {path}", lines
+        warnings = [line for line in rest.splitlines() if line.startswith("warning:")]
+        if warned:
+            assert len(warnings) == 1 and str(path) in warnings[0] and "not look like OTLP JSON lines" in warnings[0]
+            assert '{"resourceSpans": ...}' in warnings[0], warnings
+        else:
+            assert warnings == [], rest
+
+
 def test_the_docs_excerpts_of_show_on_the_demo_run_are_lines_it_prints(tmp_path, capsys, runtime):
     """README's and the reading-back page's excerpts of `show` on the demo run, line by line, in a real run's output
     (a line cut short with "...)" by its start): a rule that moves the demo's counts moves the docs with it."""

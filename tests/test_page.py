@@ -247,7 +247,9 @@ def test_the_page_shows_the_apis_numbers_and_updates_live(served, browser):
     _wait(browser, lambda d: (_shown(d) or {}).get("stage") == "Stage review@1")
     api = server.api(f"/api/v1/runs/{RUN}/stages/review@1/context-window")
     _assert_matches_api(_shown(browser), api)
-    assert browser.find_element("id", "conn").text == "live"
+    _wait(
+        browser, lambda d: d.find_element("id", "conn").text == "streaming", what="the event stream"
+    )  # not "live": a stage's word
 
     browser.execute_script("window.__not_reloaded = true")
     review = f"/api/v1/runs/{RUN}/stages/review@1/context-window"
@@ -281,7 +283,7 @@ def test_the_page_shows_the_apis_numbers_and_updates_live(served, browser):
 
     browser.get(proxy.url + "/")
     _wait(browser, lambda d: d.find_elements("css selector", "#runs-table tbody a"))
-    assert browser.find_element("css selector", "#runs-table tbody a").text == RUN
+    assert browser.execute_script("return document.querySelector('#runs-table tbody a').textContent") == RUN
 
     dom = browser.page_source + browser.execute_script("return document.body.innerText")
     assert CANARY not in dom and "word word" not in dom
@@ -319,7 +321,7 @@ def test_the_page_mounted_under_a_path_in_a_host_app_works_the_same(written, bro
         _wait(browser, lambda d: (_shown(d) or {}).get("stage") == "Stage review@1")
         review = f"{server.url}/cw/api/v1/runs/{RUN}/stages/review@1/context-window"
         _assert_matches_api(_shown(browser), json.loads(urllib.request.urlopen(review, timeout=10).read()))
-        _wait(browser, lambda d: d.find_element("id", "conn").text == "live", what="the event stream")
+        _wait(browser, lambda d: d.find_element("id", "conn").text == "streaming", what="the event stream")
         agent.call()
         expected = json.loads(urllib.request.urlopen(review, timeout=10).read())
         _wait(browser, lambda d: _shown(d)["total"] == expected["input_tokens"], what="the new snapshot")
@@ -347,7 +349,7 @@ def test_a_page_without_the_token_asks_for_it_and_keeps_it_out_of_urls(served, b
     browser.find_element("css selector", "#signin-form button").click()
     _wait(browser, lambda d: (_shown(d) or {}).get("stage") == "Stage review@1")
     _assert_matches_api(_shown(browser), server.api(f"/api/v1/runs/{RUN}/stages/review@1/context-window"))
-    _wait(browser, lambda d: d.find_element("id", "conn").text == "live", what="the authorised stream")
+    _wait(browser, lambda d: d.find_element("id", "conn").text == "streaming", what="the authorised stream")
     before = _shown(browser)["total"]
     agent.call()
     _wait(browser, lambda d: _shown(d)["total"] > before, what="the new snapshot over the authorised stream")
@@ -382,6 +384,26 @@ def test_the_pages_number_format_is_shows(served, browser):
     )
     assert got[0] == [format_tokens(n) for n in numbers]
     assert got[1] == [format_percent(a, b) for a, b in pairs]
+
+
+def test_a_cost_is_never_written_as_zeros_four_decimals_or_cents():
+    """One rule for dollars (format.js's usd agrees: test_page_usage): "$0" for none, two significant digits below a
+    hundredth of a cent (never "$0.000000", which reads as none), four decimals under a dollar, cents above."""
+    from cw_middleware._formats import format_usd
+
+    assert [format_usd(v) for v in (None, 0, 0.0, 4e-7, 0.000058, 7.7e-05, 0.0001, 0.0026, 0.99994, 1, 1234.5)] == [
+        "-",
+        "$0",
+        "$0",
+        "$0.00000040",
+        "$0.000058",
+        "$0.000077",
+        "$0.0001",
+        "$0.0026",
+        "$0.9999",
+        "$1.00",
+        "$1,234.50",
+    ]
 
 
 class HostPage:
@@ -604,3 +626,213 @@ def test_the_category_colours_stay_apart_under_colour_blindness_simulation():
     # The check can fail: matplotlib's default palette puts orange and green within 5 for protanopes.
     tab10 = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#f1f1f1"]
     assert min(_closest_pair(dict(zip(names, tab10))).values()) < 12
+
+
+# ---------------------------------------------------------------- issue 36 item 7: the page's defects, and the advice
+
+
+def _local(iso: str, offset_minutes: int) -> str:
+    """An API time as the page writes it: local time to the second and the zone as an explicit UTC offset."""
+    from datetime import datetime, timedelta, timezone
+
+    at = datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(timezone(timedelta(minutes=offset_minutes)))
+    sign, minutes = ("+" if offset_minutes >= 0 else "-"), abs(offset_minutes)
+    zone = "UTC" if not offset_minutes else f"UTC{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+    return f"{at:%Y-%m-%d %H:%M:%S} {zone}"
+
+
+def _fits(driver) -> dict:
+    return driver.execute_script(
+        """const d = document.documentElement, nav = document.querySelector('#run nav'), box = document.getElementById('stage');
+           const right = Math.max(...[...box.querySelectorAll('*')].map((e) => e.getBoundingClientRect().right));
+           return {scroll: d.scrollWidth, width: d.clientWidth, right: right,
+                   nav: nav.getBoundingClientRect().right, article: box.getBoundingClientRect().left};"""
+    )
+
+
+@pytest.mark.system
+def test_the_stage_page_fits_800_px_its_call_labels_sit_under_their_bars_and_its_times_say_their_zone(served, browser):
+    """At 800 px nothing runs past the window (no horizontal scroll, the right column whole), at 1200 the two columns
+    stand side by side; each "call N" label of the stage over time is centred under its bar; every time says its zone
+    (an explicit UTC offset, here India's +05:30) and keeps the ISO time in its title; the header says "streaming"."""
+    agent, start = served
+    server, _ = start()
+    agent.call()
+    agent.call()
+    browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Kolkata"})
+    browser.set_window_size(800, 1000)
+    browser.get(f"{server.url}/runs/{RUN}#stage=review%401")
+    review = f"/api/v1/runs/{RUN}/stages/review@1"
+    history = server.api(f"{review}/history")["snapshots"]
+    _wait(
+        browser, lambda d: len(d.find_elements("css selector", "[data-field=history] rect")) == len(history), what="the history"
+    )
+    _wait(browser, lambda d: d.find_element("id", "conn").text == "streaming", what="the event stream")
+    fits = _fits(browser)
+    assert fits["scroll"] <= fits["width"] and fits["right"] <= fits["width"] + 0.5, fits
+
+    labels = browser.execute_script(
+        """const svg = document.querySelector('[data-field=history] svg');
+           const box = (e) => e.getBoundingClientRect();
+           const bars = [...svg.querySelectorAll('rect')].map((r) => [box(r).left, box(r).right]);
+           return {bars: bars, labels: [...svg.querySelectorAll('text')].filter((t) => /^call /.test(t.textContent)).map((t) => {
+             const b = t.getBoundingClientRect(); return [t.textContent, (b.left + b.right) / 2]; })};"""
+    )
+    assert [t for t, _ in labels["labels"]] == ["call 1", f"call {len(history)}"], labels
+    for text, centre in labels["labels"]:
+        left, right = labels["bars"][int(text.split()[1]) - 1]
+        assert left <= centre <= right, (text, centre, left, right)
+
+    answer = server.api(f"{review}/context-window")
+    taken = browser.find_element("css selector", "[data-field=count_method] time")
+    assert taken.text == _local(answer["generated_at"], 330) and taken.get_attribute("datetime") == answer["generated_at"]
+    assert taken.get_attribute("title") == answer["generated_at"]
+
+    browser.set_window_size(1200, 1000)
+    _wait(browser, lambda d: _fits(d)["nav"] <= _fits(d)["article"], what="two columns at 1200 px")
+    fits = _fits(browser)
+    assert fits["scroll"] <= fits["width"] and fits["right"] <= fits["width"] + 0.5, fits
+
+    browser.get(server.url + "/")
+    _wait(browser, lambda d: d.find_elements("css selector", f"#runs-table tr[data-run='{RUN}'] time"), what="the runs list")
+    run = next(r for r in server.api("/api/v1/runs")["runs"] if r["run_id"] == RUN)
+    seen = browser.execute_script(
+        "const t = document.querySelector(arguments[0]); return [t.textContent, t.getAttribute('title')];",
+        f"#runs-table tr[data-run='{RUN}'] time",
+    )
+    assert seen == [_local(run["last_seen_at"], 330), run["last_seen_at"]]
+
+
+def _fill(agent, stage: str, window: int) -> None:
+    """Two calls of a growing conversation in ``stage``, in a window of ``window`` tokens."""
+    messages = [cw.message("system", "You review code."), {"role": "user", "content": "word " * 300}]
+    for extra in ("", "more " * 200):
+        with cw.stage(RUN, stage):
+            cw.completion(
+                model="gpt-4o",
+                messages=[*messages, {"role": "user", "content": "next " + extra}],
+                mock_response="ok",
+                cw_context_window=window,
+            )
+        agent.runtime.flush(5.0)
+
+
+def _advice(driver) -> dict:
+    return driver.execute_script(
+        """const q = (s) => document.querySelector(s);
+           const fill = q('[data-field=fill]');
+           return {stage: (q('#stage h3') || {}).textContent, fill: fill ? fill.textContent : null,
+                   state: q('#stage').dataset.fill || null,
+                   legend: (q('[data-field=legend]') || {}).textContent || null,
+                   marks: [...document.querySelectorAll('.bar .mark')].map((m) => [m.dataset.mark, m.style.left]),
+                   forecast: (q('[data-field=forecast]') || {}).textContent || null,
+                   suggestions: [...document.querySelectorAll('[data-field=suggestions] li')].map((l) => l.textContent),
+                   small: (q('[data-field=too-small]') || {}).textContent || null,
+                   smallCategories: ((q('[data-field=too-small]') || {dataset: {}}).dataset.categories || '')
+                     .split(' ').filter(Boolean)};"""
+    )
+
+
+def _pick(driver, stage: str) -> None:
+    """Click a stage's button in the page itself: the list is redrawn as events arrive (no stale element)."""
+    script = "const b = document.querySelector(arguments[0]); if (b) b.click(); return !!b;"
+    _wait(driver, lambda d: d.execute_script(script, f"#stages button[data-stage='{stage}']"), what=f"the button of {stage}")
+
+
+@pytest.mark.system
+def test_a_filling_stage_shows_its_marks_legend_fill_state_forecast_and_suggestions(served, browser):
+    """The window bar's marks have a legend; a stage at the forecast's threshold says "near full", one at 95% "full";
+    the forecast (a mark at its threshold, its line as `show` prints it) and the suggestions are the API's; a window
+    almost empty names the categories too small to draw, as `show` does beside its bar."""
+    from cw_middleware._cli.render import _bar
+    from cw_middleware._cli.render_usage import forecast_line
+    from cw_middleware._contract import Forecast
+    from cw_middleware._formats import LABEL
+
+    agent, start = served
+    server, _ = start()
+    agent.call()  # review@1's second call: a forecast
+    _fill(agent, "probe@1", 1_000_000)
+    tokens = server.api(f"/api/v1/runs/{RUN}/stages/probe@1/context-window")["input_tokens"]
+    _fill(agent, "near@1", round(tokens / 0.86))
+    _fill(agent, "full@1", round(tokens / 0.97))
+    browser.get(f"{server.url}/runs/{RUN}#stage=near%401")
+
+    for stage, text, state in (("near@1", "near full", "near-full"), ("full@1", "full", "full"), ("review@1", None, None)):
+        answer = server.api(f"/api/v1/runs/{RUN}/stages/{stage}/context-window")
+        _pick(browser, stage)
+        _wait(browser, lambda d, s=stage: _advice(d)["stage"] == f"Stage {s}", what=stage)
+        shown = _advice(browser)
+        assert (shown["fill"], shown["state"]) == (text, state), (stage, answer["usage_percent"], shown)
+        assert "80%" in shown["legend"] and "95%" in shown["legend"], shown
+        forecast = answer["forecast"]
+        assert forecast is not None and forecast["threshold_percent"] == 80.0
+        assert shown["forecast"] == forecast_line(Forecast(**forecast)), (shown, forecast)
+        assert shown["suggestions"] == [s["message"] for s in answer["suggestions"]] and shown["suggestions"]
+        threshold = [m for m in shown["marks"] if m[0] in ("80", "threshold")]
+        assert threshold and float(threshold[0][1].rstrip("%")) == pytest.approx(
+            100
+            * forecast["threshold_percent"]
+            / 100
+            * answer["context_window_tokens"]
+            / max(answer["context_window_tokens"], answer["input_tokens"])
+        )
+        tokens = {b["category"]: b["tokens"] for b in answer["breakdown"]}
+        small = _bar(tokens, max(answer["context_window_tokens"], answer["input_tokens"]))[1]
+        assert shown["smallCategories"] == small and all(LABEL[c] in (shown["small"] or "") for c in small), shown
+
+    # plan@1: one short request in gpt-4o's 128k window: every category is under one cell of the bar, and named.
+    _pick(browser, "plan@1")
+    _wait(browser, lambda d: _advice(d)["stage"] == "Stage plan@1", what="plan@1")
+    plan = server.api(f"/api/v1/runs/{RUN}/stages/plan@1/context-window")
+    tokens = {b["category"]: b["tokens"] for b in plan["breakdown"]}
+    small = _bar(tokens, plan["context_window_tokens"])[1]
+    shown = _advice(browser)
+    assert set(small) == {c for c in tokens if tokens[c]} and shown["smallCategories"] == small, shown
+    assert "under one cell" in shown["small"] and all(LABEL[c] in shown["small"] for c in small), shown
+    assert shown["fill"] is None and shown["forecast"] is None  # one call: no forecast
+
+
+@pytest.mark.system
+def test_the_runs_list_updates_within_a_second_and_the_polling_says_its_interval(served, browser):
+    """The runs list asks again every second (README: "within a second"), and says so; without streaming the run's
+    page polls at the interval it names. The gaps are read from the browser's own request timings, the smallest of
+    several: a loaded machine only lengthens them."""
+    agent, start = served
+    server, _ = start()
+
+    def gaps(driver, suffix: str) -> list[float]:
+        starts = driver.execute_script(
+            "return performance.getEntriesByType('resource').filter((e) => e.name.endsWith(arguments[0]))"
+            ".map((e) => e.startTime)",
+            suffix,
+        )
+        return [b - a for a, b in zip(starts, starts[1:])]
+
+    browser.get(server.url + "/")
+    _wait(browser, lambda d: len(gaps(d, "/api/v1/runs")) >= 3, timeout=30, what="four asks for the runs")
+    said = re.search(r"every (\d+(?:\.\d+)?) s", browser.find_element("id", "conn").text)
+    assert said and float(said.group(1)) <= 1, browser.find_element("id", "conn").text
+    assert min(gaps(browser, "/api/v1/runs")) < 1500
+    # Asked every second, the list is redrawn only when it changed: a focused link keeps its focus.
+    row = f"#runs-table tr[data-run='{RUN}']"
+    _wait(
+        browser, lambda d: d.execute_script("return document.querySelector(arguments[0]).textContent", f"{row} [data-field=cost]")
+    )
+    browser.execute_script("document.querySelector(arguments[0]).focus()", f"{row} a")
+    asked = len(gaps(browser, "/api/v1/runs"))
+    _wait(browser, lambda d: len(gaps(d, "/api/v1/runs")) >= asked + 2, timeout=30, what="two more asks")
+    assert browser.execute_script("const a = document.activeElement; return a.tagName + ' ' + a.textContent") == f"A {RUN}"
+    with cw.stage("run-page-new", "one@1"):
+        cw.completion(model="gpt-4o", messages=[{"role": "user", "content": "one"}], mock_response="ok")
+    agent.runtime.flush(5.0)
+    _wait(browser, lambda d: d.find_elements("css selector", "#runs-table tr[data-run='run-page-new']"), what="the new run")
+
+    browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": "delete window.TextDecoderStream;"})
+    browser.get(f"{server.url}/runs/{RUN}#stage=review%401")
+    _wait(browser, lambda d: len(gaps(d, f"/api/v1/runs/{RUN}/stages")) >= 4, timeout=30, what="the load and four polls")
+    said = re.search(r"polling every (\d+(?:\.\d+)?) s", browser.find_element("id", "conn").text)
+    assert said, browser.find_element("id", "conn").text
+    interval = 1000 * float(said.group(1))
+    polls = gaps(browser, f"/api/v1/runs/{RUN}/stages")[1:]  # the first: the page's load, then the first poll at once
+    assert interval * 0.9 <= min(polls) < interval * 1.5, polls

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.system  # a real browser: the system tier
 
 
 def _cells(driver, selector: str) -> list[str]:
-    """The texts of the matching cells, read at once in the page (the runs list is redrawn every 2 s)."""
+    """The texts of the matching cells, read at once in the page (the runs list is redrawn every second)."""
     return driver.execute_script("return [...document.querySelectorAll(arguments[0])].map((c) => c.textContent)", selector)
 
 
@@ -109,7 +109,9 @@ def test_a_run_opened_before_it_exists_appears_and_the_page_follows_its_newest_l
     assert _shown(browser)["stage"] == "Stage first@1"
 
 
-@pytest.mark.parametrize("value", [0, 0.000058, 0.00001, 0.0001, 0.0026, 0.99994, 1, 1234.5, 0.0080001])
+@pytest.mark.parametrize(
+    "value", [0, 0.0, 0.000058, 0.00001, 1e-9, 0.00009999, 0.0001, 0.0026, 0.99994, 1, 1234.5, 0.0080001, None]
+)
 def test_the_pages_dollars_are_shows(served, browser, value):  # noqa: F811
     _, start = served
     server, _ = start()

@@ -13,6 +13,10 @@ the call from step to step:
 * its end, an `_Ending` (the usage, or the exception LiteLLM raised, and when), which takes one
   path whatever ended the call (`_end`, then `_close` once the estimate is there).
 
+A request that begins with the whole of its stage's previous request (same model), once that call's
+response reported its input tokens, publishes a local estimate anchored on them: that provider total
+plus the local count of what this request adds, with the warning ``anchored_estimate`` (`_anchored`).
+
 Only a caller mistake (a bad tag) raises; any other failure inside the middleware is logged and
 the LLM call proceeds as LiteLLM would run it. A call whose own preparation failed publishes
 nothing: a snapshot of a request we could not read would be a wrong number, and a fault on
@@ -112,6 +116,10 @@ class Call:
         self._response: Optional[ResponseSide] = None  # set at the end: the response's tool calls and cache
         self._local_conversation: Optional[int] = None  # the request's conversation, counted locally (compaction)
         self._estimated_at = 0  # ns since the epoch: when the estimate was there (the local snapshot's time)
+        # The local estimate's total anchored on the stage's previous call (`_anchored`): decided once, at the first
+        # local snapshot, so that a local estimate published again at the end (no usage) says the same.
+        self._anchor: Optional[int] = None
+        self._anchor_decided = False
         self._lock = threading.Lock()
         # Set once the request's send is over (a response, a stream to read, an error): the call-end
         # worker records the call's first snapshot after that, or at most LIVE_AFTER seconds after its estimate.
@@ -428,11 +436,19 @@ class Call:
         if self.broken or self.estimate is None:
             return
         try:
+            runtime = self.runtime
+            stage_key = (self.stage.run_id, self.stage.stage_id)
+            prefix = self._prefix_facts()
+            codes = set(self.warnings)
+            if method is CountMethod.LOCAL_ESTIMATE:
+                total = self._anchored(stage_key, prefix)
+                if total is not None:
+                    codes.add(WarningCode.ANCHORED_ESTIMATE)
             snap = build_snapshot(
                 self.estimate.by_source,
                 self.meta,
                 method,
-                set(self.warnings),
+                codes,
                 total=total,
                 max_details=self.runtime.config.max_details,
                 unestimated=self.estimate.unestimated,
@@ -446,10 +462,7 @@ class Call:
                 repeated=self.estimate.repeated,
                 generated_at=None if at is None else datetime.fromtimestamp(at / 1e9, UTC),
             )
-            runtime = self.runtime
             newest = not superseded and runtime.is_newest_call(self.stage, self.call_seq)
-            stage_key = (self.stage.run_id, self.stage.stage_id)
-            prefix = self._prefix_facts()
             snap = runtime.ledgers.add(stage_key, self.call_seq, snap, self._local_conversation, newest, runtime.parts, prefix)
             still_waiting = live and self.runtime.call_ends is not None and not self.sent.is_set()
             forecast = runtime.ledgers.forecast(stage_key, snap.context_window_tokens, runtime.config.threshold_percent)
@@ -457,13 +470,28 @@ class Call:
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("publish", f"cw_middleware: could not build a snapshot ({type(exc).__name__})")
 
+    def _anchored(self, stage_key: tuple[str, str], prefix: Optional[PrefixFacts]) -> Optional[int]:
+        """The local estimate's total anchored on what the provider said of the stage's previous call (issue 36 item 9).
+
+        Where that call (same model) has reconciled with its response's usage and this request begins with its whole
+        request, its provider total plus the local count of what this request adds (`ledger.anchored_total`): the
+        local breakdown is then scaled to it as to any authoritative total, and the snapshot says ``anchored_estimate``.
+        None (the plain local estimate) otherwise. A few dictionary lookups, decided at the call's first snapshot.
+        """
+        if not self._anchor_decided:
+            self._anchor_decided = True
+            self._anchor = self.runtime.ledgers.anchored(stage_key, self.call_seq, prefix)
+        return self._anchor
+
     def _prefix_facts(self) -> Optional[PrefixFacts]:
-        """What the stage's ledger reads a cache miss from: the request's prefix, and the model's cache prices."""
+        """What the stage's ledger reads a cache miss and an anchor from: the request's prefix, its local count, the
+        model's cache prices and which model it is."""
         estimate = self.estimate
         if estimate is None or estimate.prefix is None:
             return None
         meta = self.meta
-        return PrefixFacts(estimate.prefix, estimate.total, min_cacheable_tokens(meta.model), meta.prices)
+        model = f"{meta.provider}/{meta.model}"
+        return PrefixFacts(estimate.prefix, estimate.total, min_cacheable_tokens(meta.model), meta.prices, model)
 
 
 def _cache_written(usage: Optional[Usage]) -> Optional[int]:

@@ -275,8 +275,9 @@ def _file_hint(reader: Any) -> str:
 
 
 def _file_note(reader: Any) -> str:
-    """For a file backend: the absolute path it reads, and whether that file exists yet (a relative URL hides both)."""
-    from .._readback.otlp_file import OtlpFileReader
+    """For a file backend: the absolute path it reads, whether that file exists yet (a relative URL hides both), and
+    a warning line when its first non-empty line is not an OTLP JSON export record (``--backend file:README.md``)."""
+    from .._readback.otlp_file import _OTLP_LINE, OtlpFileReader
 
     backend = reader.backend
     if not isinstance(backend, OtlpFileReader):
@@ -286,6 +287,19 @@ def _file_note(reader: Any) -> str:
         return (
             f"  reading {path}: the file does not exist yet, so the answers stay empty until something exports there "
             "(the default export of a process started in that directory, or CW_EXPORT=file:PATH)"
+        )
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)  # bounded: the first non-empty line's opening decides
+    except OSError:
+        head = b""
+    first = next((line for line in head.split(b"\n") if line.strip()), b"")
+    if first and not _OTLP_LINE.match(first):
+        return (
+            f"  reading {path}\n"
+            f"warning: {path} does not look like OTLP JSON lines: its first line is not a "
+            '{"resourceSpans": ...}, {"resourceMetrics": ...} or {"resourceLogs": ...} export record, so the API will '
+            "find no runs in it (give --backend the file cw exports to: CW_EXPORT=file:PATH)"
         )
     return f"  reading {path}"
 

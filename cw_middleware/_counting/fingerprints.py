@@ -6,7 +6,9 @@ Two uses, both of the suggestions (issue 39):
   `MIN_REPEAT_TOKENS` tokens, its whitespace normalised, so the same file or tool result sent twice
   in one request is found (``repeated_content``);
 * a message's fingerprint (`message_fingerprint`) and a tool set's, chained in request order, so a
-  stage's call whose prefix equals the previous call's is found (``cache_miss``).
+  stage's call whose prefix equals the previous call's is found (``cache_miss``), and a call whose
+  request begins with the whole previous request is estimated from that call's provider total
+  (``anchored_estimate``: `PrefixChain.extends`, read by _snapshots/ledger.py).
 
 Each is a keyed 64-bit blake2b: the key is drawn once per process, so a fingerprint compares parts
 of this process's requests and says nothing about any text outside it (no one can test a guess
@@ -76,6 +78,13 @@ class PrefixChain:
 
     def __init__(self, head: int, head_tokens: int, fps: list[int], tokens: list[int], n: int) -> None:
         self.head, self.head_tokens, self.fps, self.tokens, self.n = head, head_tokens, fps, tokens, n
+
+    def extends(self, other: PrefixChain) -> bool:
+        """Whether this request begins with the whole of ``other``: the same tools, then all its messages alike."""
+        k = other.n
+        if self.head != other.head or k > self.n:
+            return False
+        return not k or self.fps[k - 1] == other.fps[k - 1]  # chained: the last equal means all equal
 
     def common_tokens(self, other: PrefixChain) -> int:
         """The local tokens of the longest prefix both requests send alike: the tools, then whole messages."""

@@ -22,7 +22,12 @@ once, at its latest number:
 * its cache misses: a call whose request begins with the previous call's prefix (the two
   requests' `PrefixChain`s, compared when the call is first seen), whose response reported
   fewer than half of that prefix's tokens served from the cache, for a model LiteLLM has a
-  cached price for and a prefix of at least the provider's minimum (`CacheMiss`).
+  cached price for and a prefix of at least the provider's minimum (`CacheMiss`);
+* the anchor of the next call's local estimate (`Anchor`): the call seen last, its prefix, its local
+  count, its model and, once its response's usage reconciled it, the provider's input tokens. A call
+  whose request begins with that whole request (same model, same tools, its messages first) is
+  estimated as that provider total plus the local count of what it adds (`anchored_total`), not
+  from scratch: the live number no longer jumps when the response reconciles it.
 
 Held per stage: numbers, fingerprints and the names of defined tools, never content. Everything runs under
 one lock, on the call path: a few dictionary updates per snapshot.
@@ -44,6 +49,7 @@ from .._contract import (
     Category,
     CategoryTotals,
     Compaction,
+    CountMethod,
     Forecast,
     RepeatedContent,
     Snapshot,
@@ -61,6 +67,7 @@ MAX_STAGES = 1024  # stages whose totals are kept (the least recently called one
 MAX_OPEN_CALLS = 64  # calls per stage whose contribution may still change (a late count)
 MAX_SEGMENTS = 256  # repeated segments a stage keeps numbers for (past it, the smallest fall out)
 CACHE_SERVED_SHARE = 0.5  # a prefix with at least this share served from the cache is not a miss
+_RECONCILED = CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN  # an anchor's provider total: its response's usage
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,33 @@ class PrefixFacts:
     local_total: int  # the request's local count (its prefix is scaled as the snapshot's total is)
     min_tokens: int  # the provider's minimum cacheable prefix
     prices: Optional[Prices]
+    model: str = ""  # the provider and model the request went to: an anchor holds for the same one only
+
+
+@dataclass
+class Anchor:
+    """The stage's call seen last, as the next call's local estimate may be anchored on it (see the module docstring)."""
+
+    call_seq: int
+    chain: PrefixChain
+    local_total: int
+    model: str
+    provider_total: Optional[int] = None  # its response's input tokens, once its usage reconciled it
+
+
+def anchored_total(anchor: Optional[Anchor], call_seq: int, facts: PrefixFacts) -> Optional[int]:
+    """This request's total anchored on ``anchor``: its provider total plus the local tokens this request adds.
+
+    None (the plain local estimate stands) unless the anchor is another call of the same model with a provider
+    total, and this request begins with its whole request (the tools, then every message: an edit, a compaction,
+    another tool set do not), and the result is positive.
+    """
+    if anchor is None or anchor.provider_total is None or anchor.call_seq == call_seq or anchor.model != facts.model:
+        return None
+    if not facts.chain.extends(anchor.chain):
+        return None
+    total = anchor.provider_total + facts.local_total - anchor.local_total
+    return total if total > 0 else None
 
 
 _NO_MISS = (0, 0, None)
@@ -176,6 +210,7 @@ class Ledger:
     segments: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
     # Cache misses: the prefix of the call seen last (to compare the next one with), and the stage's sums.
     last_chain: Optional[PrefixChain] = None
+    anchor: Optional[Anchor] = None  # the call the next call's local estimate may be anchored on
     missed_tokens: int = 0
     missed_calls: int = 0
     saving: float = 0.0
@@ -198,6 +233,10 @@ class Ledger:
             shared = chain.common_tokens(last) if chain is not None and last is not None else 0
             if chain is not None:
                 self.last_chain = chain
+            self.anchor = Anchor(call_seq, prefix.chain, prefix.local_total, prefix.model) if prefix is not None else None
+        anchor = self.anchor
+        if anchor is not None and anchor.call_seq == call_seq and snapshot.count_method == _RECONCILED:
+            anchor.provider_total = snapshot.input_tokens  # the provider's number: the next call's may be anchored on it
         new = _contribution(snapshot, parts, shared, prefix)
         if old is None:
             self.calls += 1
@@ -417,6 +456,14 @@ class Ledgers:
             repeated = ledger.repeated(latest) if ledger.segments else snapshot.repeated
             miss = ledger.cache_miss(latest, snapshot)
         return with_stage(snapshot, totals, rows, unused, marker, repeated, miss)
+
+    def anchored(self, stage: tuple[str, str], call_seq: int, facts: Optional[PrefixFacts]) -> Optional[int]:
+        """A call's local total anchored on its stage's previous call (`anchored_total`); None: the plain estimate."""
+        if facts is None:
+            return None
+        with self._lock:
+            ledger = self._ledgers.get(stage)
+            return anchored_total(ledger.anchor, call_seq, facts) if ledger is not None else None
 
     def forecast(self, stage: tuple[str, str], window: Optional[int], threshold_percent: float) -> Optional[Forecast]:
         """The stage's forecast from its calls' latest input tokens (`forecast_from`, as a reader computes it)."""

@@ -3,7 +3,7 @@
    Data comes from the JSON API (/api/v1/...) and, on a run's page, from its event stream
    (/api/v1/runs/{run_id}/events), read with fetch streaming so the bearer token travels as an
    Authorization header (EventSource cannot send one); Last-Event-ID resumes after a drop.
-   Without streaming it polls the JSON API every 2 s. The token is asked for when the API
+   Without streaming it polls the JSON API every second, as the list of runs always does. The token is asked for when the API
    answers 401 and kept in this tab only (memory and sessionStorage), never in a URL.
    Everything shown is set with textContent: ids and source labels are never parsed as HTML. */
 (function () {
@@ -28,7 +28,10 @@
   // Where the server's routes are mounted ("" for cw-middleware serve; an app's path for cw.asgi_app()).
   var ROOT = document.documentElement.getAttribute("data-root") || "";
   var TOP_SOURCES = 8;
-  var POLL_MS = 2000;
+  var POLL_MS = 1000; // the runs list, and a run's page without an event stream: "within a second" (README)
+  var NEAR_FULL_PERCENT = 80; // the warning alert's share of the window, and the forecast's default threshold
+  var FULL_PERCENT = 95; // the critical alert's
+  var BAR_CELLS = 50; // `show`'s bar (render.py's BAR_WIDTH): a category under one cell is named beside it
   var STORAGE_KEY = "cw-middleware-token";
   var fmt = window.cwFormat;
 
@@ -39,7 +42,7 @@
     runId: null, stages: {}, order: [], windows: {}, timelines: {}, selected: null,
     lastEventId: null, abort: null, pollTimer: null, streamFailures: 0, updates: 0,
     picked: false, histories: {}, historyKeys: {}, historyLoading: {}, showAllSources: false, retryTimer: null,
-    summaries: {}, runs: []
+    summaries: {}, runs: [], runsKey: null
   };
   var parts = window.cwUsage; // usage.js: tools, totals, cost and cache cells, the stage over time
   var SUMMARIZED_RUNS = 20; // the runs list asks for the summary (model, peak, tokens, cost) of the newest ones
@@ -51,6 +54,14 @@
     Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
     if (text !== undefined && text !== null) node.textContent = String(text);
     return node;
+  }
+
+  function every() { return "every " + fmt.general(POLL_MS / 1000) + " s"; }
+
+  // A time from the API: local time with its zone written out, the ISO time in its title and datetime.
+  function timeEl(iso) {
+    if (!iso) return document.createTextNode("?");
+    return el("time", { datetime: iso, title: iso }, fmt.time(iso));
   }
 
   function setConn(kind, text) {
@@ -130,7 +141,7 @@
     var load = function () {
       api("/api/v1/runs").then(function (body) {
         notice("");
-        setConn("polling", "updated every 2 s");
+        setConn("polling", "updated " + every());
         renderRuns(body.runs);
         markUpdated();
       }).catch(failed);
@@ -141,10 +152,21 @@
 
   function renderRuns(runs) {
     state.runs = runs;
+    runs.forEach(function (r, i) {
+      var known = state.summaries[r.run_id];
+      if (i < SUMMARIZED_RUNS && (!known || known.seen !== r.last_seen_at) && !(known && known.loading)) summarize(r);
+    });
+    // Asked every second: redrawn only when something changed, so a focused link keeps its focus.
+    var key = JSON.stringify(runs) + JSON.stringify(runs.map(function (r) {
+      var known = state.summaries[r.run_id];
+      return known && known.report ? known.seen : null;
+    }));
+    if (key === state.runsKey) return;
+    state.runsKey = key;
     var tbody = $("runs-table").querySelector("tbody");
     tbody.textContent = "";
     $("runs-empty").hidden = runs.length > 0;
-    runs.forEach(function (r, i) {
+    runs.forEach(function (r) {
       var tr = el("tr", { "data-run": r.run_id });
       var td = el("td");
       td.appendChild(el("a", { href: ROOT + "/runs/" + encodeURIComponent(r.run_id) }, r.run_id));
@@ -160,9 +182,10 @@
         t && t.peak_usage_percent !== null ? fmt.fixed1(t.peak_usage_percent) + "%" : ""));
       tr.appendChild(el("td", { "class": "num", "data-field": "latest" }, latest ? fmt.tokens(latest.input_tokens) : ""));
       tr.appendChild(el("td", { "class": "num", "data-field": "cost" }, t ? fmt.usd(t.input_cost) : ""));
-      tr.appendChild(el("td", {}, r.last_seen_at ? new Date(r.last_seen_at).toLocaleString() : "?"));
+      var seen = el("td", { "data-field": "last_seen" });
+      seen.appendChild(timeEl(r.last_seen_at));
+      tr.appendChild(seen);
       tbody.appendChild(tr);
-      if (i < SUMMARIZED_RUNS && (!known || known.seen !== r.last_seen_at) && !(known && known.loading)) summarize(r);
     });
   }
 
@@ -294,6 +317,7 @@
     var id = state.selected;
     var w = id ? state.windows[id] : null;
     box.textContent = "";
+    delete box.dataset.fill;
     if (!w) {
       box.appendChild(el("p", { "class": "empty" }, id ? "Waiting for this stage's first snapshot." : "No stages yet."));
       return;
@@ -316,6 +340,19 @@
     usage.appendChild(document.createTextNode(windowSize
       ? " / " + fmt.tokens(windowSize) + " tokens (" + fmt.percent(total, windowSize) + ")" : " tokens (window unknown)"));
     box.appendChild(usage);
+    // At or above the forecast's threshold (the warning alert's 80% unless set otherwise): near full; at 95%: full.
+    var threshold = w.forecast && w.forecast.threshold_percent ? w.forecast.threshold_percent : NEAR_FULL_PERCENT;
+    var used = windowSize ? 100 * total / windowSize : null;
+    var fill = used === null ? null : used >= FULL_PERCENT ? "full" : used >= threshold ? "near-full" : null;
+    if (fill) {
+      box.dataset.fill = fill;
+      var fillNote = el("p", { "class": "fill-state " + fill });
+      fillNote.appendChild(el("strong", { "class": "fill-badge", "data-field": "fill" }, fill === "full" ? "full" : "near full"));
+      fillNote.appendChild(document.createTextNode(fill === "full"
+        ? " at or above " + FULL_PERCENT + "% of the window: the next requests may be truncated or refused."
+        : " at or above " + fmt.general(threshold) + "% of the window, the forecast's threshold."));
+      box.appendChild(fillNote);
+    }
 
     var tokens = {};
     (w.breakdown || []).forEach(function (b) { tokens[b.category] = b.tokens; });
@@ -324,7 +361,8 @@
       return LABEL[c] + " " + fmt.tokens(tokens[c]) + " tokens";
     });
     if (windowSize) description.push("free space " + fmt.tokens(Math.max(windowSize - total, 0)) + " tokens");
-    var bar = el("div", { "class": "bar", role: "img", "aria-label": "Context window: " + description.join(", ") });
+    var bar = el("div", { "class": "bar window", role: "img", "aria-label": "Context window: " + description.join(", ") +
+      (fill ? "; " + (fill === "full" ? "full" : "near full") : "") });
     CATEGORIES.forEach(function (c) {
       if (!tokens[c]) return;
       var seg = el("span", { "data-category": c, title: LABEL[c] + ": " + fmt.tokens(tokens[c]) + " tokens" });
@@ -338,21 +376,49 @@
       free.style.width = (100 * (windowSize - total) / scale) + "%";
       bar.appendChild(free);
     }
+    var legend = null;
     if (windowSize) {
-      // The alert rules' 80% and 95%, and where the window ends when the request does not fit in it.
-      [0.8, 0.95].forEach(function (f) {
-        var mark = el("i", { "class": "mark", "data-mark": String(Math.round(f * 100)), title: Math.round(f * 100) + "% of the window" });
-        mark.style.left = (100 * f * windowSize / scale) + "%";
+      // The alert rules' 80% and 95%, the forecast's threshold (on the 80% mark unless set elsewhere), and where
+      // the window ends when the request does not fit in it; a legend under the bar names each.
+      var marks = [
+        { at: NEAR_FULL_PERCENT, key: String(NEAR_FULL_PERCENT), text: NEAR_FULL_PERCENT + "%: the warning alert" },
+        { at: FULL_PERCENT, key: String(FULL_PERCENT), text: FULL_PERCENT + "%: the critical alert" }
+      ];
+      if (w.forecast) {
+        var same = marks.filter(function (m) { return m.at === threshold; })[0];
+        if (same) { same.text += " and the forecast's threshold"; same.threshold = true; }
+        else marks.push({ at: threshold, key: "threshold", text: fmt.general(threshold) + "%: the forecast's threshold", threshold: true });
+      }
+      legend = el("p", { "class": "legend", "data-field": "legend" });
+      marks.forEach(function (m) {
+        var mark = el("i", { "class": "mark" + (m.threshold ? " threshold" : ""), "data-mark": m.key, title: m.text });
+        mark.style.left = (m.at * windowSize / scale) + "%";
         bar.appendChild(mark);
+        var item = el("span", { "class": "legend-item" });
+        item.appendChild(el("i", { "class": "key", "data-mark": m.key, "aria-hidden": "true" }));
+        item.appendChild(document.createTextNode(m.text));
+        legend.appendChild(item);
       });
       if (total > windowSize) {
         var end = el("i", { "class": "mark window-end", "data-mark": "end", title: "The window ends here" });
         end.style.left = (100 * windowSize / scale) + "%";
         bar.appendChild(end);
+        var endItem = el("span", { "class": "legend-item" });
+        endItem.appendChild(el("i", { "class": "key", "data-mark": "end", "aria-hidden": "true" }));
+        endItem.appendChild(document.createTextNode("where the window ends"));
+        legend.appendChild(endItem);
       }
     }
     box.appendChild(el("p", { "class": "meta" }, "The window, to scale:"));
     box.appendChild(bar);
+    var small = tooSmall(tokens, scale);
+    if (small.length) {
+      box.appendChild(el("p", { "class": "meta too-small", "data-field": "too-small", "data-categories": small.join(" ") },
+        "Also in the window, too small to draw (under one cell, " + (100 / BAR_CELLS) + "% of the bar, each): " +
+        small.map(function (c) { return GLYPH[c] + " " + LABEL[c] + " " + fmt.tokens(tokens[c]); }).join(", ") + " tokens."));
+    }
+    if (legend) box.appendChild(legend);
+    if (w.forecast) box.appendChild(el("p", { "class": "forecast", "data-field": "forecast" }, forecastLine(w.forecast)));
     // The same tokens as shares of the input: readable when the request fills a sliver of a large window.
     var mix = el("div", { "class": "bar", role: "img", "aria-label": "Input by category: " + CATEGORIES.filter(function (c) {
       return tokens[c];
@@ -410,12 +476,19 @@
       tbody.appendChild(tr);
     }
     table.appendChild(tbody);
-    box.appendChild(table);
+    var scroll = el("div", { "class": "scroll", tabindex: "0", role: "region", "aria-label": "Tokens per category" });
+    scroll.appendChild(table);
+    box.appendChild(scroll);
+    renderSuggestions(box, w);
 
     var meta = el("p", { "class": "meta", "data-field": "count_method" });
     meta.textContent = (METHOD[w.count_method] || w.count_method || "") + " " +
-      (w.staleness === "live" ? "The stage is still running." : "The stage has ended; this is its last snapshot.") +
-      (w.generated_at ? " Taken " + new Date(w.generated_at).toLocaleString() + "." : "");
+      (w.staleness === "live" ? "The stage is still running." : "The stage has ended; this is its last snapshot.");
+    if (w.generated_at) {
+      meta.appendChild(document.createTextNode(" Taken "));
+      meta.appendChild(timeEl(w.generated_at));
+      meta.appendChild(document.createTextNode("."));
+    }
     box.appendChild(meta);
 
     if (w.details && w.details.length) {
@@ -449,6 +522,52 @@
     if (state.histories[id]) parts.timeline(box, state.histories[id], windowSize);
     else renderTimeline(box, id);
     loadHistory(id, w);
+  }
+
+  // `show`'s bar (render.py's _bar): largest-remainder cells out of BAR_CELLS, no category promoted to a cell it has
+  // not earned; the categories with tokens that got none, in the categories' order.
+  function tooSmall(tokens, scale) {
+    var raw = {}, cells = {}, sum = 0;
+    CATEGORIES.forEach(function (c) {
+      raw[c] = BAR_CELLS * (tokens[c] || 0) / scale;
+      cells[c] = Math.floor(raw[c]);
+      sum += tokens[c] || 0;
+    });
+    var used = Math.min(BAR_CELLS, roundHalfEven(BAR_CELLS * sum / scale));
+    var given = CATEGORIES.reduce(function (n, c) { return n + cells[c]; }, 0);
+    CATEGORIES.slice().sort(function (a, b) { return (raw[b] - cells[b]) - (raw[a] - cells[a]); }).some(function (c) {
+      if (given >= used) return true;
+      if (raw[c] > cells[c]) { cells[c] += 1; given += 1; }
+      return false;
+    });
+    return CATEGORIES.filter(function (c) { return (tokens[c] || 0) > 0 && cells[c] === 0; });
+  }
+
+  function roundHalfEven(x) {
+    var r = Math.round(x);
+    return Math.abs(x % 1) === 0.5 ? 2 * Math.round(x / 2) : r;
+  }
+
+  // The forecast as `show` prints it (render_usage.py's forecast_line).
+  function forecastLine(f) {
+    if (f.calls_until_threshold === null || f.calls_until_threshold === undefined) {
+      return "Forecast: not growing over its last " + f.basis_calls + " calls";
+    }
+    var when = f.calls_until_threshold === 0 ? "at the threshold now"
+      : "≈" + f.calls_until_threshold + " call(s) to " + fmt.general(f.threshold_percent) + "%";
+    return "Forecast: +" + fmt.tokens(f.growth_per_call_tokens) + " tokens a call (last " + f.basis_calls + " calls): " +
+      when + ", ≈" + f.calls_until_full + " to a full window";
+  }
+
+  // What the stage's answer says to cut, largest saving first, under the rows they concern.
+  function renderSuggestions(box, w) {
+    if (!w.suggestions || !w.suggestions.length) return;
+    box.appendChild(el("h4", {}, "Suggestions (largest saving first)"));
+    var ul = el("ul", { "class": "suggestions", "data-field": "suggestions" });
+    w.suggestions.forEach(function (x) {
+      ul.appendChild(el("li", { "data-kind": x.kind, "data-target": x.target }, x.message));
+    });
+    box.appendChild(ul);
   }
 
   // The stage's whole history (GET .../history), asked for again when the stage has a newer snapshot.
@@ -546,7 +665,7 @@
         if (!r.ok || !r.body) { var e = new Error("HTTP " + r.status); e.status = r.status; throw e; }
         state.streamFailures = 0;
         stopPolling();
-        setConn("live", "live");
+        setConn("streaming", "streaming");
         var reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
         var buffer = "";
         function pump() {
@@ -575,7 +694,7 @@
 
   function startPolling() {
     if (state.pollTimer) return;
-    setConn("polling", "polling every 2 s (no event stream)");
+    setConn("polling", "polling " + every() + " (no event stream)");
     var tick = function () {
       api("/api/v1/runs/" + encodeURIComponent(state.runId) + "/stages").then(function (body) {
         body.stages.forEach(function (s) { onStage(s, false); });

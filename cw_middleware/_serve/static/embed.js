@@ -74,8 +74,10 @@
   }
   function usd(v) {
     if (v === null || v === undefined) return "-";
+    if (v === 0) return "$0";
     if (v >= 1) return "$" + v.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
-    return "$" + v.toFixed(v >= 0.0001 || v === 0 ? 4 : 6);
+    if (v >= 0.0001) return "$" + v.toFixed(4);
+    return "$" + v.toFixed(1 - Math.floor(Math.log10(v)));
   }
 
   function el(tag, attrs, text) {

@@ -37,13 +37,15 @@
       var name = el("th", { scope: "row" }, row.folded ? "+" + row.folded + " more tools" : row.name);
       if (unused) name.appendChild(el("span", { "class": "badge unused-badge", "data-field": "unused-mark" }, "unused"));
       tr.appendChild(name);
-      tr.appendChild(el("td", { "class": "num" }, row.folded ? "" : (row.category || "") + " · " + (row.source || "")));
+      tr.appendChild(el("td", { "class": "num source" }, row.folded ? "" : (row.category || "") + " · " + (row.source || "")));
       tr.appendChild(el("td", { "class": "num", "data-tokens": row.definition_tokens }, fmt.tokens(row.definition_tokens)));
       tr.appendChild(el("td", { "class": "num", "data-tokens": row.result_tokens }, fmt.tokens(row.result_tokens)));
       tr.appendChild(el("td", { "class": "num", "data-invocations": row.invocations }, row.invocations + "×"));
       t.body.appendChild(tr);
     });
-    box.appendChild(t.table);
+    var scroll = el("div", { "class": "scroll", tabindex: "0", role: "region", "aria-label": "Tokens per tool" });
+    scroll.appendChild(t.table);
+    box.appendChild(scroll);
     var unused = w.unused_tools || [];
     if (unused.length) {
       var each = 0, over = 0, requests = 0;
@@ -105,8 +107,9 @@
     wrap.appendChild(el("h4", {}, "The stage over time: input tokens per call (" + points.length + ")"));
     var max = Math.max.apply(null, points.map(function (p) { return p.input_tokens || 0; })) || 1;
     var top = windowSize && max >= windowSize / 4 ? Math.max(windowSize, max) : max;
-    var width = 480, height = 140, left = 48, bottom = 22, plot = height - bottom - 4;
-    var slot = (width - left) / Math.max(points.length, 10);
+    // right: room for the last "call N" label, centred under its bar
+    var width = 480, height = 140, left = 48, right = 24, bottom = 22, plot = height - bottom - 4;
+    var slot = (width - left - right) / Math.max(points.length, 10);
     var svg = document.createElementNS(NS, "svg");
     svg.setAttribute("viewBox", "0 0 " + width + " " + height);
     svg.setAttribute("role", "img");
@@ -130,11 +133,11 @@
     }
     var y = function (v) { return 4 + plot - plot * v / top; };
     line(left, 4, left, 4 + plot, "axis");
-    line(left, 4 + plot, width, 4 + plot, "axis");
+    line(left, 4 + plot, width - right, 4 + plot, "axis");
     text(left - 4, y(top) + 4, fmt.tokens(top), "tick", "end");
     text(left - 4, y(0), "0", "tick", "end");
     if (windowSize && top >= windowSize) {
-      [0.8, 0.95].forEach(function (f) { line(left, y(f * windowSize), width, y(f * windowSize), "mark mark-" + Math.round(f * 100)); });
+      [0.8, 0.95].forEach(function (f) { line(left, y(f * windowSize), width - right, y(f * windowSize), "mark mark-" + Math.round(f * 100)); });
     }
     points.forEach(function (p, i) {
       var h = Math.max(1, plot * (p.input_tokens || 0) / top);
@@ -156,8 +159,9 @@
         m.appendChild(mt);
       }
     });
-    text(left, height - 6, "call 1", "tick", "start");
-    text(width, height - 6, "call " + points.length, "tick", "end");
+    // The first and the last call, each label centred under its bar.
+    text(left + slot / 2, height - 6, "call 1", "tick", "middle");
+    if (points.length > 1) text(left + (points.length - 1) * slot + slot / 2, height - 6, "call " + points.length, "tick", "middle");
     wrap.appendChild(svg);
     var compactions = points.filter(function (p) { return p.compaction; }).length;
     if (compactions) wrap.appendChild(el("p", { "class": "meta", "data-field": "compactions" }, compactions + " compaction(s): dashed lines, where a request carried less conversation than the one before."));
