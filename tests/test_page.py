@@ -406,6 +406,40 @@ def test_a_cost_is_never_written_as_zeros_four_decimals_or_cents():
     ]
 
 
+@pytest.mark.system
+def test_the_run_page_shows_sub_agents_as_a_tree(written, browser):
+    """Issue 39 item 3 on the page: a sub-agent's stage sits under its parent in the stage list (indented, marked),
+    its view names its parent and the parent's its sub-agents, each a button to that stage."""
+    agent, backend = written
+    with cw.stage(RUN, "review@1"):
+        with cw.stage(RUN, "subagent@1"):
+            cw.completion(model="gpt-4o", messages=[{"role": "user", "content": f"look it up {CANARY}"}], mock_response="ok")
+    agent.runtime.flush(5.0)
+    server = Serve(backend)
+    try:
+        browser.get(f"{server.url}/runs/{RUN}#stage=subagent%401")
+        _wait(browser, lambda d: (_shown(d) or {}).get("stage") == "Stage subagent@1")
+        rows = browser.execute_script(
+            """return [...document.querySelectorAll('#stages li')].map((li) =>
+                 [li.querySelector('button').dataset.stage, Number(li.dataset.depth), li.getBoundingClientRect().left,
+                  li.querySelector('button').getBoundingClientRect().left]);"""
+        )
+        order = [r[0] for r in rows]
+        assert order.index("subagent@1") == order.index("review@1") + 1, order
+        depth = {r[0]: r for r in rows}
+        assert depth["subagent@1"][1] == 1 and depth["review@1"][1] == 0
+        assert depth["subagent@1"][3] > depth["review@1"][3]  # indented under its parent
+        family = browser.find_element("css selector", "[data-field=family]").text
+        assert family == "Sub-agent of review@1"
+        browser.find_element("css selector", "[data-field=family] button[data-stage='review@1']").click()
+        _wait(browser, lambda d: (_shown(d) or {}).get("stage") == "Stage review@1")
+        assert browser.find_element("css selector", "[data-field=family]").text == "Sub-agents: subagent@1"
+        api = server.api(f"/api/v1/runs/{RUN}/stages/review@1/context-window")
+        assert api["child_stage_ids"] == ["subagent@1"]
+    finally:
+        server.stop()
+
+
 class HostPage:
     """Another origin: a plain HTTP server on a port of its own whose one page embeds the element from serve."""
 

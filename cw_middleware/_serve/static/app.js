@@ -286,24 +286,72 @@
     return "/api/v1/runs/" + encodeURIComponent(state.runId) + "/stages/" + encodeURIComponent(id) + "/context-window";
   }
 
+  // The run as a tree: each stage followed by its sub-agents' stages (a stage names its parent), in the listing's order.
+  function treeOrder() {
+    var out = [], placed = {};
+    function place(id, depth) {
+      if (placed[id]) return;
+      placed[id] = true;
+      out.push({ id: id, depth: depth });
+      state.order.forEach(function (child) {
+        if (state.stages[child].parent_stage_id === id) place(child, depth + 1);
+      });
+    }
+    state.order.forEach(function (id) {
+      var parent = state.stages[id].parent_stage_id;
+      if (!parent || !(parent in state.stages)) place(id, 0);
+    });
+    state.order.forEach(function (id) { place(id, 0); }); // a cycle of parents: at the top, once
+    return out;
+  }
+
+  // A sub-agent's parent and a parent's sub-agents, each a button that selects that stage.
+  function renderFamily(box, w) {
+    var parent = w.parent_stage_id, children = w.child_stage_ids || [];
+    if (!parent && !children.length) return;
+    var p = el("p", { "class": "family", "data-field": "family" });
+    function link(id) {
+      var b = el("button", { type: "button", "class": "linkish", "data-stage": id }, id);
+      b.addEventListener("click", function () { select(id, false); });
+      return b;
+    }
+    if (parent) {
+      p.appendChild(document.createTextNode("Sub-agent of "));
+      p.appendChild(link(parent));
+      if (children.length) p.appendChild(document.createTextNode(". "));
+    }
+    if (children.length) {
+      p.appendChild(document.createTextNode("Sub-agents: "));
+      children.forEach(function (id, k) {
+        if (k) p.appendChild(document.createTextNode(", "));
+        p.appendChild(link(id));
+      });
+    }
+    box.appendChild(p);
+  }
+
   function renderStages(focusSelected) {
     if (!state.selected) state.selected = defaultStage();
     var ul = $("stages");
     ul.textContent = "";
-    state.order.forEach(function (id, i) {
+    var rows = treeOrder();
+    rows.forEach(function (row, i) {
+      var id = row.id;
       var s = state.stages[id];
-      var li = el("li");
+      var li = el("li", { "data-depth": String(row.depth) });
+      li.style.paddingLeft = Math.min(row.depth, 6) + "rem";
       var b = el("button", { type: "button", "data-stage": id, "aria-current": id === state.selected ? "true" : "false" });
-      b.appendChild(el("span", { "class": "id" }, id));
+      if (row.depth) b.setAttribute("aria-description", "sub-agent of " + s.parent_stage_id);
+      b.appendChild(el("span", { "class": "id" }, (row.depth ? "↳ " : "") + id));
       b.appendChild(el("span", { "class": "badge " + s.staleness }, s.staleness + (s.kind && s.kind !== "agent" ? " · " + s.kind : "")));
       b.addEventListener("click", function () { select(id); });
       b.addEventListener("keydown", function (event) {
         var step = { ArrowDown: 1, ArrowUp: -1 }[event.key];
         if (event.key === "Home") step = -i;
-        if (event.key === "End") step = state.order.length - 1 - i;
+        if (event.key === "End") step = rows.length - 1 - i;
         if (step === undefined) return;
         event.preventDefault();
-        var next = state.order[Math.max(0, Math.min(state.order.length - 1, i + step))];
+        var next = rows[Math.max(0, Math.min(rows.length - 1, i + step))].id;
         select(next, true);
       });
       li.appendChild(b);
@@ -323,6 +371,7 @@
       return;
     }
     box.appendChild(el("h3", {}, "Stage " + id));
+    renderFamily(box, w);
     if (!w.available) {
       box.appendChild(el("p", { "class": "empty", "data-field": "unavailable" },
         "No context-window data: " + (REASON[w.unavailable_reason] || w.unavailable_reason || "unavailable") + "."));
