@@ -31,7 +31,7 @@ from embedded_helpers import embedded_runtime
 from servers import require_binary
 
 import cw_middleware as cw
-from cw_middleware._formats import format_percent, format_tokens
+from cw_middleware._formats import format_percent, format_tokens, format_usd
 
 CANARY = "CANARY-page-91d2e7"
 RUN = "run-page-1"
@@ -433,9 +433,15 @@ def test_the_run_page_shows_sub_agents_as_a_tree(written, browser):
         assert family == "Sub-agent of review@1"
         browser.find_element("css selector", "[data-field=family] button[data-stage='review@1']").click()
         _wait(browser, lambda d: (_shown(d) or {}).get("stage") == "Stage review@1")
-        assert browser.find_element("css selector", "[data-field=family]").text == "Sub-agents: subagent@1"
         api = server.api(f"/api/v1/runs/{RUN}/stages/review@1/context-window")
         assert api["child_stage_ids"] == ["subagent@1"]
+        rolled = next(r for r in server.api(f"/api/v1/runs/{RUN}/summary")["stages"] if r["stage_id"] == "review@1")["rolled_up"]
+        expected = (
+            f"Sub-agents: subagent@1. With them: {rolled['calls']} call(s), {format_tokens(rolled['input_tokens'])} "
+            f"input tokens, {format_usd(rolled['input_cost'])} input"
+        )
+        _wait(browser, lambda d: d.find_element("css selector", "[data-field=family]").text == expected, what="the roll-up")
+        assert rolled["calls"] == 2  # review@1's own call and its sub-agent's
     finally:
         server.stop()
 

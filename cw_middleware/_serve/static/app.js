@@ -326,6 +326,17 @@
         if (k) p.appendChild(document.createTextNode(", "));
         p.appendChild(link(id));
       });
+      // The stage with its sub-agents' calls rolled up, as the run's summary (and `cw-middleware summary`) has it.
+      var rolled = el("span", { "data-field": "rolled_up" });
+      p.appendChild(rolled);
+      var stageId = w.stage_id, runId = state.runId;
+      api("/api/v1/runs/" + encodeURIComponent(runId) + "/summary").then(function (report) {
+        var row = (report.stages || []).filter(function (r) { return r.stage_id === stageId; })[0];
+        var t = row && row.rolled_up;
+        if (!t || state.runId !== runId) return;
+        rolled.textContent = ". With them: " + t.calls + " call(s), " + fmt.tokens(t.input_tokens || 0) + " input tokens, " +
+          fmt.usd(t.input_cost) + " input";
+      }).catch(function () { /* the stage's own numbers stand */ });
     }
     box.appendChild(p);
   }
