@@ -39,7 +39,7 @@ from .._contract import (  # noqa: F401 - re-exported
     suggestions_from,
     validate_id,
 )
-from .._errors import ConfigError, NotFound
+from .._errors import BackendError, ConfigError, NotFound
 from .fold import DEFAULT_HISTORY, MAX_HISTORY, Missing, RunSummary, StageSummary
 from .options import BackendURL, ReaderOptions, parse_backend_url, redact, resolve_options
 from .summary import run_report
@@ -102,8 +102,16 @@ class Reader:
         return self._with_family(run_id, stage_id, self._derived(run_id, stage_id, answer))
 
     def _with_family(self, run_id: str, stage_id: str, answer: StageContextWindow) -> StageContextWindow:
-        """The answer with its place in the run's tree: its parent stage and the stages started from it."""
-        listing = self.backend.stages(run_id) or []
+        """The answer with its place in the run's tree: its parent stage and the stages started from it.
+
+        Metrics keep no parents (a backend with ``keeps_every_call = False``); a listing that fails leaves the
+        answer as it is: the tree is never why a stage's window cannot be read."""
+        if not getattr(self.backend, "keeps_every_call", True):
+            return answer
+        try:
+            listing = self.backend.stages(run_id) or []
+        except BackendError:
+            return answer
         parent = next((s.parent_stage_id for s in listing if s.stage_id == stage_id), None)
         children = [s.stage_id for s in listing if s.parent_stage_id == stage_id]
         if parent is None and not children:
