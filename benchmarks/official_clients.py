@@ -1,0 +1,193 @@
+"""The official clients observed, in one process: ``cw.wrap(client)`` against the bare client, call by call (issue 38).
+
+    python benchmarks/official_clients.py [--calls 30] [--turns 25,200]
+
+Each client talks to an httpx ``MockTransport`` that answers in the provider's documented format
+(no server, no network), so what is measured is the client plus what observes it. For each client
+(openai's ``chat.completions.create``, anthropic's ``messages.create``) and each size (the agent
+conversation of benchmarks/conversation.py at turn 25, ~13k tokens, and 200, ~97k, with 30 tools),
+the bare client and the wrapped one take turns, call by call, in an order that alternates; each call
+gets fresh message dicts, as an agent sends them. A call's cost is the process's CPU time (every
+thread's: ``time.process_time``) from before the call until cw's background work for it is done
+(its call end, background estimates and exports settled, untimed otherwise), so work moved off the
+caller's thread is counted, not hidden. Reported: the median CPU of each, their ratio, and the
+milliseconds added; the load average beside it. cw runs its defaults (the embedded file export)
+except ``provider_count="never"``: a provider count would ask the real provider's API.
+
+The peers (OTel contrib openai-v2, OpenLLMetry, OpenInference) patch the client classes for the whole
+process; run them through ``--peer MODULE:CLASS`` where installed (e.g.
+``opentelemetry.instrumentation.openai_v2:OpenAIInstrumentor``): the instrumentor is switched on for
+its calls and off for the bare ones, untimed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import cw_middleware as cw  # noqa: E402
+from benchmarks.conversation import make_tools, make_turns, request_at  # noqa: E402
+from cw_middleware._capture.runtime import get_runtime  # noqa: E402
+
+OPENAI_BODY = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "gpt-4o-2024-08-06",
+    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "done"}}],
+    "usage": {"prompt_tokens": 1000, "completion_tokens": 1, "total_tokens": 1001},
+}
+ANTHROPIC_BODY = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-sonnet-4-5",
+    "content": [{"type": "text", "text": "done"}],
+    "stop_reason": "end_turn",
+    "stop_sequence": None,
+    "usage": {"input_tokens": 1000, "output_tokens": 1},
+}
+
+
+def _mock(sdk: str, body: dict[str, Any]) -> Any:
+    """An HTTP client of the library the SDK uses (httpx, or httpx2 in its newer releases) on a MockTransport."""
+    base = importlib.import_module(f"{sdk}._base_client")
+    http = getattr(base, "httpx2", None) or base.httpx
+    return http.Client(transport=http.MockTransport(lambda request: http.Response(200, json=body)))
+
+
+def anthropic_request(system: str, turns: list[list[dict[str, Any]]], upto: int, tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """The same conversation in Anthropic's Messages form: tool calls as tool_use blocks, results as tool_result."""
+    messages: list[dict[str, Any]] = []
+    for m in request_at(system, turns, upto)[1:]:
+        if m["role"] == "tool":
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}
+            messages.append({"role": "user", "content": [block]})
+        elif m.get("tool_calls"):
+            uses = []
+            for c in m["tool_calls"]:
+                fn = c["function"]
+                uses.append({"type": "tool_use", "id": c["id"], "name": fn["name"], "input": json.loads(fn["arguments"])})
+            messages.append({"role": "assistant", "content": uses})
+        else:
+            messages.append({"role": m["role"], "content": m["content"]})
+    merged: list[dict[str, Any]] = []
+    for m in messages:  # Anthropic alternates roles: consecutive turns of one role become one
+        if merged and merged[-1]["role"] == m["role"]:
+            as_blocks = [c if isinstance(c, dict) else {"type": "text", "text": c} for c in (merged[-1]["content"], m["content"])]
+            merged[-1]["content"] = [b for part in as_blocks for b in (part if isinstance(part, list) else [part])]
+        else:
+            merged.append(m)
+    anthropic_tools = [
+        {"name": t["function"]["name"], "description": t["function"]["description"], "input_schema": t["function"]["parameters"]}
+        for t in tools
+    ]
+    return {"model": "claude-sonnet-4-5", "max_tokens": 64, "system": system, "messages": merged, "tools": anthropic_tools}
+
+
+def _settle() -> None:
+    """cw's work for the calls so far, done: its call ends, background estimates, and the export of their spans."""
+    runtime = get_runtime()
+    if runtime.call_ends is not None:
+        runtime.call_ends.wait_idle(10.0)
+    runtime.background_estimates.wait_idle(10.0)
+
+
+def interleaved(
+    variants: dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]], Callable[[bool], None]]], calls: int
+) -> dict[str, list[float]]:
+    """Per variant, the CPU milliseconds of each call (all threads, background work included), variants alternating."""
+    out: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for i in range(calls + 2):
+        for name in names if i % 2 else list(reversed(names)):
+            call, request, switch = variants[name]
+            switch(True)
+            kwargs = request()
+            gc.collect()
+            start = time.process_time()
+            call(**kwargs)
+            _settle()
+            spent = time.process_time() - start
+            switch(False)
+            if i >= 2:  # the first calls load the tokenizer, warm imports and connections
+                out[name].append(1000 * spent)
+    return out
+
+
+def _peer(spec: Optional[str]) -> Callable[[bool], None]:
+    if not spec:
+        return lambda on: None
+    module, _, name = spec.partition(":")
+    instrumentor = getattr(importlib.import_module(module), name)()
+
+    def switch(on: bool) -> None:
+        (instrumentor.instrument if on else instrumentor.uninstrument)()
+
+    return switch
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=30)
+    parser.add_argument("--turns", default="25,200", help="conversation sizes: turns of benchmarks/conversation.py")
+    parser.add_argument("--peer", help="an instrumentor MODULE:CLASS to run as a third variant (installed beside cw)")
+    args = parser.parse_args()
+    import anthropic
+    import openai
+
+    export = Path(tempfile.mkdtemp()) / "telemetry.jsonl"
+    cw.configure(export=f"file:{export}", provider_count="never")
+    system, turns = make_turns(200)
+    tools = make_tools()
+    off = _peer(None)
+    peer = _peer(args.peer)
+    oa_bare = openai.OpenAI(
+        api_key="sk-bench", base_url="http://mock.invalid/v1", http_client=_mock("openai", OPENAI_BODY), max_retries=0
+    )
+    an_bare = anthropic.Anthropic(
+        api_key="sk-bench", base_url="http://mock.invalid", http_client=_mock("anthropic", ANTHROPIC_BODY), max_retries=0
+    )
+    oa_cw, an_cw = cw.wrap(oa_bare), cw.wrap(an_bare)
+    print(f"load average {os.getloadavg()[0]:.1f}, {args.calls} calls a variant, CPU of all threads per call (ms)")
+    for upto in (int(t) for t in args.turns.split(",")):
+
+        def oa_request(upto: int = upto) -> dict[str, Any]:
+            return {"model": "gpt-4o", "messages": request_at(system, turns, upto), "tools": tools}
+
+        def an_request(upto: int = upto) -> dict[str, Any]:
+            return anthropic_request(system, turns, upto, tools)
+
+        tokens = cw.estimate(model="gpt-4o", messages=request_at(system, turns, upto), tools=tools).input_tokens
+        for client, bare, observed, request in (
+            ("openai", oa_bare.chat.completions.create, oa_cw.chat.completions.create, oa_request),
+            ("anthropic", an_bare.messages.create, an_cw.messages.create, an_request),
+        ):
+            variants = {"bare": (bare, request, off), "cw": (observed, request, off)}
+            if args.peer and client == "openai":
+                variants["peer"] = (bare, request, peer)
+            spent = interleaved(variants, args.calls)
+            base = statistics.median(spent["bare"])
+            line = f"  {client:9} ~{tokens / 1000:5.1f}k tokens: bare {base:7.2f}"
+            for name in [n for n in variants if n != "bare"]:
+                median = statistics.median(spent[name])
+                line += f"  {name} {median:7.2f} ({median / base:.2f}x, +{median - base:.2f} ms)"
+            print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
