@@ -425,13 +425,14 @@ _KIND_WORDS = {
 }
 
 
-def _price(answer: StageContextWindow, category: Optional[Category]) -> Optional[float]:
-    """The stage's own USD a token of a category (its cost over its tokens: cache discounts included)."""
+def _cost(answer: StageContextWindow, category: Optional[Category], tokens: int) -> Optional[float]:
+    """What ``tokens`` of a category cost the stage, at its own USD a token (its cost over its tokens: cache discounts
+    included); None where the stage has no price for it."""
     totals = answer.stage_totals
     got = totals.by_category.get(category) if totals is not None and category is not None else None
     if got is None or got.cost is None or not got.tokens:
         return None
-    return got.cost / got.tokens
+    return round(tokens * got.cost / got.tokens, 10)
 
 
 def _unused_by_source(answer: StageContextWindow) -> list[Suggestion]:
@@ -447,8 +448,7 @@ def _unused_by_source(answer: StageContextWindow) -> list[Suggestion]:
     for source, tools in groups.items():
         per_request = sum(t.definition_tokens for t in tools)
         in_stage = sum(t.stage_definition_tokens for t in tools)
-        price = _price(answer, tools[0].category)
-        cost = round(in_stage * price, 10) if price is not None else None
+        cost = _cost(answer, tools[0].category, in_stage)
         requests = max(t.requests for t in tools)
         of = f" of {defined[source]}" if defined.get(source, 0) >= len(tools) else ""
         advice = "drop the server or defer its tools (tool search)" if source.startswith("mcp:") else "leave them out"
@@ -479,8 +479,7 @@ def _large_results(answer: StageContextWindow) -> list[Suggestion]:
     if share < LARGE_RESULTS_SHARE:
         return []
     calls = max(top.invocations, 1)
-    price = _price(answer, Category.CONVERSATION)
-    cost = round(top.result_tokens * price, 10) if price is not None else None
+    cost = _cost(answer, Category.CONVERSATION, top.result_tokens)
     message = (
         f"{top.name}: its results hold {share:.0%} of the request ({top.result_tokens:,} tokens over {calls} call(s), "
         f"{top.result_tokens // calls:,} each): trim or summarise them before they go back"
@@ -507,8 +506,7 @@ def _repeated(answer: StageContextWindow) -> list[Suggestion]:
     for target, items in groups.items():
         per_request = sum(i.tokens for i in items)
         in_stage = sum(i.stage_tokens for i in items)
-        price = _price(answer, items[0].category)
-        cost = round(in_stage * price, 10) if price is not None else None
+        cost = _cost(answer, items[0].category, in_stage)
         money = f", {format_usd(cost)}" if cost is not None else ""
         requests = max(i.requests for i in items)
         copies = max(i.copies for i in items)
