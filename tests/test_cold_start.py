@@ -234,6 +234,27 @@ def test_the_loader_reads_nothing_while_a_call_is_in_flight():
     assert out == {"read_in_flight": {}, "ready": True, "read": True}
 
 
+def test_the_loader_stops_deferring_once_many_calls_wait_for_it():
+    """A burst of fast calls: each second held back is that many more calls queued (memory) and estimated late."""
+    out = _fresh(
+        """
+        import json, time
+        from cw_middleware._counting.rules import _tiktoken
+        _tiktoken.MAX_HOLD_BACK = 60.0  # the time bound, out of the way: the limit on waiting calls is what is tested
+        with _tiktoken.calls_in_flight():
+            with _tiktoken.without_waiting():
+                for _ in range(64):  # _tiktoken.HOLD_BACK_WAITERS calls, told NotReady
+                    try:
+                        _tiktoken.encoding("o200k_base")
+                    except _tiktoken.NotReady:
+                        pass
+            ready_in_flight = _tiktoken.wait_ready(20.0) and _tiktoken.ready("o200k_base")
+        print(json.dumps({"ready_in_flight": ready_in_flight}))
+        """
+    )
+    assert out == {"ready_in_flight": True}
+
+
 def test_the_background_estimate_worker_keeps_nothing_of_its_last_call(tmp_path):
     """Waiting (up to 30 s) for its next job, the worker held the last one: its call, span and request copies."""
     out = _fresh(

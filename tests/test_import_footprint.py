@@ -50,14 +50,15 @@ calls = sum(1 for s in cw.snapshots() if s.count_method.value == "response_usage
 module_client = type(openai.__dict__.get("_client")).__name__
 print(json.dumps({"litellm": "litellm" in sys.modules, "anthropic": "anthropic" in sys.modules, "calls": calls,
                   "module_client": module_client, "warnings": [r for r in records if "my-local-model" in r],
-                  "report": REPORT}), file=sys.stderr)
+                  "report": REPORT, "httpx": "httpx" in sys.modules, "httpx_with_openai": HTTPX_WITH_OPENAI}),
+      file=sys.stderr)
 """
 
 
 @pytest.mark.parametrize("how", ["instrument", "wrap"])
 def test_an_openai_only_program_loads_no_litellm_and_prints_nothing(how):
     setup = (
-        "import openai\nimport cw_middleware as cw\n"
+        "import openai\nHTTPX_WITH_OPENAI = 'httpx' in sys.modules\nimport cw_middleware as cw\n"
         + ("WRAP = False\nr = cw.instrument()\nREPORT = [list(r.observed), list(r.waiting)]\n" if how == "instrument" else "")
         + ("WRAP = True\nREPORT = None\n" if how == "wrap" else "")
     )
@@ -66,6 +67,9 @@ def test_an_openai_only_program_loads_no_litellm_and_prints_nothing(how):
     assert out["litellm"] is False and out["anthropic"] is False
     assert out["module_client"] == "NoneType", "a lazy module proxy of openai's was evaluated"
     assert len(out["warnings"]) == 1, out["warnings"]  # the unknown model, named once, in cw's logger
+    # openai 3 sends through httpx2 and looks for a loaded httpx on every request (for httpx clients a caller may
+    # pass): cw importing httpx on a worker thread for its provider count failed the caller's call mid-import.
+    assert out["httpx"] == out["httpx_with_openai"], "cw imported an HTTP library the application had not"
     if how == "instrument":
         observed, waiting = out["report"]
         assert "openai.resources.chat.completions.completions.Completions.create" in observed

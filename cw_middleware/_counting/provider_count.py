@@ -20,6 +20,10 @@ A count sends the whole prompt upstream a second time, so the policy that asks
 for one lives in the call (`call.Call`, the ``provider_count`` setting); here, nothing is ever logged
 or reported but status codes and exception type names: response bodies and
 prompts are content.
+
+The HTTP library is the one the application loaded (`http_library`): importing httpx on a worker
+thread while an openai 3 call runs on the caller's can fail that call (openai looks for a loaded
+``httpx``, for clients of it a caller may pass, and may find it half imported).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import hashlib
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -35,7 +40,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
-import httpx
 import msgspec
 
 from .._config import provider_variable
@@ -120,7 +124,7 @@ MAX_COUNT_BODY = 64 * 1024
 def count_tokens(
     target: CountTarget,
     request: Mapping[str, Any],
-    client: httpx.Client,
+    client: Any,
     timeout: Optional[float] = None,
     watchdog: Optional[Worker] = None,
 ) -> int:
@@ -133,6 +137,7 @@ def count_tokens(
     count uses a connection of its own, so the watch sees its socket).
     """
     url, headers, body, field = _endpoint(target, request)
+    http = _library_of(client)  # httpx or httpx2: its exceptions are the client's
     deadline = None if timeout is None else time.monotonic() + timeout
     if deadline is not None and watchdog is None:
         watchdog = Worker("cw-provider-count-watchdog", 1, idle_exit=0.0)
@@ -151,9 +156,9 @@ def count_tokens(
                     raise CountError(WarningCode.PROVIDER_COUNT_TIMEOUT, "deadline")
                 if len(raw) > MAX_COUNT_BODY:
                     raise CountError(WarningCode.PROVIDER_COUNT_FAILED, "response too large")
-    except httpx.TimeoutException as exc:
+    except http.TimeoutException as exc:
         raise CountError(WarningCode.PROVIDER_COUNT_TIMEOUT, type(exc).__name__) from None
-    except httpx.HTTPError as exc:
+    except http.HTTPError as exc:
         code = WarningCode.PROVIDER_COUNT_TIMEOUT if watch.fired else WarningCode.PROVIDER_COUNT_FAILED
         raise CountError(code, type(exc).__name__) from None
     finally:
@@ -167,6 +172,26 @@ def count_tokens(
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
         raise CountError(WarningCode.PROVIDER_COUNT_FAILED, "unexpected response body")
     return tokens
+
+
+def http_library() -> Any:
+    """httpx where the application loaded it; else httpx2 where it loaded that (openai 3 does); else httpx, imported now."""
+    for name in ("httpx", "httpx2"):
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "HTTPError"):  # an import in progress on another thread lacks it yet
+            return module
+    import httpx
+
+    return httpx
+
+
+def _library_of(client: Any) -> Any:
+    """The HTTP library a client (or its base class) comes from."""
+    for klass in type(client).__mro__:
+        module = sys.modules.get(klass.__module__.partition(".")[0])
+        if module is not None and hasattr(module, "HTTPError") and hasattr(module, "TimeoutException"):
+            return module
+    return http_library()
 
 
 class _Watch:
@@ -301,7 +326,7 @@ class ProviderCounter:
     def __init__(
         self,
         timeout: float,
-        client: Optional[httpx.Client] = None,
+        client: Any = None,
         max_queue: int = MAX_QUEUE,
         max_cache: int = MAX_CACHE,
     ) -> None:
@@ -350,7 +375,7 @@ class ProviderCounter:
             return cached
         try:
             if self._client is None:
-                self._client = httpx.Client(timeout=self.timeout)
+                self._client = http_library().Client(timeout=self.timeout)
             outcome: tuple[Optional[int], Optional[WarningCode]] = (
                 count_tokens(target, canonical.plain(), self._client, self.timeout, self._watchdog),
                 None,

@@ -15,7 +15,9 @@ Everything else (`cw.estimate`, the background estimate) waits for the loader. T
 polite: the ranks are parsed in slices with the GIL released between them, and while an LLM
 call is in flight (the wrapper runs each one inside `calls_in_flight()`) it holds back, for at
 most `MAX_HOLD_BACK` seconds, because tiktoken's ``CoreBPE`` build holds the GIL from start to
-end.
+end -- unless `HOLD_BACK_WAITERS` calls already wait for the encoding: then it neither holds back nor
+gives the GIL away between slices, since each second it takes is that many more calls queued
+(memory: a burst of fast calls queued ~3,500 before) and estimated late.
 
 The loader is a one-shot thread per encoding, not a job on the package's `worker.Worker`:
 it is no queue (each encoding loads once per process, and a second encoding asked for
@@ -44,6 +46,7 @@ from ..._offline import encoding_file, encoding_url
 from ..._process import PROCESS
 
 MAX_HOLD_BACK = 1.0  # seconds the loader defers to in-flight calls before it loads anyway
+HOLD_BACK_WAITERS = 64  # calls waiting for an encoding past which its loader no longer defers to calls in flight
 _SLICE_BYTES = 64 * 1024  # of the ranks file parsed per slice (~4k ranks); the GIL is released between slices
 
 
@@ -79,10 +82,10 @@ class _CallsInFlight:
             if self.count == 0:
                 self._idle.notify_all()
 
-    def wait_idle(self, timeout: float) -> None:
-        """Until no call is in flight, or `timeout` seconds (a waiter woken, not one polling the GIL away)."""
+    def wait_idle(self, timeout: float) -> bool:
+        """Until no call is in flight (True), or `timeout` seconds (a waiter woken, not one polling the GIL away)."""
         with self._idle:
-            self._idle.wait_for(lambda: self.count == 0, timeout=max(timeout, 0.0))
+            return self._idle.wait_for(lambda: self.count == 0, timeout=max(timeout, 0.0))
 
     def reset(self) -> None:
         # A child starts with none of its parent's calls, and a lock another thread held at fork time stays held.
@@ -102,6 +105,7 @@ class _Tokenizers:
         self.calls_in_flight = _CallsInFlight()
         self.local = threading.local()  # .no_wait: without_waiting(); .budget: within_budget(); .batch: batched()
         self.batch_counters: dict[str, Callable[[list[str]], list[int]]] = {}  # counter key -> its batch form
+        self.waiters = 0  # calls told `NotReady` (their estimates wait for a loader): the loader's hold-back ends at a limit
 
     def after_fork_in_child(self) -> None:
         """A child forked mid-load has no loader thread, and maybe a held lock: start afresh (loaded ones stay)."""
@@ -109,6 +113,7 @@ class _Tokenizers:
         if self.pid != os.getpid():
             self.lock = threading.Lock()
             self.loading.clear()
+            self.waiters = 0
             self.pid = os.getpid()
 
 
@@ -193,6 +198,7 @@ def prefetch(name: str = "o200k_base") -> None:
         if name in state.encodings or name in state.loading:
             return
         done = state.loading[name] = threading.Event()
+        state.waiters = 0  # the calls that will wait for this load
     thread = threading.Thread(target=_load_into, args=(name, done, True), name=f"cw-tiktoken-{name}", daemon=True)
     thread.start()
 
@@ -214,6 +220,7 @@ def encoding(encoding_name: str) -> Any:
         return enc
     if getattr(state.local, "no_wait", False):
         prefetch(encoding_name)
+        state.waiters += 1  # not under a lock: a count off by a racing call only moves the limit by one
         raise NotReady(encoding_name)
     state = _current()
     with state.lock:
@@ -247,8 +254,12 @@ def _load_into(name: str, done: threading.Event, polite: bool) -> None:
 
 
 def _hold_back(polite: bool, since: float) -> None:
-    if polite:
-        calls_in_flight().wait_idle(MAX_HOLD_BACK - (time.monotonic() - since))
+    """Defer to the calls in flight, at most `MAX_HOLD_BACK` s from ``since`` and while few calls wait to be estimated."""
+    state = _state()
+    while polite and state.waiters < HOLD_BACK_WAITERS:
+        left = MAX_HOLD_BACK - (time.monotonic() - since)
+        if left <= 0 or state.calls_in_flight.wait_idle(min(left, 0.05)):
+            return
 
 
 def _ranks_from_litellm(name: str, polite: bool) -> Callable[..., dict[bytes, int]]:
@@ -276,7 +287,7 @@ def _ranks_from_litellm(name: str, polite: bool) -> Callable[..., dict[bytes, in
                 raise ValueError(f"LiteLLM's copy of {name} is not a .tiktoken file")
             ranks.update(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2])))
             pos = end
-            if polite:
+            if polite and _state().waiters < HOLD_BACK_WAITERS:
                 _hold_back(polite, since)
                 time.sleep(0)  # let the caller's thread have the GIL between slices
         _hold_back(polite, since)  # tiktoken's CoreBPE build comes next: it holds the GIL throughout
