@@ -18,7 +18,7 @@ from embedded_helpers import embedded_runtime
 from gates import HANG_GUARD, eventually, returns_while_held
 
 import cw_middleware as cw
-from cw_middleware._readback import Missing, Reader
+from cw_middleware._readback import Missing, Reader, stop
 from cw_middleware._serve.server import Limits, make_server
 
 
@@ -284,6 +284,58 @@ def test_heavy_queries_are_capped_and_time_boxed_while_healthz_stays_fast(serve)
     assert eventually(lambda: _get(server, "/api/v1/runs")[0] == 200)  # the scans' slots came back
     status, _, body = _get(server, "/api/v1/runs")  # (its headers carry a Date: two answers may straddle a second)
     assert (status, body) == (200, {"runs": []})
+
+
+class _StoppableBackend(_Backend):
+    """A scan that looks, between its lines, whether its request went (as the file reader's loops do)."""
+
+    def runs(self):
+        with self._lock:
+            self.running += 1
+        try:
+            deadline = time.monotonic() + 2 * HANG_GUARD  # past the tests' own waits: only a stop ends it sooner
+            while not self.release.is_set() and time.monotonic() < deadline:
+                stop.check()
+                time.sleep(0.01)
+            return []
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+def test_a_query_past_its_time_box_stops_and_frees_its_slot(serve):
+    backend = _StoppableBackend()
+    server = serve(reader=Reader(backend), max_queries=1, query_wait=0.3, query_timeout=0.8)
+    try:
+        status, headers, body = _get(server, "/api/v1/runs")
+        assert status == 504 and body["error"]["code"] == "query_timeout" and "Retry-After" in headers
+        assert eventually(lambda: backend.running == 0)  # stopped, not released
+        assert not backend.release.is_set()
+        with ThreadPoolExecutor(1) as pool:  # its slot is free again: the next query runs (and is held)
+            again = pool.submit(_get, server, "/api/v1/runs")
+            assert eventually(lambda: backend.running == 1)
+            backend.release.set()
+            assert again.result()[0] == 200
+    finally:
+        backend.release.set()
+
+
+def test_a_query_whose_client_left_stops_and_frees_its_slot(serve):
+    backend = _StoppableBackend()
+    server = serve(reader=Reader(backend), max_queries=1, query_wait=0.3, query_timeout=30)
+    try:
+        with socket.create_connection(server.server_address[:2], timeout=5) as sock:
+            sock.sendall(b"GET /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert eventually(lambda: backend.running == 1)
+        assert eventually(lambda: backend.running == 0)  # within a look or two (GONE_POLL), long before the time box
+        assert not backend.release.is_set()
+        with ThreadPoolExecutor(1) as pool:
+            again = pool.submit(_get, server, "/api/v1/runs")
+            assert eventually(lambda: backend.running == 1)
+            backend.release.set()
+            assert again.result()[0] == 200
+    finally:
+        backend.release.set()
 
 
 @pytest.mark.parametrize("error", [OSError(7, "Bus error"), ValueError("mmap offset is greater than file size"), IndexError()])

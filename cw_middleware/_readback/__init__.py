@@ -22,9 +22,13 @@ Nothing in this package imports LiteLLM or tiktoken: the read side starts fast.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
+from pathlib import Path
 from typing import Any, Optional, Protocol, Union, runtime_checkable
 
 from .._contract import (  # noqa: F401 - re-exported
@@ -34,6 +38,7 @@ from .._contract import (  # noqa: F401 - re-exported
     HistoryPoint,
     RunReport,
     StageContextWindow,
+    Staleness,
     forecast_from,
     stage_totals_from,
     suggestions_from,
@@ -42,7 +47,7 @@ from .._contract import (  # noqa: F401 - re-exported
 from .._errors import BackendError, ConfigError, NotFound
 from .fold import DEFAULT_HISTORY, MAX_HISTORY, Missing, RunSummary, StageSummary
 from .options import BackendURL, ReaderOptions, parse_backend_url, redact, resolve_options
-from .summary import run_report
+from .summary import StagePart, run_report, stage_part
 
 
 @runtime_checkable
@@ -167,20 +172,36 @@ class Reader:
     def summary(self, run_id: str) -> RunReport:
         """The run over its stages: each stage's latest request and totals, and the run's; NotFound for a missing run.
 
-        Each stage's answer is `context_window`'s (its totals from its calls as the backend holds them)."""
+        Each stage's part is `context_window`'s answer (its totals from its calls as the backend holds them). A
+        backend that keeps rows (the file index) keeps each stage's part as of its newest line, so a summary reads
+        again only the stages a line has named since; the rest come in one pass over the run's lines."""
         stages = self.stages(run_id)
+        parts: dict[str, Optional[StagePart]] = {}
+        key = _row_key(self.threshold_percent)
+        rows_of = getattr(self.backend, "stage_rows", None)
+        for stage_id, row in ((rows_of(run_id, key) if rows_of is not None else None) or {}).items():
+            if row is not None:
+                try:
+                    parts[stage_id] = StagePart.model_validate_json(row)
+                except ValueError:
+                    continue  # a row of another shape: the stage is read again
+        wanted = [s.stage_id for s in stages if s.stage_id not in parts]
         whole = getattr(self.backend, "run_calls", None)  # every stage in one pass, where the backend can
-        found = whole(run_id) if whole is not None else None
-        pairs = []
-        for stage in stages:
-            calls: Optional[list[HistoryPoint]] = None
-            if found is not None:
-                window, calls = found.get(stage.stage_id, (None, []))
-            else:
-                latest = self.backend.latest(run_id, stage.stage_id)
+        if wanted and whole is not None:
+
+            def each(stage_id: str, window: Optional[StageContextWindow], calls: list[HistoryPoint]) -> Optional[bytes]:
+                part = parts[stage_id] = stage_part(self._derived(run_id, stage_id, window, calls) if window else None)
+                if part is None or window is None or window.staleness is not Staleness.STORED:
+                    return None  # a live stage is read again each time: it may age out with no new line
+                return part.model_dump_json().encode()
+
+            whole(run_id, wanted, key, each)
+        elif wanted:
+            for stage_id in wanted:
+                latest = self.backend.latest(run_id, stage_id)
                 window = latest if isinstance(latest, StageContextWindow) else None
-            pairs.append((stage, self._derived(run_id, stage.stage_id, window, calls) if window is not None else None))
-        return run_report(run_id, pairs)
+                parts[stage_id] = stage_part(self._derived(run_id, stage_id, window) if window is not None else None)
+        return run_report(run_id, [(stage, parts.get(stage.stage_id)) for stage in stages])
 
     def close(self) -> None:
         self.backend.close()
@@ -190,6 +211,26 @@ class Reader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _row_key(threshold_percent: float) -> str:
+    """What a kept stage row depends on beside the stage's lines: the code that derives it and the reader's threshold."""
+    return f"{_code_digest()}:{threshold_percent!r}"
+
+
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> str:
+    """A digest of the modules a stage's part is derived by: a row kept by other code (another release) is not read."""
+    from .. import _codec, _contract
+    from . import fold, summary
+
+    digest = hashlib.blake2b(digest_size=8)
+    for module in (_codec, _contract, fold, summary, sys.modules[__name__]):
+        try:
+            digest.update(Path(module.__file__ or "").read_bytes())
+        except OSError:
+            pass
+    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------- the backends

@@ -26,8 +26,11 @@ nothing).
 What it holds (SQLite, one database per telemetry file): for each line that
 names a stage, its offset, length and CRC-32; for each (run id, stage id), the
 lines that name it and what a stage listing shows (kind, live/stored, first and
-last activity time). Ids, offsets, counts and times: never a snapshot's numbers,
-prompt text or any other content.
+last activity time); and, once a run's summary has read a stage, the stage's row of
+it (its totals and suggestions, as of its newest line: `stage_lines`), so that the
+next summary reads only the stages a line has named since. Ids, offsets, counts, times
+and those rows' numbers and source names (all of them in the file already): never prompt
+text or any other content.
 
 Where it lives (`index_db`): ``$CW_INDEX_DIR``, else ``$XDG_CACHE_HOME/cw-middleware/file-index``,
 else ``~/.cache/cw-middleware/file-index`` (one ``<hash of the path>.sqlite``);
@@ -57,6 +60,7 @@ import os
 import sqlite3
 import threading
 import zlib
+from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -66,7 +70,7 @@ from typing import IO, Any, Optional
 from .._config import resolve_read
 from .._contract import Staleness
 from .._errors import BackendUnavailable
-from . import file_lines
+from . import file_lines, stop
 from .fold import (
     INDEX_KEYS,
     Horizon,
@@ -194,6 +198,7 @@ class FileIndex:
                 # Read-only first: the write lock is taken only when there is something to add.
                 held = self._holds(f, st.st_size)
             while not held and self._index_chunk(f, st.st_size):
+                stop.check()  # between chunks: each one is committed, the next query goes on from it
                 if report is not None:
                     report(self.path, self._upto, st.st_size)
             with self._database.guard():
@@ -317,20 +322,45 @@ class FileIndex:
                 return
             before = rows[-1][0]
 
-    def run_lines_newest_first(self, run_id: str, page: int = 64) -> Iterator[LineRef]:
-        """The lines that name any stage of the run, each once, newest first, a page at a time."""
-        before = 1 << 62
-        while True:
-            with self._query() as db:
-                rows = db.execute(
-                    "SELECT DISTINCT l.n, l.off, l.len, l.crc FROM stages s JOIN stage_lines sl ON sl.stage = s.id"
-                    " JOIN lines l ON l.n = sl.line WHERE s.run = ? AND sl.line < ? ORDER BY l.n DESC LIMIT ?",
-                    (run_id, before, page),
-                ).fetchall()
-            yield from (LineRef(*row) for row in rows)
-            if len(rows) < page:
-                return
-            before = rows[-1][0]
+    def run_lines_newest_first(self, run_id: str) -> Iterator[LineRef]:
+        """The lines that name any stage of the run, each once, newest first.
+
+        In one query: paged like `lines_newest_first`, each page sorted the run's every line again
+        (10,000 stages: 780 pages of ~14 ms). The rows are packed, 32 bytes a line."""
+        with self._query() as db:
+            rows = db.execute(
+                "SELECT DISTINCT l.n, l.off, l.len, l.crc FROM stages s JOIN stage_lines sl ON sl.stage = s.id"
+                " JOIN lines l ON l.n = sl.line WHERE s.run = ? ORDER BY l.n DESC",
+                (run_id,),
+            )
+            packed = array("q", (field for row in rows for field in row))
+        for at in range(0, len(packed), 4):
+            yield LineRef(*packed[at : at + 4])
+
+    def stage_lines(self, run_id: str, key: str) -> dict[str, tuple[int, int, Optional[bytes]]]:
+        """Each stage of the run: its oldest and newest line, and its row kept under ``key`` (`keep_stage_rows`)
+        when no line has named the stage since (else None)."""
+        with self._query() as db:
+            rows = db.execute(
+                "SELECT s.stage, MIN(sl.line), MAX(sl.line), r.newest, r.row FROM stages s"
+                " JOIN stage_lines sl ON sl.stage = s.id LEFT JOIN stage_rows r ON r.stage = s.id AND r.key = ?"
+                " WHERE s.run = ? GROUP BY s.id",
+                (key, run_id),
+            ).fetchall()
+        return {stage: (oldest, newest, row if kept == newest else None) for stage, oldest, newest, kept, row in rows}
+
+    def keep_stage_rows(self, run_id: str, key: str, rows: list[tuple[str, int, bytes]]) -> None:
+        """Keep each (stage, its newest line then, its row): valid until a line names the stage again. Best effort:
+        a busy or failing index keeps none (a cache of what the lines say; the next query recovers the storage)."""
+        try:
+            with self._lock, self._database.writing() as db:
+                db.executemany(
+                    "INSERT OR REPLACE INTO stage_rows (stage, newest, key, row)"
+                    " SELECT id, ?, ?, ? FROM stages WHERE run = ? AND stage = ?",
+                    [(newest, key, row, run_id, stage) for stage, newest, row in rows],
+                )
+        except IndexUnusable:
+            pass
 
     def read_line(self, ref: LineRef) -> bytes:
         """The line's bytes, checked against the index (FileChanged when they differ)."""
@@ -401,6 +431,7 @@ def tail_crc(fd: int, upto: int) -> int:
 
 def reset_index(db: sqlite3.Connection, path: str, st: os.stat_result) -> None:
     """Empty the index and describe the file anew (a new generation: line numbers start again)."""
+    db.execute("DELETE FROM stage_rows")
     db.execute("DELETE FROM stage_lines")
     db.execute("DELETE FROM stages")
     db.execute("DELETE FROM lines")

@@ -34,7 +34,7 @@ from .._log import RateLimitedLog
 from .._process import PROCESS
 
 FORMAT = "cw-middleware file index"
-VERSION = "2"  # 2: a stage's parent (a sub-agent's stage); an index of another version is made anew
+VERSION = "3"  # 2: a stage's parent (a sub-agent's stage); 3: each stage's summary row; another version is made anew
 MEMORY = "memory"  # the index directory that keeps every index in memory
 BUSY_TIMEOUT = 0.25  # seconds to wait for another process's write lock before indexing in memory instead
 # Seconds a fork waits for the threads inside SQLite: a section is a transaction (at most
@@ -49,6 +49,7 @@ CREATE TABLE IF NOT EXISTS stages (
     kind TEXT, state TEXT, first_ns INTEGER NOT NULL DEFAULT 0, last_ns INTEGER NOT NULL DEFAULT 0, parent TEXT,
     UNIQUE (run, stage));
 CREATE TABLE IF NOT EXISTS stage_lines (stage INTEGER NOT NULL, line INTEGER NOT NULL, PRIMARY KEY (stage, line)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS stage_rows (stage INTEGER PRIMARY KEY, newest INTEGER NOT NULL, key TEXT NOT NULL, row BLOB NOT NULL);
 """
 
 # SQLite's primary result codes that say the storage is busy or out of reach, not that the index is damaged.

@@ -24,12 +24,13 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from enum import Enum
 from typing import TYPE_CHECKING, Optional, TypeVar, Union
 
 from .._contract import HistoryPoint, StageContextWindow
 from .._errors import BackendResponseError, BackendUnavailable, ConfigError
+from . import stop
 from .file_index import RESTARTS, FileChanged, FileIndex
 from .fold import (
     DEFAULT_HISTORY,
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
 _OTLP_LINE = re.compile(
     rb'\s*\{\s*"(?:resource(?:Spans|Metrics|Logs)|resource_(?:spans|metrics|logs)|batches|result|trace|data)"'
 )
+# A stage's latest answer and calls, as `run_calls` hands them out; what it returns (bytes) is kept as the stage's row.
+StageCalls = Callable[[str, Optional[StageContextWindow], list[HistoryPoint]], Optional[bytes]]
 T = TypeVar("T")
 _SHAPE_LINES = 5  # non-empty lines looked at: a line being written, or one damaged line, is not enough to refuse
 _SHAPE_BYTES = 1 << 20
@@ -101,6 +104,7 @@ class OtlpFileReader:
             fold = HistoryFold(run_id, stage_id, limit)
             wanted = (run_id, stage_id)
             for ref in index.lines_newest_first(run_id, stage_id):
+                stop.check()
                 try:
                     spans = decode_line(
                         index.read_line(ref), where=lambda span: wanted in stage_pairs(span), where_keys=ROUTING_KEYS
@@ -117,24 +121,48 @@ class OtlpFileReader:
         no_file: Union[list[HistoryPoint], Missing] = Missing.RUN
         return self._from_index(answer, no_file)
 
-    def run_calls(self, run_id: str) -> Optional[dict[str, tuple[Optional[StageContextWindow], list[HistoryPoint]]]]:
-        """Every stage of the run in one pass over its lines, each once: its latest answer and its calls (`summary`
-        reads a run of many stages so, where a stage at a time would decode the lines they share again and again)."""
+    def stage_rows(self, run_id: str, key: str) -> Optional[dict[str, Optional[bytes]]]:
+        """Each stage of the run with its summary row as kept under ``key`` (None: not kept, or a line named it since)."""
+        found = self._from_index(lambda index: index.stage_lines(run_id, key), None)
+        return {stage: row for stage, (_, _, row) in found.items()} if found is not None else None
 
-        def answer(index: FileIndex) -> dict[str, tuple[Optional[StageContextWindow], list[HistoryPoint]]]:
+    def run_calls(self, run_id: str, wanted: Collection[str], key: str, each: StageCalls) -> None:
+        """The ``wanted`` stages of the run in one pass over its lines, newest first, each line read once: each
+        stage's latest answer and its calls go to ``each(stage_id, answer, calls)`` as soon as the pass is past the
+        stage's oldest line, and what ``each`` returns (bytes: the stage's summary row) is kept in the index under
+        ``key`` as of the stage's newest line. So a run's stages one after another are held one at a time, and a
+        summary of a run of many stages decodes each line once, not once per stage naming it."""
+
+        def answer(index: FileIndex) -> None:
+            lines = index.stage_lines(run_id, key)
+            oldest = {stage: lines[stage][0] for stage in wanted if stage in lines}
             folds: dict[str, tuple[StageFold, HistoryFold]] = {}
+            kept: list[tuple[str, int, bytes]] = []
+            waiting = sorted(oldest.items(), key=lambda item: item[1])  # the next stage to finish: its oldest line last
+
+            def finish(stage_id: str) -> None:
+                latest, calls = folds.pop(stage_id, (None, None))
+                row = each(stage_id, latest.result() if latest else None, calls.result() if calls else [])
+                if row is not None:
+                    kept.append((stage_id, lines[stage_id][1], row))
+                if len(kept) >= 512:
+                    index.keep_stage_rows(run_id, key, kept)
+                    kept.clear()
 
             def of_run(span: Span) -> bool:
                 return any(run == run_id for run, _ in stage_pairs(span))
 
             for ref in index.run_lines_newest_first(run_id):
+                stop.check()
+                while waiting and waiting[-1][1] > ref.n:  # no line older than this one names the stage
+                    finish(waiting.pop()[0])
                 try:
                     spans = decode_line(index.read_line(ref), where=of_run, where_keys=ROUTING_KEYS)
                 except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
                     continue  # a damaged line: skip it, never fail the query
                 for span in reversed(spans):  # newest first, as a stage's own fold reads them
                     for run, stage_id in stage_pairs(span):
-                        if run != run_id:
+                        if run != run_id or stage_id not in oldest:
                             continue
                         pair = folds.get(stage_id)
                         if pair is None:
@@ -145,9 +173,11 @@ class OtlpFileReader:
                         records = snapshot_records(span, run_id, stage_id)  # decoded once for both folds
                         pair[0].add(span, records)
                         pair[1].add(span, records)
-            return {stage_id: (latest.result(), calls.result()) for stage_id, (latest, calls) in folds.items()}
+            while waiting:
+                finish(waiting.pop()[0])
+            index.keep_stage_rows(run_id, key, kept)
 
-        return self._from_index(answer, None)
+        self._from_index(answer, None)
 
     def stages(self, run_id: str) -> Optional[list[StageSummary]]:
         found = self._from_index(lambda index: index.stages(run_id, self.horizon), None)
@@ -214,6 +244,7 @@ class OtlpFileReader:
             return wanted in stage_pairs(span)
 
         for ref in index.lines_newest_first(run_id, stage_id):
+            stop.check()
             line = index.read_line(ref)
             try:
                 spans = decode_line(line, where=names_stage, where_keys=ROUTING_KEYS)

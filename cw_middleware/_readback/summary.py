@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Optional
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from .._contract import (
     CATEGORIES,
     CategoryTotals,
@@ -26,8 +28,37 @@ from .._contract import (
 from .fold import StageSummary
 
 
-def run_report(run_id: str, stages: Iterable[tuple[StageSummary, Optional[StageContextWindow]]]) -> RunReport:
-    """The run's summary from its stages (in the listing's order) and each one's answer (None: none).
+class StagePart(BaseModel):
+    """What a run's summary takes of one stage's answer: its row's numbers and its suggestions (near_threshold left
+    out). A function of the lines that name the stage, so the file index keeps it as of the newest one (JSON)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    available: bool
+    model: Optional[str] = None
+    input_tokens: Optional[int] = None
+    usage_percent: Optional[float] = None
+    stage_totals: Optional[StageTotals] = None
+    suggestions: list[Suggestion] = Field(default_factory=list)
+
+
+def stage_part(window: Optional[StageContextWindow]) -> Optional[StagePart]:
+    """The part of a stage's answer (`Reader.context_window`'s) a run's summary shows; None for no answer."""
+    if window is None:
+        return None
+    advice = (window.suggestions or suggestions_from(window)) if window.available else []
+    return StagePart(
+        available=window.available,
+        model=window.model,
+        input_tokens=window.input_tokens,
+        usage_percent=window.usage_percent,
+        stage_totals=window.stage_totals,
+        suggestions=[s for s in advice if s.kind is not SuggestionKind.NEAR_THRESHOLD],
+    )
+
+
+def run_report(run_id: str, stages: Iterable[tuple[StageSummary, Optional[StagePart]]]) -> RunReport:
+    """The run's summary from its stages (in the listing's order) and each one's part (`stage_part`; None: none).
 
     The run is a tree where stages name a parent (sub-agents): each row says its parent and children, and a
     parent's row has its totals rolled up with all its descendants' (`rolled_up`); the run's totals count
@@ -41,28 +72,27 @@ def run_report(run_id: str, stages: Iterable[tuple[StageSummary, Optional[StageC
     for summary, _ in pairs:
         if summary.parent_stage_id is not None:
             children.setdefault(summary.parent_stage_id, []).append(summary.stage_id)
-    for summary, window in pairs:
-        totals = window.stage_totals if window is not None else None
-        if window is not None and window.available:
-            advice = window.suggestions or suggestions_from(window)
-            suggested.append([s for s in advice if s.kind is not SuggestionKind.NEAR_THRESHOLD])
+    for summary, part in pairs:
+        totals = part.stage_totals if part is not None else None
+        if part is not None and part.available:
+            suggested.append(part.suggestions)
         rows.append(
             StageRow(
                 stage_id=summary.stage_id,
                 kind=summary.kind,
                 staleness=summary.staleness,
-                available=bool(window is not None and window.available),
-                model=window.model if window is not None else None,
-                input_tokens=window.input_tokens if window is not None else None,
-                usage_percent=window.usage_percent if window is not None else None,
+                available=bool(part is not None and part.available),
+                model=part.model if part is not None else None,
+                input_tokens=part.input_tokens if part is not None else None,
+                usage_percent=part.usage_percent if part is not None else None,
                 stage_totals=totals,
                 parent_stage_id=summary.parent_stage_id,
                 child_stage_ids=children.get(summary.stage_id, []),
             )
         )
         totals_of[summary.stage_id] = totals
-        if window is not None and window.model:
-            model = window.model
+        if part is not None and part.model:
+            model = part.model
     rows = [_rolled_up(row, totals_of, children) if row.child_stage_ids else row for row in rows]
     run_totals = sum_totals([t for t in totals_of.values() if t is not None])
     return RunReport(run_id=run_id, stages=rows, totals=run_totals, model=model, suggestions=run_suggestions(suggested))

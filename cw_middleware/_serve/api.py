@@ -11,27 +11,29 @@ from .route import API_PREFIX, Exchange, Route, path_id, query_int
 
 
 def _runs(ex: Exchange, _: list[str]) -> None:
-    runs = ex.context.gate.run(ex.context.reader.runs)
+    runs = ex.context.gate.run(ex.context.reader.runs, gone=ex.client_gone)
     ex.send_json(200, {"runs": [r.as_dict() for r in runs]})
 
 
 def _stages(ex: Exchange, params: list[str]) -> None:
     run_id = path_id(params[0], "run_id")
-    stages = ex.context.gate.run(lambda: ex.context.reader.stages(run_id))
+    stages = ex.context.gate.run(lambda: ex.context.reader.stages(run_id), gone=ex.client_gone)
     ex.send_json(200, {"run_id": run_id, "stages": [s.as_dict() for s in stages]})
 
 
 def _context_window(ex: Exchange, params: list[str]) -> None:
     run_id, stage_id = path_id(params[0], "run_id"), path_id(params[1], "stage_id")
     reader = ex.context.reader
-    ex.send_json(200, ex.context.gate.run(lambda: reader.context_window(run_id, stage_id).model_dump(mode="json")))
+    ex.send_json(
+        200, ex.context.gate.run(lambda: reader.context_window(run_id, stage_id).model_dump(mode="json"), gone=ex.client_gone)
+    )
 
 
 def _history(ex: Exchange, params: list[str]) -> None:
     run_id, stage_id = path_id(params[0], "run_id"), path_id(params[1], "stage_id")
     limit = query_int(ex, "limit", DEFAULT_HISTORY, MAX_HISTORY)
     reader = ex.context.reader
-    points = ex.context.gate.run(lambda: reader.history(run_id, stage_id, limit))
+    points = ex.context.gate.run(lambda: reader.history(run_id, stage_id, limit), gone=ex.client_gone)
     body = {"run_id": run_id, "stage_id": stage_id, "limit": limit, "snapshots": [p.model_dump(mode="json") for p in points]}
     ex.send_json(200, body)
 
@@ -39,7 +41,7 @@ def _history(ex: Exchange, params: list[str]) -> None:
 def _summary(ex: Exchange, params: list[str]) -> None:
     run_id = path_id(params[0], "run_id")
     reader = ex.context.reader
-    ex.send_json(200, ex.context.gate.run(lambda: reader.summary(run_id).model_dump(mode="json")))
+    ex.send_json(200, ex.context.gate.run(lambda: reader.summary(run_id).model_dump(mode="json"), gone=ex.client_gone))
 
 
 def _openapi(ex: Exchange, _: list[str]) -> None:

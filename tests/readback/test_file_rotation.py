@@ -298,16 +298,19 @@ def test_the_index_holds_ids_offsets_counts_and_times_only(tmp_path, file_index_
             messages = [{"role": "system", "content": canary}, {"role": "user", "content": canary}]
             cw.completion(model="gpt-4o", messages=messages, mock_response=canary)
     assert cw.reader(f"file:{path}").context_window("run-a", "s@1").available
+    assert cw.reader(f"file:{path}").summary("run-a").totals.calls == 1  # the stage's summary row is kept too
     (db,) = [p for p in Path(file_index_dir).glob("*.sqlite") if _indexed_path(p) == str(path)]
     with sqlite3.connect(db) as conn:
         stage_texts = {v for row in conn.execute("SELECT * FROM stages") for v in row if isinstance(v, str)}
         line_rows = [*conn.execute("SELECT * FROM lines"), *conn.execute("SELECT * FROM stage_lines")]
         line_texts = [v for row in line_rows for v in row if isinstance(v, str)]
         meta = dict(conn.execute("SELECT k, v FROM meta").fetchall())
+        kept_rows = conn.execute("SELECT COUNT(*) FROM stage_rows").fetchone()[0]
+    assert kept_rows == 1
     assert stage_texts == {"run-a", "s@1", "agent", "stored"} and line_texts == []
     generation = meta.pop("generation")
     assert len(generation) == 16 and int(generation, 16) >= 0
-    assert {v for v in meta.values() if isinstance(v, str)} == {"cw-middleware file index", "2", str(path)}
+    assert {v for v in meta.values() if isinstance(v, str)} == {"cw-middleware file index", "3", str(path)}
     assert canary.encode() not in db.read_bytes()
 
 
