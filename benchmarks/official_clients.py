@@ -1,6 +1,6 @@
 """The official clients observed, in one process: ``cw.wrap(client)`` against the bare client, call by call (issue 38).
 
-    python benchmarks/official_clients.py [--calls 30] [--turns 25,200]
+    python benchmarks/official_clients.py [--calls 30] [--turns 25,200] [--peers | --peer NAME]
 
 Each client talks to an httpx ``MockTransport`` that answers in the provider's documented format
 (no server, no network), so what is measured is the client plus what observes it. For each client
@@ -14,10 +14,20 @@ caller's thread is counted, not hidden. Reported: the median CPU of each, their 
 milliseconds added; the load average beside it. cw runs its defaults (the embedded file export)
 except ``provider_count="never"``: a provider count would ask the real provider's API.
 
-The peers (OTel contrib openai-v2, OpenLLMetry, OpenInference) patch the client classes for the whole
-process; run them through ``--peer MODULE:CLASS`` where installed (e.g.
-``opentelemetry.instrumentation.openai_v2:OpenAIInstrumentor``): the instrumentor is switched on for
-its calls and off for the bare ones, untimed.
+The peers (`PEERS`: OTel contrib openai-v2, OpenLLMetry and OpenInference for openai; OpenLLMetry and
+OpenInference for anthropic) patch the client classes for the whole process; ``--peer NAME`` runs one
+as a third variant: its instrumentor is switched on for its calls and off for the others, untimed, with
+a tracer provider whose batch processor drops the spans (a peer pays for its spans but not for encoding
+them; cw pays for its file export too). ``--peers`` runs each one installed in a process of its own
+(two peers switched on and off in one process leave the bare client slower: one's unwrap undoes the
+other's wrapper out of order). They are not the project's dependencies:
+install them into a venv beside cw, e.g.
+
+    python3 -m venv /tmp/peers && /tmp/peers/bin/pip install -r requirements-dev.lock --no-deps
+    /tmp/peers/bin/pip install --no-deps -e . && /tmp/peers/bin/pip install opentelemetry-instrumentation-openai-v2 \
+        opentelemetry-instrumentation-openai opentelemetry-instrumentation-anthropic \
+        openinference-instrumentation-openai openinference-instrumentation-anthropic
+    /tmp/peers/bin/python benchmarks/official_clients.py --peers
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import importlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -128,24 +139,76 @@ def interleaved(
     return out
 
 
+# The peers that observe the official clients: name -> (the client it observes, its instrumentor).
+PEERS = {
+    "otel-openai-v2": ("openai", "opentelemetry.instrumentation.openai_v2:OpenAIInstrumentor"),
+    "openllmetry-openai": ("openai", "opentelemetry.instrumentation.openai:OpenAIInstrumentor"),
+    "openinference-openai": ("openai", "openinference.instrumentation.openai:OpenAIInstrumentor"),
+    "openllmetry-anthropic": ("anthropic", "opentelemetry.instrumentation.anthropic:AnthropicInstrumentor"),
+    "openinference-anthropic": ("anthropic", "openinference.instrumentation.anthropic:AnthropicInstrumentor"),
+}
+
+
+def _dropping_provider() -> Any:
+    """A tracer provider whose batch processor drops what it exports: a peer's span costs it all but the encoding."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Drop(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Drop()))
+    return provider
+
+
 def _peer(spec: Optional[str]) -> Callable[[bool], None]:
     if not spec:
         return lambda on: None
     module, _, name = spec.partition(":")
     instrumentor = getattr(importlib.import_module(module), name)()
+    provider = _dropping_provider()
 
     def switch(on: bool) -> None:
-        (instrumentor.instrument if on else instrumentor.uninstrument)()
+        if on:
+            instrumentor.instrument(tracer_provider=provider)
+        else:
+            instrumentor.uninstrument()
 
     return switch
+
+
+def _installed_peers(client: str, only: str) -> dict[str, Callable[[bool], None]]:
+    """The peer named ``only`` if it observes ``client`` and imports here (in a venv beside cw: the module docstring)."""
+    found = {}
+    for name, (observes, spec) in PEERS.items():
+        if observes != client or name != only:
+            continue
+        try:
+            found[name] = _peer(spec)
+        except ImportError:
+            print(f"  ({name} for {client} is not installed: left out)", flush=True)
+    return found
+
+
+def _each_peer(argv: list[str]) -> int:
+    """``--peers``: this benchmark once per peer, each in a process of its own."""
+    for name in PEERS:
+        print(f"== {name} ({PEERS[name][0]})", flush=True)
+        subprocess.run([sys.executable, __file__, *argv, "--peer", name], check=False)
+    return 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--turns", default="25,200", help="conversation sizes: turns of benchmarks/conversation.py")
-    parser.add_argument("--peer", help="an instrumentor MODULE:CLASS to run as a third variant (installed beside cw)")
+    parser.add_argument("--peers", action="store_true", help="every peer of PEERS installed here, each in a process of its own")
+    parser.add_argument("--peer", choices=list(PEERS), help="one peer of PEERS as a third variant")
     args = parser.parse_args()
+    if args.peers:
+        return _each_peer([a for a in sys.argv[1:] if a != "--peers"])
     import anthropic
     import openai
 
@@ -154,7 +217,7 @@ def main() -> int:
     system, turns = make_turns(200)
     tools = make_tools()
     off = _peer(None)
-    peer = _peer(args.peer)
+    peers = {client: _installed_peers(client, args.peer) if args.peer else {} for client in ("openai", "anthropic")}
     oa_bare = openai.OpenAI(
         api_key="sk-bench", base_url="http://mock.invalid/v1", http_client=_mock("openai", OPENAI_BODY), max_retries=0
     )
@@ -177,8 +240,7 @@ def main() -> int:
             ("anthropic", an_bare.messages.create, an_cw.messages.create, an_request),
         ):
             variants = {"bare": (bare, request, off), "cw": (observed, request, off)}
-            if args.peer and client == "openai":
-                variants["peer"] = (bare, request, peer)
+            variants.update({name: (bare, request, switch) for name, switch in peers[client].items()})
             spent = interleaved(variants, args.calls)
             base = statistics.median(spent["bare"])
             line = f"  {client:9} ~{tokens / 1000:5.1f}k tokens: bare {base:7.2f}"
