@@ -4,7 +4,7 @@ The map is LiteLLM's (``litellm.model_cost``, never a table of ours). Where the 
 imported LiteLLM, its map in memory is read, the one its own calls use (the bundled copy, or the one
 it fetched). Where it has not (an ``openai``, ``anthropic``, ``google-genai`` or Bedrock client used
 directly), LiteLLM is not imported for it: the file LiteLLM ships, ``model_prices_and_context_window_backup.json``,
-is indexed once (3.5 MB read, ~12 ms; the index kept, not the text) and a model's entry is decoded from
+is indexed once (3.5 MB read, ~8 ms; the index kept, not the text) and a model's entry is decoded from
 the file where its key stands, so no 30 ms parse of the whole map runs on a caller's first call. LiteLLM's
 functions that resolve a name (``get_llm_provider``, ``get_model_info``) are not called either: for a name they do not know
 they print "Provider List" on the application's stdout, and for some providers they parse the whole
@@ -46,7 +46,7 @@ class _BundledMap:
         self.lock = threading.Lock()
         self.path: Optional[Path] = None
         self.offsets: Optional[dict[str, int]] = None  # name -> byte offset of its line in the file
-        self.providers: frozenset[str] = frozenset()
+        self.providers: Optional[frozenset[str]] = None  # read from the file when first asked (`is_provider`)
         self.entries: dict[str, Optional[Mapping[str, Any]]] = {}
 
     def after_fork_in_child(self) -> None:
@@ -65,8 +65,9 @@ def _loaded_litellm_map() -> Optional[Mapping[str, Any]]:
     return module.model_cost if module is not None else None
 
 
-# A top-level entry's line in the map's file: its keys are indented by four, its value an object.
-_ENTRY_LINE = re.compile(rb'\n    ("(?:[^"\\]|\\.)*"): \{')
+# A top-level entry's line in the map's file: its keys are indented by four, its value an object. A name
+# with a quote or a backslash in it (none today) is not indexed: looked up, it reads as not in the map.
+_ENTRY_LINE = re.compile(rb'\n    "([^"\\\n]*)": \{')
 _PROVIDER = re.compile(rb'"litellm_provider": "([^"]*)"')
 
 
@@ -79,23 +80,24 @@ def _bundled() -> _BundledMap:
     return state
 
 
-def _index(state: _BundledMap) -> None:
-    """Read the file once (~12 ms): each name's offset, and the providers named anywhere in it."""
+def _map_path() -> Optional[Path]:
     spec = importlib.util.find_spec("litellm")  # finds the package; imports nothing
-    path = Path(next(iter(spec.submodule_search_locations))) / MAP_FILE if spec and spec.submodule_search_locations else None
+    return Path(next(iter(spec.submodule_search_locations))) / MAP_FILE if spec and spec.submodule_search_locations else None
+
+
+def _read(path: Optional[Path]) -> bytes:
     try:
-        data = path.read_bytes() if path is not None else b""
+        return path.read_bytes() if path is not None else b""
     except OSError:
-        data = b""
+        return b""
+
+
+def _index(state: _BundledMap) -> None:
+    """Read the file once (~8 ms, on a first call): each name's offset."""
+    path = _map_path()
     offsets: dict[str, int] = {}
-    for found in _ENTRY_LINE.finditer(data):
-        quoted = found.group(1)
-        try:  # a name with an escape in it is JSON-decoded; the rest (all of them today) are taken as they stand
-            name = json.loads(quoted) if b"\\" in quoted else quoted[1:-1].decode("utf-8")
-        except ValueError:
-            continue
-        offsets.setdefault(name, found.start())
-    state.providers = frozenset(name.decode("utf-8", "replace") for name in set(_PROVIDER.findall(data)))
+    for found in _ENTRY_LINE.finditer(_read(path)):
+        offsets.setdefault(found.group(1).decode("utf-8", "replace"), found.start())
     state.path, state.offsets = path, offsets
 
 
@@ -149,7 +151,12 @@ def is_provider(name: str) -> bool:
     listed = getattr(module, "provider_list", None) if module is not None else None
     if listed:
         return name in {getattr(p, "value", p) for p in listed}
-    return name in _bundled().providers
+    state = _bundled()
+    if state.providers is None:
+        providers = frozenset(p.decode("utf-8", "replace") for p in set(_PROVIDER.findall(_read(state.path))))
+        with state.lock:
+            state.providers = providers
+    return name in state.providers
 
 
 def resolve(model: str, custom_llm_provider: Optional[str] = None) -> Resolved:
