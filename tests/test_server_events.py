@@ -236,6 +236,7 @@ def test_a_stream_starts_with_the_state_and_announces_each_new_snapshot(live):
     stream.close()
 
 
+@pytest.mark.system  # seconds of sockets and threads: the fast tier stays under 3 minutes
 def test_last_event_id_resumes_with_nothing_lost_and_nothing_twice(live):
     agent, serve, _ = live
     server = serve()

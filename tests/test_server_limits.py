@@ -144,6 +144,7 @@ def test_a_latin1_token_is_accepted_as_utf8_and_as_iso_8859_1(serve):
 # ---------------------------------------------------------------- sockets and threads
 
 
+@pytest.mark.system  # seconds of sockets and threads: the fast tier stays under 3 minutes
 def test_idle_sockets_do_not_pin_threads_and_are_closed(serve):
     server = serve(idle_timeout=1.0, head_timeout=5.0, max_connections=32)
     before = threading.active_count()
@@ -205,6 +206,7 @@ def test_the_listen_backlog_holds_a_burst_of_connections(serve):
     assert len(socks) == 100
 
 
+@pytest.mark.system  # seconds of sockets and threads: the fast tier stays under 3 minutes
 def test_2000_requests_over_20_threads(serve):
     # Every request waits for its query slot however loaded the machine (shedding past query_wait, a 503
     # busy, is the heavy-queries test's): here the threads stay bounded and every request is answered.

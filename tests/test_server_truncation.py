@@ -13,11 +13,13 @@ import time
 import urllib.error
 import urllib.request
 
+import pytest
 from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
 
 
+@pytest.mark.system  # seconds of sockets and threads: the fast tier stays under 3 minutes
 def test_serve_survives_a_file_truncated_during_scans(tmp_path):
     path = tmp_path / "t.jsonl"
     with embedded_runtime(export=f"file:{path}") as runtime:
