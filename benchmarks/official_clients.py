@@ -51,6 +51,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import cw_middleware as cw  # noqa: E402
 from benchmarks.conversation import make_tools, make_turns, request_at  # noqa: E402
+from benchmarks.peers import _noop_provider  # noqa: E402
 from cw_middleware._capture.runtime import get_runtime  # noqa: E402
 
 OPENAI_BODY = {
@@ -149,26 +150,12 @@ PEERS = {
 }
 
 
-def _dropping_provider() -> Any:
-    """A tracer provider whose batch processor drops what it exports: a peer's span costs it all but the encoding."""
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-
-    class Drop(SpanExporter):
-        def export(self, spans: Any) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(Drop()))
-    return provider
-
-
 def _peer(spec: Optional[str]) -> Callable[[bool], None]:
     if not spec:
         return lambda on: None
     module, _, name = spec.partition(":")
     instrumentor = getattr(importlib.import_module(module), name)()
-    provider = _dropping_provider()
+    provider, _ = _noop_provider()  # its batch processor drops what it exports
 
     def switch(on: bool) -> None:
         if on:

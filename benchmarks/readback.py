@@ -18,20 +18,19 @@ import sys
 import tempfile
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 
-def generate(path: str, snapshots: int) -> tuple[float, list[tuple[str, str]]]:
+def writer(path: str) -> tuple[Any, Any, Any, dict[Any, int]]:
+    """The real embedded pipeline writing to ``path``: (pipeline, telemetry, snapshot parts, a request's sources)."""
     from cw_middleware._config import resolve
-    from cw_middleware._contract import Category, CountMethod, StageInfo
-    from cw_middleware._counting.model_facts import RequestMeta
+    from cw_middleware._contract import Category
     from cw_middleware._embedded import install
-    from cw_middleware._snapshots.build import SnapshotParts, build_snapshot
+    from cw_middleware._snapshots.build import SnapshotParts
     from cw_middleware._snapshots.telemetry import Telemetry
 
     cfg = resolve(export=f"file:{path}", environ={}, export_queue_size=1_000_000)
-    parts = SnapshotParts()
     pipeline = install(cfg)
-    tel = Telemetry(cfg, pipeline.tracer_provider, pipeline.meter_provider)
     by_source = {
         (Category.SYSTEM_PROMPT, "system"): 1200,
         (Category.TOOLS, "native"): 3400,
@@ -40,6 +39,15 @@ def generate(path: str, snapshots: int) -> tuple[float, list[tuple[str, str]]]:
         (Category.CONVERSATION, "user"): 5000,
         (Category.SKILLS, "skill:pdf"): 300,
     }
+    return pipeline, Telemetry(cfg, pipeline.tracer_provider, pipeline.meter_provider), SnapshotParts(), by_source
+
+
+def generate(path: str, snapshots: int) -> tuple[float, list[tuple[str, str]]]:
+    from cw_middleware._contract import CountMethod, StageInfo
+    from cw_middleware._counting.model_facts import RequestMeta
+    from cw_middleware._snapshots.build import build_snapshot
+
+    pipeline, tel, parts, by_source = writer(path)
     started = time.perf_counter()
     calls = snapshots // 2
     stages_per_run, calls_per_stage = 10, 50

@@ -18,30 +18,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 RUN = "run-wide"
 
 
 def generate(path: str, stages: int, calls: int) -> float:
-    from cw_middleware._config import resolve
-    from cw_middleware._contract import Category, CountMethod, StageInfo
+    from benchmarks.readback import writer
+    from cw_middleware._contract import CountMethod, StageInfo
     from cw_middleware._counting.model_facts import RequestMeta
-    from cw_middleware._embedded import install
-    from cw_middleware._snapshots.build import SnapshotParts, build_snapshot
-    from cw_middleware._snapshots.telemetry import Telemetry
+    from cw_middleware._snapshots.build import build_snapshot
 
-    cfg = resolve(export=f"file:{path}", environ={}, export_queue_size=1_000_000)
-    parts = SnapshotParts()
-    pipeline = install(cfg)
-    tel = Telemetry(cfg, pipeline.tracer_provider, pipeline.meter_provider)
-    by_source = {
-        (Category.SYSTEM_PROMPT, "system"): 1200,
-        (Category.TOOLS, "native"): 3400,
-        (Category.MCP_TOOLS, "mcp:github"): 900,
-        (Category.MEMORY, "AGENTS.md"): 700,
-        (Category.CONVERSATION, "user"): 5000,
-        (Category.SKILLS, "skill:pdf"): 300,
-    }
+    pipeline, tel, parts, by_source = writer(path)
     started = time.perf_counter()
     for s in range(stages):
         info = StageInfo(RUN, f"stage-{s}@1", "agent")

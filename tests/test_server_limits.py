@@ -305,6 +305,15 @@ class _StoppableBackend(_Backend):
                 self.running -= 1
 
 
+def _next_query_runs(server, backend) -> None:
+    """The stopped query's slot is free again: the next query runs (held until released), and answers."""
+    with ThreadPoolExecutor(1) as pool:
+        again = pool.submit(_get, server, "/api/v1/runs")
+        assert eventually(lambda: backend.running == 1)
+        backend.release.set()
+        assert again.result()[0] == 200
+
+
 def test_a_query_past_its_time_box_stops_and_frees_its_slot(serve):
     backend = _StoppableBackend()
     server = serve(reader=Reader(backend), max_queries=1, query_wait=0.3, query_timeout=0.8)
@@ -313,11 +322,7 @@ def test_a_query_past_its_time_box_stops_and_frees_its_slot(serve):
         assert status == 504 and body["error"]["code"] == "query_timeout" and "Retry-After" in headers
         assert eventually(lambda: backend.running == 0)  # stopped, not released
         assert not backend.release.is_set()
-        with ThreadPoolExecutor(1) as pool:  # its slot is free again: the next query runs (and is held)
-            again = pool.submit(_get, server, "/api/v1/runs")
-            assert eventually(lambda: backend.running == 1)
-            backend.release.set()
-            assert again.result()[0] == 200
+        _next_query_runs(server, backend)
     finally:
         backend.release.set()
 
@@ -331,11 +336,7 @@ def test_a_query_whose_client_left_stops_and_frees_its_slot(serve):
             assert eventually(lambda: backend.running == 1)
         assert eventually(lambda: backend.running == 0)  # within a look or two (GONE_POLL), long before the time box
         assert not backend.release.is_set()
-        with ThreadPoolExecutor(1) as pool:
-            again = pool.submit(_get, server, "/api/v1/runs")
-            assert eventually(lambda: backend.running == 1)
-            backend.release.set()
-            assert again.result()[0] == 200
+        _next_query_runs(server, backend)
     finally:
         backend.release.set()
 
