@@ -14,7 +14,8 @@ request's data flow, one wing a step (each wing's ``__init__`` is its map)::
     _counting/   a request -> its tokens per (category, source): tags, the estimator,
                  rules/ per provider family, model facts, cost, the provider count
     _snapshots/  building, keeping and emitting snapshots (OpenTelemetry API only)
-    _embedded/   the embedded OTLP pipeline: the only user of the OpenTelemetry SDK
+    _embedded/   the embedded OTLP pipeline: the only user of the OpenTelemetry SDK,
+                 imported only where cw exports
     _readback/   a stage's answer read back from a backend, one module a backend
     _serve/      the HTTP API, its event stream and the live page
     _cli/        the ``cw-middleware`` command
@@ -74,9 +75,9 @@ from ._errors import (
     NotFound,
     TagError,
 )
-from ._readback import Missing, Reader, ReaderOptions, RunSummary, SnapshotReader, StageSummary, reader
 
 if _TYPE_CHECKING:
+    from ._readback import Missing, Reader, ReaderOptions, RunSummary, SnapshotReader, StageSummary, reader
     from ._serve.asgi import AsgiApp, asgi_app
 
 __version__ = "0.1.0"
@@ -146,9 +147,10 @@ __all__ = [
     "wrap",
 ]
 
-# Loaded when first asked for: the read-back server's modules (~20 ms, ~50 modules) are no cost to
-# a program that only makes LLM calls.
-_LAZY = {"asgi_app": "._serve.asgi", "AsgiApp": "._serve.asgi"}
+# Loaded when first asked for: the read-back wing and its server (~50 modules) are no cost to a program
+# that only makes LLM calls.
+_READBACK = ("Missing", "Reader", "ReaderOptions", "RunSummary", "SnapshotReader", "StageSummary", "reader")
+_LAZY = {**dict.fromkeys(_READBACK, "._readback"), "asgi_app": "._serve.asgi", "AsgiApp": "._serve.asgi"}
 
 
 def __getattr__(name: str) -> _Any:

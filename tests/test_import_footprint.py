@@ -50,7 +50,9 @@ calls = sum(1 for s in cw.snapshots() if s.count_method.value == "response_usage
 module_client = type(openai.__dict__.get("_client")).__name__
 print(json.dumps({"litellm": "litellm" in sys.modules, "anthropic": "anthropic" in sys.modules, "calls": calls,
                   "module_client": module_client, "warnings": [r for r in records if "my-local-model" in r],
-                  "report": REPORT, "httpx": "httpx" in sys.modules, "httpx_with_openai": HTTPX_WITH_OPENAI}),
+                  "report": REPORT, "httpx": "httpx" in sys.modules, "httpx_with_openai": HTTPX_WITH_OPENAI,
+                  "sdk": sorted(m for m in sys.modules if m.startswith("opentelemetry.sdk")),
+                  "readback": sorted(m for m in sys.modules if m.startswith("cw_middleware._readback"))}),
       file=sys.stderr)
 """
 
@@ -70,6 +72,8 @@ def test_an_openai_only_program_loads_no_litellm_and_prints_nothing(how):
     # openai 3 sends through httpx2 and looks for a loaded httpx on every request (for httpx clients a caller may
     # pass): cw importing httpx on a worker thread for its provider count failed the caller's call mid-import.
     assert out["httpx"] == out["httpx_with_openai"], "cw imported an HTTP library the application had not"
+    # export=none: nothing is exported, so neither the OpenTelemetry SDK nor the read-back wing is loaded (~5 MB)
+    assert out["sdk"] == [] and out["readback"] == [], (out["sdk"][:3], out["readback"][:3])
     if how == "instrument":
         observed, waiting = out["report"]
         assert "openai.resources.chat.completions.completions.Completions.create" in observed

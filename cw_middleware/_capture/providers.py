@@ -29,7 +29,6 @@ from typing import Any, Optional
 from opentelemetry import metrics, trace
 
 from .._config import Config
-from .._embedded import install as install_embedded
 from .._log import RateLimitedLog
 from .._process import PROCESS
 
@@ -149,6 +148,13 @@ def _with_the_applications(
             logger_provider,
         )
     return _mixed(install_embedded(cfg), tp, mp, logger_provider)
+
+
+def install_embedded(cfg: Config) -> Any:
+    """cw's own pipeline for ``cfg``: imported here, so a process that exports nothing never loads the OpenTelemetry SDK."""
+    from .._embedded import install
+
+    return install(cfg)
 
 
 def _whose(provider: object, given: bool, kind: str) -> str:

@@ -66,8 +66,13 @@ MAX_TRACKED_STAGES = 10_000
 
 
 SNAPSHOTS_WAIT = 5.0  # the most `snapshots()` waits for background estimates (calls made while a tokenizer loaded)
-MAX_BACKGROUND_ESTIMATES = 1024  # calls waiting for a tokenizer; beyond it a call publishes no local estimate
-MAX_QUEUED_ENDS = 1024  # call ends waiting for the call-end worker; beyond it a call ends on its own thread
+# Each queued call holds its request's copies and its span (~250 objects): a burst of fast calls (a loop
+# over a mocked client) fills a queue, and the arenas they took stay with the process after it drains
+# (1,024 a queue: +11 MB of RSS after 5,000 calls). A real call waits on its provider far longer than cw's
+# work for it takes, so these fill only when calls come faster than that work, where the caller doing it
+# (or its snapshot saying ``estimate_failed``, with the provider's total) is the backpressure.
+MAX_BACKGROUND_ESTIMATES = 256  # calls waiting for a tokenizer; beyond it a call publishes no local estimate
+MAX_QUEUED_ENDS = 256  # call ends waiting for the call-end worker; beyond it a call ends on its own thread
 
 
 class Runtime:

@@ -16,7 +16,7 @@ polite: the ranks are parsed in slices with the GIL released between them, and w
 call is in flight (the wrapper runs each one inside `calls_in_flight()`) it holds back, for at
 most `MAX_HOLD_BACK` seconds, because tiktoken's ``CoreBPE`` build holds the GIL from start to
 end -- unless `HOLD_BACK_WAITERS` calls already wait for the encoding: then it neither holds back nor
-gives the GIL away between slices, since each second it takes is that many more calls queued
+slices (it parses the rest at once), since each second it takes is that many more calls queued
 (memory: a burst of fast calls queued ~3,500 before) and estimated late.
 
 The loader is a one-shot thread per encoding, not a job on the package's `worker.Worker`:
@@ -276,11 +276,15 @@ def _ranks_from_litellm(name: str, polite: bool) -> Callable[..., dict[bytes, in
             raise ValueError(f"LiteLLM's copy of {name} does not match tiktoken's hash")
         _state().loaded_from[name] = str(path)
         # The .tiktoken format: one "base64(token) rank" pair a line. Split a slice of whole lines at a
-        # time: one split of the whole file would hold the GIL for tens of ms in a single C call.
+        # time: one split of the whole file would hold the GIL for tens of ms in a single C call. Once
+        # many calls wait (or nobody is in flight) the rest goes in that one call: parsed in slices, the
+        # caller's threads allocate between them, and their objects, landing in the arenas among the
+        # ~200k rank keys, keep those arenas (~10 MB) from being given back once the keys are freed.
         ranks: dict[bytes, int] = {}
         pos, size = 0, len(data)
         while pos < size:
-            end = data.find(b"\n", min(pos + _SLICE_BYTES, size))
+            at_once = not polite or _state().waiters >= HOLD_BACK_WAITERS
+            end = data.find(b"\n", size if at_once else min(pos + _SLICE_BYTES, size))
             end = size if end < 0 else end + 1
             fields = data[pos:end].split()
             if len(fields) % 2:
