@@ -1,6 +1,6 @@
 """The official clients observed, in one process: ``cw.wrap(client)`` against the bare client, call by call (issue 38).
 
-    python benchmarks/official_clients.py [--calls 30] [--turns 25,200] [--peers | --peer NAME]
+    python benchmarks/official_clients.py [--calls 30] [--turns 25,200] [--peers | --peer NAME | --parts]
 
 Each client talks to an httpx ``MockTransport`` that answers in the provider's documented format
 (no server, no network), so what is measured is the client plus what observes it. For each client
@@ -28,6 +28,10 @@ install them into a venv beside cw, e.g.
         opentelemetry-instrumentation-openai opentelemetry-instrumentation-anthropic \
         openinference-instrumentation-openai openinference-instrumentation-anthropic
     /tmp/peers/bin/python benchmarks/official_clients.py --peers
+
+``--parts`` takes cw's cost apart instead, as three more variants of the wrapped client in the same
+run: its call ends on the caller's thread (no call-end worker: what handing them over costs), no
+snapshot published (the estimate, the span and its export: what the two snapshots cost), and both.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import cw_middleware as cw  # noqa: E402
 from benchmarks.conversation import make_tools, make_turns, request_at  # noqa: E402
 from benchmarks.peers import _noop_provider  # noqa: E402
+from cw_middleware._capture import call as _call  # noqa: E402
 from cw_middleware._capture.runtime import get_runtime  # noqa: E402
 
 OPENAI_BODY = {
@@ -118,9 +123,10 @@ def _settle() -> None:
     runtime.background_estimates.wait_idle(10.0)
 
 
-def interleaved(
-    variants: dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]], Callable[[bool], None]]], calls: int
-) -> dict[str, list[float]]:
+Variant = tuple[Callable[..., Any], Callable[[], dict[str, Any]], Callable[[bool], None]]  # (call, request, switch)
+
+
+def interleaved(variants: dict[str, Variant], calls: int) -> dict[str, list[float]]:
     """Per variant, the CPU milliseconds of each call (all threads, background work included), variants alternating."""
     out: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
@@ -166,6 +172,30 @@ def _peer(spec: Optional[str]) -> Callable[[bool], None]:
     return switch
 
 
+def _parts() -> dict[str, Callable[[bool], None]]:
+    """``--parts``: switches that take a piece of cw's work out of the wrapped client's calls (module docstring)."""
+    runtime, publish = get_runtime(), _call.Call._publish
+    worker, skip = runtime.call_ends, {"publish": False}
+
+    def published(self: Any, *args: Any, **kwargs: Any) -> None:
+        if not skip["publish"]:
+            publish(self, *args, **kwargs)
+
+    _call.Call._publish = published  # type: ignore[method-assign]
+
+    def ends_here(on: bool) -> None:
+        runtime.call_ends = None if on else worker
+
+    def unpublished(on: bool) -> None:
+        skip["publish"] = on
+
+    def both(on: bool) -> None:
+        ends_here(on)
+        unpublished(on)
+
+    return {"cw, ends on the caller": ends_here, "cw, no snapshot": unpublished, "cw, neither": both}
+
+
 def _installed_peers(client: str, only: str) -> dict[str, Callable[[bool], None]]:
     """The peer named ``only`` if it observes ``client`` and imports here (in a venv beside cw: the module docstring)."""
     found = {}
@@ -193,6 +223,7 @@ def main() -> int:
     parser.add_argument("--turns", default="25,200", help="conversation sizes: turns of benchmarks/conversation.py")
     parser.add_argument("--peers", action="store_true", help="every peer of PEERS installed here, each in a process of its own")
     parser.add_argument("--peer", choices=list(PEERS), help="one peer of PEERS as a third variant")
+    parser.add_argument("--parts", action="store_true", help="cw's cost taken apart: see the module docstring")
     args = parser.parse_args()
     if args.peers:
         return _each_peer([a for a in sys.argv[1:] if a != "--peers"])
@@ -212,6 +243,9 @@ def main() -> int:
         api_key="sk-bench", base_url="http://mock.invalid", http_client=_mock("anthropic", ANTHROPIC_BODY), max_retries=0
     )
     oa_cw, an_cw = cw.wrap(oa_bare), cw.wrap(an_bare)
+    if args.parts:
+        an_cw.messages.create(**anthropic_request(system, turns, 1, tools))  # the runtime and its call-end worker exist
+    parts = _parts() if args.parts else {}
     print(f"load average {os.getloadavg()[0]:.1f}, {args.calls} calls a variant, CPU of all threads per call (ms)")
     for upto in (int(t) for t in args.turns.split(",")):
 
@@ -226,8 +260,9 @@ def main() -> int:
             ("openai", oa_bare.chat.completions.create, oa_cw.chat.completions.create, oa_request),
             ("anthropic", an_bare.messages.create, an_cw.messages.create, an_request),
         ):
-            variants = {"bare": (bare, request, off), "cw": (observed, request, off)}
+            variants: dict[str, Variant] = {"bare": (bare, request, off), "cw": (observed, request, off)}
             variants.update({name: (bare, request, switch) for name, switch in peers[client].items()})
+            variants.update({name: (observed, request, switch) for name, switch in parts.items()})
             spent = interleaved(variants, args.calls)
             base = statistics.median(spent["bare"])
             line = f"  {client:9} ~{tokens / 1000:5.1f}k tokens: bare {base:7.2f}"
