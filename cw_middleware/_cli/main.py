@@ -21,15 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import IO, Any, Optional
+from typing import Any, Optional
 
-EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_BACKEND = 0, 2, 3, 4
+from .reading import EXIT_BACKEND as EXIT_BACKEND  # the exit codes are this command's (docs/gen_reference.py reads them here)
+from .reading import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, file_hint, file_note, indexing_note, read_errors
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
@@ -164,155 +162,15 @@ def _render_stages(run_id: str, stages: Any) -> str:
     return render_stages(run_id, stages)
 
 
-def _open_reader(args: argparse.Namespace) -> Any:
-    from .._readback import reader
-
-    return reader(args.backend)
-
-
-# A first query on a big telemetry file builds its index (_readback/file_index.py): say so on stderr,
-# live on a terminal once the build has run `TERMINAL_AFTER` seconds, else in one line after `LOG_AFTER`.
-TERMINAL_AFTER, LOG_AFTER = 0.3, 1.0
-
-
-class _IndexingNote:
-    """Tells on stderr how far an index build is: one line, updated in place on a terminal."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
-        self.terminal = stream.isatty()
-        self.started = time.monotonic()
-        self.shown = False
-
-    def __call__(self, path: str, done: int, total: int) -> None:
-        waited = time.monotonic() - self.started
-        if waited < (TERMINAL_AFTER if self.terminal else LOG_AFTER) or (self.shown and not self.terminal):
-            return
-        size = f"{total / 1e6:.0f}" if total >= 10e6 else f"{total / 1e6:.1f}"
-        line = f"indexing {100 * done // max(total, 1)}% of {size} MB: {path} (the first query on this file)"
-        if self.terminal:  # one line, rewritten: never wider than the terminal
-            self.stream.write(f"\r{line[: shutil.get_terminal_size().columns - 1]}\x1b[K")
-        else:
-            self.stream.write(f"{line}\n")
-        self.stream.flush()
-        self.shown = True
-
-    def close(self) -> None:
-        if self.shown and self.terminal:
-            self.stream.write("\r\x1b[K")  # the answer follows on a clean line
-            self.stream.flush()
-
-
-@contextmanager
-def _indexing_note() -> Iterator[None]:
-    from .._readback.file_index import reporting_progress
-
-    note = _IndexingNote(sys.stderr)
-    try:
-        with reporting_progress(note):
-            yield
-    finally:
-        note.close()
-
-
-def _read_errors(fn: Any) -> Any:
-    """A read command, run on the reader it opens; bad input 2, not found 3, backend failure 4; messages, never tracebacks."""
-
-    def run(args: argparse.Namespace) -> int:
-        from .._errors import BackendError, ConfigError, NotFound
-
-        try:
-            reader = _open_reader(args)
-        except ConfigError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        try:
-            return int(fn(args, reader) or 0)
-        except ConfigError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        except NotFound as exc:
-            print(f"not found: {exc}", file=sys.stderr)
-            hint = _file_hint(reader)
-            if hint:
-                print(hint, file=sys.stderr)
-            return EXIT_NOT_FOUND
-        except BackendError as exc:
-            print(f"backend error: {exc}", file=sys.stderr)
-            return EXIT_BACKEND
-        finally:
-            reader.close()
-
-    return run
-
-
-# Where cw_middleware's telemetry goes when this file stays empty (docs/configuration.md).
-_ELSEWHERE = (
-    "  if your application installs its own TracerProvider, cw_middleware's snapshots go to that provider's\n"
-    "  exporters, not to this file: read them back from that backend (--backend)"
-)
-
-
-def _file_hint(reader: Any) -> str:
-    """Why a file backend may know nothing: no file, an empty one, or one without cw_middleware spans (its index says)."""
-    from .._readback.otlp_file import FileContents, OtlpFileReader
-
-    backend = reader.backend
-    if not isinstance(backend, OtlpFileReader):
-        return ""
-    try:
-        contents = backend.contents()
-    except Exception:  # noqa: BLE001 - the hint is best effort
-        return ""
-    path = os.path.abspath(backend.path)  # a relative default hides which directory it means
-    if contents is FileContents.MISSING:
-        return f"  (there is no telemetry file at {path!r} yet: has anything been exported there?)\n{_ELSEWHERE}"
-    if contents is FileContents.EMPTY:
-        return f"  (the telemetry file {path!r} is empty)\n{_ELSEWHERE}"
-    if contents is FileContents.NO_SPANS:
-        return f"  (the telemetry file {path!r} holds no cw_middleware spans)\n{_ELSEWHERE}"
-    return ""
-
-
-def _file_note(reader: Any) -> str:
-    """For a file backend: the absolute path it reads, whether that file exists yet (a relative URL hides both), and
-    a warning line when its first non-empty line is not an OTLP JSON export record (``--backend file:README.md``)."""
-    from .._readback.otlp_file import _OTLP_LINE, OtlpFileReader
-
-    backend = reader.backend
-    if not isinstance(backend, OtlpFileReader):
-        return ""
-    path = os.path.abspath(backend.path)
-    if not os.path.exists(path):
-        return (
-            f"  reading {path}: the file does not exist yet, so the answers stay empty until something exports there "
-            "(the default export of a process started in that directory, or CW_EXPORT=file:PATH)"
-        )
-    try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 16)  # bounded: the first non-empty line's opening decides
-    except OSError:
-        head = b""
-    first = next((line for line in head.split(b"\n") if line.strip()), b"")
-    if first and not _OTLP_LINE.match(first):
-        return (
-            f"  reading {path}\n"
-            f"warning: {path} does not look like OTLP JSON lines: its first line is not a "
-            '{"resourceSpans": ...}, {"resourceMetrics": ...} or {"resourceLogs": ...} export record, so the API will '
-            "find no runs in it (give --backend the file cw exports to: CW_EXPORT=file:PATH)"
-        )
-    return f"  reading {path}"
-
-
-@_read_errors
+@read_errors
 def _cmd_runs(args: argparse.Namespace, reader: Any) -> int:
-    with _indexing_note():
+    with indexing_note():
         runs = reader.runs()
     if args.json:
         print(json.dumps({"runs": [r.as_dict() for r in runs]}, indent=2))
     elif not runs:
         print(f"no runs in {reader.url}", file=sys.stderr)
-        hint = _file_hint(reader)
+        hint = file_hint(reader)
         if hint:
             print(hint, file=sys.stderr)
     else:
@@ -322,11 +180,11 @@ def _cmd_runs(args: argparse.Namespace, reader: Any) -> int:
     return EXIT_OK
 
 
-@_read_errors
+@read_errors
 def _cmd_show(args: argparse.Namespace, reader: Any) -> int:
     if args.history:
         return _show_history(args, reader)
-    with _indexing_note():
+    with indexing_note():
         answer = reader.context_window(args.run_id, args.stage_id)
     if args.json:
         print(answer.model_dump_json(indent=2))
@@ -338,7 +196,7 @@ def _cmd_show(args: argparse.Namespace, reader: Any) -> int:
 
 
 def _show_history(args: argparse.Namespace, reader: Any) -> int:
-    with _indexing_note():
+    with indexing_note():
         points = reader.history(args.run_id, args.stage_id, limit=args.limit)
     if args.json:
         body = {"run_id": args.run_id, "stage_id": args.stage_id, "snapshots": [p.model_dump(mode="json") for p in points]}
@@ -353,7 +211,7 @@ def _show_history(args: argparse.Namespace, reader: Any) -> int:
 _EPOCH = datetime.fromtimestamp(0, UTC)
 
 
-@_read_errors
+@read_errors
 def _cmd_statusline(args: argparse.Namespace, reader: Any) -> int:
     from .statusline import statusline, statusline_object
 
@@ -379,9 +237,9 @@ def _cmd_statusline(args: argparse.Namespace, reader: Any) -> int:
     return EXIT_OK
 
 
-@_read_errors
+@read_errors
 def _cmd_summary(args: argparse.Namespace, reader: Any) -> int:
-    with _indexing_note():
+    with indexing_note():
         report = reader.summary(args.run_id)
     if args.json:
         print(report.model_dump_json(indent=2))
@@ -392,9 +250,9 @@ def _cmd_summary(args: argparse.Namespace, reader: Any) -> int:
     return EXIT_OK
 
 
-@_read_errors
+@read_errors
 def _cmd_stages(args: argparse.Namespace, reader: Any) -> int:
-    with _indexing_note():
+    with indexing_note():
         stages = reader.stages(args.run_id)
     if args.json:
         print(json.dumps({"run_id": args.run_id, "stages": [s.as_dict() for s in stages]}, indent=2))
@@ -403,7 +261,7 @@ def _cmd_stages(args: argparse.Namespace, reader: Any) -> int:
     return EXIT_OK
 
 
-@_read_errors
+@read_errors
 def _cmd_serve(args: argparse.Namespace, reader: Any) -> int:
     from .._errors import ConfigError
     from .._serve.access import is_loopback, origin
@@ -432,7 +290,7 @@ def _cmd_serve(args: argparse.Namespace, reader: Any) -> int:
         file=sys.stderr,
         flush=True,
     )
-    where = _file_note(reader)
+    where = file_note(reader)
     if where:
         print(where, file=sys.stderr, flush=True)
     try:

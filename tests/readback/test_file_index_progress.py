@@ -18,6 +18,7 @@ from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
 from cw_middleware._cli import main as cli
+from cw_middleware._cli import reading
 from cw_middleware._readback import file_index
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
@@ -38,7 +39,7 @@ def telemetry(tmp_path_factory) -> Path:
 def test_a_log_gets_one_line_saying_the_first_query_is_indexing(telemetry, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CW_INDEX_DIR", str(tmp_path / "index"))
     monkeypatch.setattr(file_index, "CHUNK_BYTES", 2000)
-    monkeypatch.setattr(cli, "LOG_AFTER", 0.0)  # as if the build had run for a while
+    monkeypatch.setattr(reading, "LOG_AFTER", 0.0)  # as if the build had run for a while
     assert cli.main(["stages", "run-p", "--backend", f"file:{telemetry}"]) == 0
     out, err = capsys.readouterr()
     assert "s@39" in out
@@ -52,7 +53,7 @@ def test_a_log_gets_one_line_saying_the_first_query_is_indexing(telemetry, tmp_p
 
 def test_a_quick_build_and_the_library_say_nothing(telemetry, tmp_path, monkeypatch, capfd):
     monkeypatch.setattr(file_index, "CHUNK_BYTES", 2000)
-    monkeypatch.setattr(cli, "LOG_AFTER", 600.0)  # quick however loaded the machine (beside 4 busy loops: over 1 s)
+    monkeypatch.setattr(reading, "LOG_AFTER", 600.0)  # quick however loaded the machine (beside 4 busy loops: over 1 s)
     monkeypatch.setenv("CW_INDEX_DIR", str(tmp_path / "index"))
     assert cli.main(["stages", "run-p", "--backend", f"file:{telemetry}"]) == 0  # well under LOG_AFTER
     assert capfd.readouterr().err == ""
@@ -63,10 +64,10 @@ def test_a_quick_build_and_the_library_say_nothing(telemetry, tmp_path, monkeypa
 
 CHILD = r"""
 import sys
-from cw_middleware._cli import main as cli
+from cw_middleware._cli import main as cli, reading
 from cw_middleware._readback import file_index
 file_index.CHUNK_BYTES = 2000
-cli.TERMINAL_AFTER = 0.0
+reading.TERMINAL_AFTER = 0.0
 sys.exit(cli.main(sys.argv[1:]))
 """
 
