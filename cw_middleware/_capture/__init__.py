@@ -14,6 +14,7 @@ Entry points, each a thin shell over the one lifecycle in `call`:
 A call's lifecycle and what it runs in:
 
     call.py               one call: estimate, snapshots in order, forward, read the usage, end (`Call`)
+    live_firsts.py        calls whose first snapshot waits for their end, and the thread that sends a slow one's early
     pending_estimate.py   the call's local estimate as a value, made in the background while a tokenizer loads
     stages.py             which (run, stage) a call belongs to; propagation.py carries it into thread pools
     runtime.py            the current configuration's telemetry, workers and caches (one part of the process state)

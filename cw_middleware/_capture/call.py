@@ -25,6 +25,7 @@ every call a flood.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -39,11 +40,9 @@ from .._counting.estimator import Estimate, Later
 from .._counting.model_facts import OPTION_CONTEXT_WINDOW, RequestMeta, min_cacheable_tokens
 from .._counting.rules import rules_for
 from .._errors import ConfigError, TagError
-from .._process import PROCESS
 from .._snapshots.build import ResponseSide, build_snapshot
 from .._snapshots.ledger import PrefixFacts
 from .._snapshots.telemetry import CallTelemetry
-from .._worker import JobsAtFork
 from .apis import Api, Forward, Parsed, Route, Usage
 from .apis.chat import refused_stream_usage, remember_refusal
 from .pending_estimate import PendingEstimate, estimate_in_background
@@ -53,12 +52,15 @@ from .stages import current_stage, default_stage
 if TYPE_CHECKING:
     from .._counting.provider_count import CountTarget  # imported when a count is due: it brings httpx
 
+logger = logging.getLogger("cw_middleware")
+
 # Per-call options of ours; removed before LiteLLM sees the request.
 OPTION_PROVIDER_COUNT = "cw_provider_count"
 OPTION_STREAM_USAGE = "cw_stream_usage"
 OPTIONS = (OPTION_CONTEXT_WINDOW, OPTION_PROVIDER_COUNT, OPTION_STREAM_USAGE)
-# Seconds a call's first snapshot waits for the call's send to be over: a quick call's goes out with its end,
-# a slow one's at once on a carrier span (with the next batch: export_interval_ms, 1 s by default).
+# Seconds a call's first snapshot waits for the call's end: a quick call's goes out with its end, a slow
+# one's then, on a carrier span while it still waits for its provider (with the next batch: export_interval_ms,
+# 1 s by default).
 LIVE_AFTER = 0.25
 
 
@@ -121,9 +123,11 @@ class Call:
         self._anchor: Optional[int] = None
         self._anchor_decided = False
         self._lock = threading.Lock()
-        # Set once the request's send is over (a response, a stream to read, an error): the call-end
-        # worker records the call's first snapshot after that, or at most LIVE_AFTER seconds after its estimate.
+        # Set once the request's send is over (a response, a stream to read, an error): a first snapshot
+        # recorded before that, of a slow call (`_in_order`), is carried out at once on a span of its own.
         self.sent = threading.Event()
+        # The call's first snapshot and the steps behind it, while they wait for the call's end (`_in_order`).
+        self._first_steps: Optional[list[Callable[[], None]]] = None
 
     @classmethod
     def start(cls, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any], route: Optional[Route] = None) -> Call:
@@ -362,32 +366,48 @@ class Call:
     def _in_order(self, step: Callable[[], None], end: bool = False, first: bool = False) -> None:
         """Run a step that publishes: a call's snapshots and end on the runtime's call-end worker, where it has one.
 
-        Where the telemetry pipeline is cw's own (or none), none of it is the caller's to wait for: the
-        worker records the call's first snapshot (``first``) once the request's send is over, or after
-        at most `LIVE_AFTER` seconds, so that a live page shows a long call while it runs (a call
-        waiting on its provider holds no GIL; a mocked or local one would lose turns to the worker), and
-        the call's end (its response-usage snapshot, stage totals, span's end) while the caller goes on.
-        Any other step goes there too while steps wait there, so a stage's snapshots keep their order;
-        a full queue, or a pipeline of the application's, runs it here.
+        Where the telemetry pipeline is cw's own (or none), none of it is the caller's to wait for. The
+        call's first snapshot (``first``) waits for the call's end and goes to the worker in one job with
+        it (the worker wakes once a call, after the caller is done with it: live_firsts.py says why), unless
+        the call still runs `LIVE_AFTER` seconds after its estimate: then it goes out at once, so that a live
+        page shows a long call while it runs. A step that comes while the first waits (a provider count's
+        snapshot) waits behind it; any other step goes to the worker too while steps wait there, so a
+        stage's snapshots keep their order. A full queue, or a pipeline of the application's, runs it here.
         """
         ends = self.runtime.call_ends
-        if ends is not None and (end or first or not ends.idle) and ends.submit(self._after_send(step) if first else step):
+        if ends is None:
+            step()
             return
-        step()
-
-    def _after_send(self, step: Callable[[], None]) -> Callable[[], None]:
-        """``step``, run once the request's send is over, or `LIVE_AFTER` seconds after now, whichever comes first.
-
-        A call still waiting then (its provider is slow) has its first snapshot carried out at once (`_publish`'s
-        ``live``): in the backend within a second of its send (issue 36), while a quick call's comes with its end."""
-        queued = time.monotonic()
-
-        def held_back() -> None:
-            with PROCESS.part(JobsAtFork).outside():  # waiting for the send holds no library lock: a fork need not wait
-                self.sent.wait(max(0.0, LIVE_AFTER - (time.monotonic() - queued)))
+        if first:
+            with self._lock:
+                self._first_steps = [step]
+            self.runtime.live_firsts.watch(self, LIVE_AFTER)
+            return
+        with self._lock:  # queued under the lock: a first snapshot released meanwhile is queued before this
+            held = self._first_steps
+            if held is not None and not end:
+                held.append(step)
+                return
+            self._first_steps = None
+            if held is not None:
+                steps = [*held, step]
+                step = lambda: _run_steps(steps)  # noqa: E731
+            queued = (end or held is not None or not ends.idle) and ends.submit(step)
+        if held is not None:
+            self.runtime.live_firsts.forget(self)
+        if not queued:
             step()
 
-        return held_back
+    def release_first(self) -> None:
+        """The call's first snapshot, and the steps waiting behind it, to the call-end worker now (a slow call, a flush)."""
+        with self._lock:
+            held, self._first_steps = self._first_steps, None
+            if not held:
+                return
+            ends = self.runtime.call_ends
+            queued = ends is not None and ends.submit(lambda: _run_steps(held))
+        if not queued:
+            _run_steps(held)
 
     def _close(self, ending: _Ending) -> None:
         """The call's end: the response-usage snapshot (or the local estimate once more, saying why), then the span's."""
@@ -431,7 +451,7 @@ class Call:
         superseded: bool = False,
         cache_prefix_total: Optional[int] = None,
         at: Optional[int] = None,  # ns since the epoch: when the snapshot stands (a call's end); None: now
-        live: bool = False,  # the call's first snapshot: carried out at once if the call still waits (see _after_send)
+        live: bool = False,  # the call's first snapshot: carried out at once if the call still waits (see _in_order)
     ) -> None:
         if self.broken or self.estimate is None:
             return
@@ -492,6 +512,15 @@ class Call:
         meta = self.meta
         model = f"{meta.provider}/{meta.model}"
         return PrefixFacts(estimate.prefix, estimate.total, min_cacheable_tokens(meta.model), meta.prices, model)
+
+
+def _run_steps(steps: list[Callable[[], None]]) -> None:
+    """A call's steps in their order; one that fails does not keep the next from running."""
+    for step in steps:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - a step's failure is the middleware's, never the caller's
+            logger.warning("cw_middleware: a step of a call's end failed (%s)", type(exc).__name__)
 
 
 def _cache_written(usage: Optional[Usage]) -> Optional[int]:

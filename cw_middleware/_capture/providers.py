@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -155,6 +156,12 @@ def install_embedded(cfg: Config) -> Any:
     from .._embedded import install
 
     return install(cfg)
+
+
+if os.environ.get("CW_EXPORT", "").strip() != "none":
+    # The pipeline (the OpenTelemetry SDK, ~30 ms of imports) loads with the package, not inside the first LLM
+    # call, unless the environment exports nothing: then only a configure() that exports loads it.
+    from .. import _embedded  # noqa: F401
 
 
 def _whose(provider: object, given: bool, kind: str) -> str:

@@ -51,6 +51,7 @@ from .._snapshots.rows import CompactSnapshot, compact, expand
 from .._snapshots.telemetry import CallTelemetry, Telemetry
 from .._worker import Worker
 from . import sigterm
+from .live_firsts import LiveFirsts
 from .providers import Providers, choose_providers
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ class Runtime:
         self.background_estimates = Worker("cw-background-estimate", MAX_BACKGROUND_ESTIMATES, fork_gated=True)
         # Where the telemetry pipeline is cw's own (or none), a call's end is recorded here, not on its caller's thread.
         self.call_ends: Optional[Worker] = Worker("cw-call-end", MAX_QUEUED_ENDS, fork_gated=True) if ends_off_thread else None
+        self.live_firsts = LiveFirsts()  # calls whose first snapshot waits for their end (live_firsts.py)
         self._telemetry = Telemetry(self.config, tracer_provider, meter_provider, logger_provider)
         self.log = RateLimitedLog()
         self._history: deque[CompactSnapshot] = deque(maxlen=self.config.snapshot_history)  # untracked by gc
@@ -151,6 +153,8 @@ class Runtime:
         """
         self.background_estimates.wait_idle(wait)
         if self.call_ends is not None:
+            if wait > 0:
+                self.live_firsts.release_all()  # calls still running: their first snapshots, now
             self.call_ends.wait_idle(wait)
         with self._lock:
             rows = list(self._history)
@@ -206,6 +210,7 @@ class Runtime:
         # Background estimates publish snapshots (and may queue counts): first.
         ok = self.background_estimates.wait_idle(timeout)
         if self.call_ends is not None:  # ends wait for their estimates: after them
+            self.live_firsts.release_all()  # calls still running: their first snapshots go out now
             ok = self.call_ends.wait_idle(max(0.0, deadline - time.monotonic())) and ok
         if self._counter is not None:
             ok = self._counter.wait_idle(max(0.0, deadline - time.monotonic())) and ok
@@ -224,6 +229,7 @@ class Runtime:
         self.background_estimates.close(timeout=0.0)  # flush waited for them; what is left is abandoned
         if self.call_ends is not None:
             self.call_ends.close(timeout=0.0)
+        self.live_firsts.close()
         if self._counter is not None:
             self._counter.close()
         if self._shutdown is not None:
@@ -262,6 +268,7 @@ class Runtime:
         self.background_estimates.reset_after_fork()  # the parent's queued estimates are the parent's calls
         if self.call_ends is not None:
             self.call_ends.reset_after_fork()
+        self.live_firsts = LiveFirsts()  # the parent's calls are the parent's; its thread stayed there
         self._counter = None  # its worker stayed in the parent, its HTTP connections are the parent's
         self._forked = self._for_child is not None and not self._closed
 
