@@ -277,7 +277,7 @@ def _ranks_from_litellm(name: str, polite: bool) -> Callable[..., dict[bytes, in
         _state().loaded_from[name] = str(path)
         # The .tiktoken format: one "base64(token) rank" pair a line. Split a slice of whole lines at a
         # time: one split of the whole file would hold the GIL for tens of ms in a single C call. Once
-        # many calls wait (or nobody is in flight) the rest goes in that one call: parsed in slices, the
+        # many calls wait (or the loader is not the polite one) the rest goes in that one call: parsed in slices, the
         # caller's threads allocate between them, and their objects, landing in the arenas among the
         # ~200k rank keys, keep those arenas (~10 MB) from being given back once the keys are freed.
         ranks: dict[bytes, int] = {}
