@@ -293,17 +293,17 @@ def clients_page() -> str:
     from cw_middleware._capture.clients.patches import LEFT_OUT, TARGETS
 
     packages = {"openai": "openai", "anthropic": "anthropic", "google.genai": "google-genai", "botocore": "boto3 (botocore)"}
-    apis = {
-        "ChatCompletions": "Chat Completions",
-        "Responses": "Responses",
-        "Messages": "Anthropic Messages",
-        "GenerateContent": "Gemini GenerateContent",
-        "Converse": "Bedrock Converse",
+    apis = {  # the adapters' names in _capture/apis/
+        "CHAT": "Chat Completions",
+        "RESPONSES": "Responses",
+        "MESSAGES": "Anthropic Messages",
+        "GENERATE_CONTENT": "Gemini GenerateContent",
+        "CONVERSE": "Bedrock Converse",
     }
     rows: dict[tuple[str, str, str], list[str]] = {}
     for target in TARGETS:
         where = ".".join(target.path) or "(every client)"
-        api = type(target.api).__name__
+        api = target.api
         key = (packages[target.sdk], f"`{target.module}.{target.owner}`", where)
         name = f"`{target.method}`" + (" (a stream manager)" if target.kind == "manager" else "")
         rows.setdefault(key + (apis.get(api, api),), []).append(name)

@@ -52,7 +52,10 @@ print(json.dumps({"litellm": "litellm" in sys.modules, "anthropic": "anthropic" 
                   "module_client": module_client, "warnings": [r for r in records if "my-local-model" in r],
                   "report": REPORT, "httpx": "httpx" in sys.modules, "httpx_with_openai": HTTPX_WITH_OPENAI,
                   "sdk": sorted(m for m in sys.modules if m.startswith("opentelemetry.sdk")),
-                  "readback": sorted(m for m in sys.modules if m.startswith("cw_middleware._readback"))}),
+                  "readback": sorted(m for m in sys.modules if m.startswith("cw_middleware._readback")),
+                  "other_apis": sorted(m for m in sys.modules if m.rpartition(".")[2] in ("messages", "gemini", "converse",
+                                       "anthropic") and m.startswith(("cw_middleware._capture.apis.",
+                                       "cw_middleware._counting.rules.")))}),
       file=sys.stderr)
 """
 
@@ -74,6 +77,8 @@ def test_an_openai_only_program_loads_no_litellm_and_prints_nothing(how):
     assert out["httpx"] == out["httpx_with_openai"], "cw imported an HTTP library the application had not"
     # export=none: nothing is exported, so neither the OpenTelemetry SDK nor the read-back wing is loaded (~5 MB)
     assert out["sdk"] == [] and out["readback"] == [], (out["sdk"][:3], out["readback"][:3])
+    # nor the adapters and counting rules of the APIs it does not speak
+    assert out["other_apis"] == [], out["other_apis"]
     if how == "instrument":
         observed, waiting = out["report"]
         assert "openai.resources.chat.completions.completions.Completions.create" in observed

@@ -47,7 +47,7 @@ def test_a_file_changed_after_it_was_indexed_gives_no_entry_rather_than_another(
     first = tmp_path / "map.json"
     first.write_text('{\n    "a": {"max_input_tokens": 1},\n    "b": {"max_input_tokens": 2}\n}\n')
     state = model_map._BundledMap()
-    state.path, state.offsets = first, {"a": first.read_text().index('\n    "a"'), "b": first.read_text().index('\n    "b"')}
+    model_map._index(state, first)
     assert model_map._read_entry(state, "b") == {"max_input_tokens": 2}
     first.write_text('{\n    "aa": {"max_input_tokens": 1},\n    "b": {"max_input_tokens": 2}\n}\n')  # "b" moved by one
     assert model_map._read_entry(state, "b") is None
@@ -59,5 +59,19 @@ def test_an_entry_longer_than_one_read_is_read_whole(tmp_path):
     path = tmp_path / "map.json"
     path.write_text('{\n    "big": ' + json.dumps(big) + "\n}\n")
     state = model_map._BundledMap()
-    state.path, state.offsets = path, {"big": 1}
+    model_map._index(state, path)
     assert model_map._read_entry(state, "big") == big
+
+
+def test_a_name_is_found_whole_and_first_and_odd_names_are_not_found(tmp_path):
+    path = tmp_path / "map.json"
+    entries = {"gpt-x": 1, "gpt-x-mini": 2, "b": 3}
+    body = ",\n".join(f'    "{name}": {{"max_input_tokens": {n}}}' for name, n in entries.items())
+    path.write_text("{\n" + body + ',\n    "b": {"max_input_tokens": 4}\n}\n')  # "b" twice: the first one counts
+    state = model_map._BundledMap()
+    model_map._index(state, path)
+    assert {name: model_map._read_entry(state, name) for name in entries} == {
+        name: {"max_input_tokens": n} for name, n in entries.items()
+    }
+    for odd in ("gpt", "x", "gpt-x\t0", "gpt-x\ngpt-x-mini", "\ud800", ""):
+        assert model_map._read_entry(state, odd) is None, repr(odd)

@@ -64,7 +64,7 @@ OPTIONS = (OPTION_CONTEXT_WINDOW, OPTION_PROVIDER_COUNT, OPTION_STREAM_USAGE)
 LIVE_AFTER = 0.25
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Ending:
     """How a call ended: its usage (a response, a stream's end) or the exception LiteLLM raised, and when."""
 
@@ -79,6 +79,15 @@ class _Ending:
 
 class Call:
     """Everything the middleware knows about one LLM call, from request to usage."""
+
+    # Slots: a burst of quick calls queues hundreds of these while a tokenizer loads (runtime.py's bounds),
+    # and what they weigh stays behind as fragmented memory once they are gone (issue 35).
+    __slots__ = (
+        "runtime", "api", "args", "kwargs", "options", "route", "endpoint", "stage", "call_seq", "parsed",
+        "estimated", "estimate", "forward", "meta", "warnings", "telemetry", "mock", "stream_usage", "broken",
+        "ended", "_stream_usage", "_response_model", "_stream_calls", "_stream_reasons", "_response",
+        "_local_conversation", "_estimated_at", "_anchor", "_anchor_decided", "_lock", "sent", "_first_steps",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -123,9 +132,10 @@ class Call:
         self._anchor: Optional[int] = None
         self._anchor_decided = False
         self._lock = threading.Lock()
-        # Set once the request's send is over (a response, a stream to read, an error): a first snapshot
+        # True once the request's send is over (a response, a stream to read, an error): a first snapshot
         # recorded before that, of a slow call (`_in_order`), is carried out at once on a span of its own.
-        self.sent = threading.Event()
+        # A flag, not an Event: it is set and read, never waited for (an Event is ~0.7 KB a call).
+        self.sent = False
         # The call's first snapshot and the steps behind it, while they wait for the call's end (`_in_order`).
         self._first_steps: Optional[list[Callable[[], None]]] = None
 
@@ -352,7 +362,7 @@ class Call:
         self._end(_Ending(time.time_ns(), self._stream_usage, self._response_model, None, calls, reasons, True))
 
     def fail(self, exc: BaseException) -> None:
-        self.sent.set()  # a send that failed is over
+        self.sent = True  # a send that failed is over
         self._end(_Ending(time.time_ns(), error=exc))
 
     def _end(self, ending: _Ending) -> None:
@@ -484,7 +494,7 @@ class Call:
             )
             newest = not superseded and runtime.is_newest_call(self.stage, self.call_seq)
             snap = runtime.ledgers.add(stage_key, self.call_seq, snap, self._local_conversation, newest, runtime.parts, prefix)
-            still_waiting = live and self.runtime.call_ends is not None and not self.sent.is_set()
+            still_waiting = live and self.runtime.call_ends is not None and not self.sent
             forecast = runtime.ledgers.forecast(stage_key, snap.context_window_tokens, runtime.config.threshold_percent)
             runtime.publish(snap, self.telemetry, self.stage, superseded=superseded, at=at, live=still_waiting, forecast=forecast)
         except Exception as exc:  # noqa: BLE001

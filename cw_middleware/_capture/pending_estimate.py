@@ -39,6 +39,8 @@ class PendingEstimate:
     way (None: not known, every message is checked when the tags are stripped).
     """
 
+    __slots__ = ("_lock", "_done", "_estimate", "_steps", "tagged")  # one a call (see Call's slots)
+
     def __init__(self, tagged: Optional[Sequence[int]] = None) -> None:
         self._lock = threading.Lock()
         self._done = False

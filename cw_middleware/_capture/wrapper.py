@@ -23,7 +23,7 @@ from .._counting.tool_rows import NO_TOOLS
 from .._errors import TagError
 from .._process import PROCESS
 from .._snapshots.build import build_snapshot
-from .apis import API_OF, Api, Parsed, Route, for_estimate
+from .apis import API_OF, Api, Parsed, Route, adapter, for_estimate
 from .call import OPTIONS, Call
 from .litellm_originals import forwarding, forwarding_scope, mark_observed, original
 from .runtime import Runtime, get_runtime
@@ -59,13 +59,13 @@ async def aresponses(*args: Any, **kwargs: Any) -> Any:
 def _forward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if forwarding():
         return original(name)(*args, **_without_options(kwargs))
-    return run_call(API_OF[name], args, kwargs, original(name), _observe)
+    return run_call(adapter(API_OF[name]), args, kwargs, original(name), _observe)
 
 
 async def _aforward(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if forwarding():
         return await original(name)(*args, **_without_options(kwargs))
-    return await arun_call(API_OF[name], args, kwargs, original(name), _observe)
+    return await arun_call(adapter(API_OF[name]), args, kwargs, original(name), _observe)
 
 
 def run_call(
@@ -94,7 +94,7 @@ def run_call(
                     continue  # the endpoint refused the stream_options we added: once more, as the caller wrote it
                 call.fail(exc)  # its send is over too
                 raise
-        call.sent.set()  # the call's first snapshot may be recorded now (call.py, `_in_order`)
+        call.sent = True  # the call's first snapshot may be recorded now (call.py, `_in_order`)
     return observe(call, response)
 
 
@@ -119,7 +119,7 @@ async def arun_call(
                     continue
                 call.fail(exc)  # its send is over too
                 raise
-        call.sent.set()  # the call's first snapshot may be recorded now (call.py, `_in_order`)
+        call.sent = True  # the call's first snapshot may be recorded now (call.py, `_in_order`)
     return observe(call, response)
 
 

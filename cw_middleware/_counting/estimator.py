@@ -68,7 +68,7 @@ _FRAMING: SourceKey = (Category.OTHER, "framing")
 _THINKING: SourceKey = (Category.OTHER, "thinking")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Estimate:
     """A request's local token count, per (category, source), before any scaling.
 

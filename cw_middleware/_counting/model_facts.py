@@ -30,7 +30,7 @@ OPTION_CONTEXT_WINDOW = "cw_context_window"  # the per-call window, removed befo
 MAX_MODELS = 512  # model strings whose facts are kept
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RequestMeta:
     """What a snapshot says about its request besides the numbers."""
 

@@ -38,14 +38,15 @@ class Resolved(NamedTuple):
 class _BundledMap:
     """Where each entry of the map LiteLLM ships stands in its file, indexed once (a part of the process state, see _process.py).
 
-    Only the index is kept (~0.3 MB for ~5,000 names), not the 3.5 MB text: an entry is read from
-    the file where the index says it starts, the first time its name is asked for.
+    Only the index is kept, not the 3.5 MB text: an entry is read from the file where the index says it
+    starts, the first time its name is asked for. The index is one bytes object, ``\n<name>\t<offset>`` an
+    entry in the file's order, searched in C (~0.2 MB; as a dict of ~5,000 names it held 0.6 MB).
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.path: Optional[Path] = None
-        self.offsets: Optional[dict[str, int]] = None  # name -> byte offset of its line in the file
+        self.index: Optional[bytes] = None  # b"\n<name>\t<byte offset of its line>" an entry, then b"\n"
         self.providers: Optional[frozenset[str]] = None  # read from the file when first asked (`is_provider`)
         self.entries: dict[str, Optional[Mapping[str, Any]]] = {}
 
@@ -73,10 +74,10 @@ _PROVIDER = re.compile(rb'"litellm_provider": "([^"]*)"')
 
 def _bundled() -> _BundledMap:
     state = PROCESS.part(_BundledMap)
-    if state.offsets is None:
+    if state.index is None:
         with state.lock:
-            if state.offsets is None:
-                _index(state)
+            if state.index is None:
+                _index(state, _map_path())
     return state
 
 
@@ -92,13 +93,26 @@ def _read(path: Optional[Path]) -> bytes:
         return b""
 
 
-def _index(state: _BundledMap) -> None:
-    """Read the file once (~8 ms, on a first call): each name's offset."""
-    path = _map_path()
-    offsets: dict[str, int] = {}
-    for found in _ENTRY_LINE.finditer(_read(path)):
-        offsets.setdefault(found.group(1).decode("utf-8", "replace"), found.start())
-    state.path, state.offsets = path, offsets
+def _index(state: _BundledMap, path: Optional[Path]) -> None:
+    """Read the file once (~8 ms, on a first call): each name's offset (a name twice: the first is found)."""
+    index = b"".join(b"\n%s\t%d" % (found.group(1), found.start()) for found in _ENTRY_LINE.finditer(_read(path)))
+    state.path, state.index = path, index + b"\n"
+
+
+def _offset(state: _BundledMap, key: str) -> Optional[int]:
+    """Where ``key``'s entry starts in the file, from the index (None: not there)."""
+    if "\n" in key or "\t" in key:  # no name in the map holds one (JSON escapes them): never a match
+        return None
+    try:
+        wanted = b"\n" + key.encode("utf-8") + b"\t"
+    except UnicodeEncodeError:  # a lone surrogate: not a name in a UTF-8 file
+        return None
+    index = state.index or b""
+    at = index.find(wanted)
+    if at < 0:
+        return None
+    start = at + len(wanted)
+    return int(index[start : index.index(b"\n", start)])
 
 
 def entry(key: str) -> Optional[Mapping[str, Any]]:
@@ -120,7 +134,7 @@ def entry(key: str) -> Optional[Mapping[str, Any]]:
 
 def _read_entry(state: _BundledMap, key: str) -> Optional[Mapping[str, Any]]:
     """The entry named ``key``, decoded from the file where the index says it stands (None: not in the map)."""
-    at = (state.offsets or {}).get(key)
+    at = _offset(state, key)
     if at is None or state.path is None:
         return None
     line = ("\n    " + json.dumps(key) + ": ").encode()

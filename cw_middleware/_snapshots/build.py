@@ -300,7 +300,7 @@ def _cost(
     return trusted(Cost, {"currency": CURRENCY, "input_cost": total, "by_category": by_category})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ResponseSide:
     """What a response says about its request besides the total: the tools it called and the cache."""
 

@@ -70,7 +70,7 @@ CACHE_SERVED_SHARE = 0.5  # a prefix with at least this share served from the ca
 _RECONCILED = CountMethod.RESPONSE_USAGE_SCALED_BREAKDOWN  # an anchor's provider total: its response's usage
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PrefixFacts:
     """What a call's cache miss is read from besides its snapshot: its request's prefix and the model's cache."""
 
@@ -110,7 +110,7 @@ def anchored_total(anchor: Optional[Anchor], call_seq: int, facts: PrefixFacts) 
 _NO_MISS = (0, 0, None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Contribution:
     """What one call adds to its stage: the numbers of its latest snapshot."""
 

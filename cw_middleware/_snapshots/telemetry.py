@@ -262,6 +262,12 @@ class Telemetry:
 class CallTelemetry:
     """The span of one LLM call; snapshots land on it as events, or on a linked span once it ended."""
 
+    # One a call: slots keep a queued call light (see _capture/call.py).
+    __slots__ = (
+        "_owner", "span", "_operation", "_recording", "_call_id", "_provider", "_model", "_stage", "_ended",
+        "_gauges", "_forecast", "_mirrored", "_lock", "_started_ns",
+    )  # fmt: skip
+
     def __init__(
         self,
         owner: Telemetry,

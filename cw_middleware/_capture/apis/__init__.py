@@ -20,15 +20,12 @@ GenerateContent (gemini.py) and Bedrock's Converse (converse.py).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Optional
 
 from .base import NOTHING, Api, Forward, Parsed, Reading, Route, Usage
 from .chat import CHAT
-from .converse import CONVERSE
-from .gemini import GENERATE_CONTENT
-from .messages import MESSAGES
-from .responses import RESPONSES
 
 __all__ = [
     "API_OF",
@@ -44,15 +41,35 @@ __all__ = [
     "Reading",
     "Route",
     "Usage",
+    "adapter",
     "for_estimate",
 ]
 
-# LiteLLM function name -> the adapter of the API it speaks.
-API_OF: dict[str, Api] = {"completion": CHAT, "acompletion": CHAT, "responses": RESPONSES, "aresponses": RESPONSES}
+# The adapters other than Chat Completions', by name -> the module holding each: imported when first named
+# (`adapter`, or ``from apis import MESSAGES``), so a program that speaks one API holds one adapter (issue 35).
+_LATER = {"RESPONSES": ".responses", "MESSAGES": ".messages", "GENERATE_CONTENT": ".gemini", "CONVERSE": ".converse"}
+
+# LiteLLM function name -> the name of the adapter of the API it speaks.
+API_OF: dict[str, str] = {"completion": "CHAT", "acompletion": "CHAT", "responses": "RESPONSES", "aresponses": "RESPONSES"}
+
+
+def __getattr__(name: str) -> Api:
+    module = _LATER.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    found: Api = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = found  # from now on a plain global
+    return found
+
+
+def adapter(name: str) -> Api:
+    """The adapter named ``name`` (``"CHAT"``, ``"MESSAGES"``: the constants above), imported when first asked for."""
+    found: Optional[Api] = globals().get(name) if name == "CHAT" or name in _LATER else None
+    return found if found is not None else __getattr__(name)
 
 
 def for_estimate(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Api:
     """`cw.estimate` takes completion() or responses() arguments: ``input=`` without ``messages=`` is the latter."""
     if "input" in kwargs and "messages" not in kwargs and len(args) < 2:
-        return API_OF["responses"]
-    return API_OF["completion"]
+        return adapter(API_OF["responses"])
+    return adapter(API_OF["completion"])

@@ -9,7 +9,7 @@ from typing import Any, Optional, Protocol
 from ..._contract import WarningCode
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Parsed:
     """A request as the estimator reads it, whatever API it was written for."""
 
@@ -22,7 +22,7 @@ class Parsed:
     warnings: frozenset[WarningCode] = frozenset()
 
 
-@dataclass
+@dataclass(slots=True)
 class Forward:
     """The request as LiteLLM gets it."""
 
@@ -32,7 +32,7 @@ class Forward:
     hide_usage: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Usage:
     """Input, output and cache-read tokens of one response, as the provider reported them."""
 
@@ -55,7 +55,7 @@ class Usage:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Route:
     """Where an official client's request goes (the client says it, not the request): provider and endpoint.
 
@@ -84,7 +84,7 @@ class Route:
         return {k: v for k, v in spelled.items() if v is not None}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reading:
     """What one response, stream chunk or stream event says about the call."""
 

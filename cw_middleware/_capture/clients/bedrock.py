@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..apis import Api, Route
-from ..apis.converse import OPERATIONS
 from ..call import Call
 from ..litellm_originals import SAVED_ATTR, mark_observed
 from ..wrapper import run_call
@@ -33,6 +32,7 @@ SERVICE = "bedrock-runtime"
 
 def api_call_shell(original: Callable[..., Any], api: Api, route_of: Callable[[Any], Route]) -> Callable[..., Any]:
     """An observed ``BaseClient._make_api_call``: Converse calls of bedrock-runtime clients, the rest untouched."""
+    from ..apis.converse import OPERATIONS  # with the Converse adapter (``api``), imported once a shell is made
 
     @functools.wraps(original)
     def observed(self: Any, operation_name: str, api_params: Any) -> Any:

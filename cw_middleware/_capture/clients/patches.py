@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..._process import PROCESS
-from ..apis import CHAT, CONVERSE, GENERATE_CONTENT, MESSAGES, RESPONSES, Api
+from ..apis import adapter
 from ..litellm_originals import unwrap
 from .bedrock import api_call_shell
 from .routes import resource_route
@@ -40,7 +40,7 @@ class Target:
     module: str
     owner: str  # the resource class
     method: str
-    api: Api
+    api: str  # the adapter's name in apis/ ("CHAT", "MESSAGES"...): imported once a shell is made for it
     path: tuple[str, ...]  # where the resource sits on a client object
     # method: the client method sends (create, parse, generate_content); manager: it returns a stream manager
     # that sends on entering (Anthropic's messages.stream); api_call: botocore's one entry of every call.
@@ -56,11 +56,11 @@ class Target:
 
     def shell(self, original: Callable[..., Any]) -> Callable[..., Any]:
         make = {"method": method_shell, "manager": manager_shell, "api_call": api_call_shell}[self.kind]
-        return make(unwrap(original), self.api, functools.partial(resource_route, wire=self.sdk))
+        return make(unwrap(original), adapter(self.api), functools.partial(resource_route, wire=self.sdk))
 
 
 def _rows(
-    sdk: str, module: str, classes: tuple[str, ...], methods: tuple[str, ...], api: Api, path: tuple[str, ...]
+    sdk: str, module: str, classes: tuple[str, ...], methods: tuple[str, ...], api: str, path: tuple[str, ...]
 ) -> tuple[Target, ...]:
     """One row a method of both the sync and the async resource class (``Messages`` and ``AsyncMessages``)."""
     return tuple(
@@ -81,25 +81,25 @@ _GENAI_METHODS = ("generate_content", "generate_content_stream")
 # clients and fails on a method that posts to a model endpoint and is neither here nor named there as
 # left out on purpose. A module or method the installed version lacks is skipped (`Target.owner_class`).
 TARGETS: tuple[Target, ...] = (
-    *_rows("openai", "openai.resources.chat.completions", _OPENAI_CHAT, ("create", "parse"), CHAT, ("chat", "completions")),
+    *_rows("openai", "openai.resources.chat.completions", _OPENAI_CHAT, ("create", "parse"), "CHAT", ("chat", "completions")),
     # openai 1.x: the structured-output helpers under beta (``client.beta.chat.completions.parse``)
-    *_rows("openai", "openai.resources.beta.chat.completions", _OPENAI_CHAT, ("parse",), CHAT, ("beta", "chat", "completions")),
-    *_rows("openai", "openai.resources.responses", _OPENAI_RESPONSES, ("create", "parse"), RESPONSES, ("responses",)),
-    *_rows("openai", "openai.resources.beta.responses", _OPENAI_RESPONSES, ("create",), RESPONSES, ("beta", "responses")),
-    *_rows("anthropic", "anthropic.resources.messages", _ANTHROPIC, ("create", "parse", "stream"), MESSAGES, ("messages",)),
+    *_rows("openai", "openai.resources.beta.chat.completions", _OPENAI_CHAT, ("parse",), "CHAT", ("beta", "chat", "completions")),
+    *_rows("openai", "openai.resources.responses", _OPENAI_RESPONSES, ("create", "parse"), "RESPONSES", ("responses",)),
+    *_rows("openai", "openai.resources.beta.responses", _OPENAI_RESPONSES, ("create",), "RESPONSES", ("beta", "responses")),
+    *_rows("anthropic", "anthropic.resources.messages", _ANTHROPIC, ("create", "parse", "stream"), "MESSAGES", ("messages",)),
     *_rows(
         "anthropic",
         "anthropic.resources.beta.messages",
         _ANTHROPIC,
         ("create", "parse", "stream"),
-        MESSAGES,
+        "MESSAGES",
         ("beta", "messages"),
     ),
     # google-genai: a stream is a generator of responses; chats send through these. Async models live at client.aio.
-    *_rows("google.genai", "google.genai.models", ("Models",), _GENAI_METHODS, GENERATE_CONTENT, ("models",)),
-    *_rows("google.genai", "google.genai.models", ("AsyncModels",), _GENAI_METHODS, GENERATE_CONTENT, ("aio", "models")),
+    *_rows("google.genai", "google.genai.models", ("Models",), _GENAI_METHODS, "GENERATE_CONTENT", ("models",)),
+    *_rows("google.genai", "google.genai.models", ("AsyncModels",), _GENAI_METHODS, "GENERATE_CONTENT", ("aio", "models")),
     # boto3: every call of every client ends here; the shell observes bedrock-runtime's Converse calls (bedrock.py).
-    Target("botocore", "botocore.client", "BaseClient", "_make_api_call", CONVERSE, (), "api_call"),
+    Target("botocore", "botocore.client", "BaseClient", "_make_api_call", "CONVERSE", (), "api_call"),
 )
 
 # Methods of the clients that post to a model endpoint and are not observed, on purpose (the docs list them):

@@ -59,13 +59,17 @@ def rules_for(model: str, custom_llm_provider: Optional[str] = None, api: str = 
     frames the two differently. LiteLLM serves a Responses request to any other
     provider through its chat API, so their rules do not depend on it.
     """
-    from . import anthropic, gemini, openai
-
+    # Each family's module is imported when a model of it is first counted: a program that calls one
+    # provider holds only that provider's rules.
     family, bare, route = split_provider(model, custom_llm_provider)
-    if family == "openai":
-        return openai.rules(bare, api)
     if family == "anthropic":
+        from . import anthropic
+
         return anthropic.rules(bare)
     if family == "gemini":
+        from . import gemini
+
         return gemini.rules(bare, vertex=route.startswith("vertex_ai"))
-    return openai.approximate_rules(family)
+    from . import openai
+
+    return openai.rules(bare, api) if family == "openai" else openai.approximate_rules(family)
