@@ -534,16 +534,22 @@ def resolve_read(*, environ: Optional[Mapping[str, str]] = None, **settings: Any
     `resolve`'s."""
     env = os.environ if environ is None else environ
     values = _resolve(READ_SETTINGS, settings, env)
-    export_setting = next(s for s in SETTINGS if s.name == "export")
-    try:
-        values["export"] = _resolve((export_setting,), {}, env)["export"]
-    except ConfigError:
-        values["export"] = f"file:{DEFAULT_TELEMETRY_FILE}"  # the writer refuses it and says so; the reader looks in the default
+    values["export"] = environment_export(env)
     # The forecast's threshold is one setting for both sides: the reader's answers and the writer's gauge agree.
     values["threshold_percent"] = _resolve((next(s for s in SETTINGS if s.name == "threshold_percent"),), {}, env)[
         "threshold_percent"
     ]
     return ReadConfig(**values)
+
+
+def environment_export(environ: Optional[Mapping[str, str]] = None) -> str:
+    """``export`` as the environment says it (or its default), by `resolve`'s rule; a bad ``CW_EXPORT`` reads as the
+    default file (the writer refuses it and says so; the reader looks in the default)."""
+    env = os.environ if environ is None else environ
+    try:
+        return str(_resolve((next(s for s in SETTINGS if s.name == "export"),), {}, env)["export"])
+    except ConfigError:
+        return f"file:{DEFAULT_TELEMETRY_FILE}"
 
 
 def provider_variable(names: tuple[str, ...], environ: Optional[Mapping[str, str]] = None) -> Optional[str]:

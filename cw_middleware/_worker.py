@@ -27,12 +27,11 @@ own (a call's send) steps out of the gate while it waits (`JobsAtFork.outside`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import signal
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Generic, Optional, TypeVar
 
 from ._process import PROCESS
@@ -63,15 +62,6 @@ class JobsAtFork:
         with self._cond:
             self._running -= 1
             self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def outside(self) -> Iterator[None]:
-        """A gated job waiting on something other than a library: a fork need not wait for it meanwhile."""
-        self.leave()
-        try:
-            yield
-        finally:
-            self.enter()
 
     def before_fork(self) -> None:
         with self._cond:

@@ -7,7 +7,16 @@ import dataclasses
 import pytest
 
 import cw_middleware as cw
-from cw_middleware._config import READ_SETTINGS, SETTINGS, Config, ReadConfig, resolve, resolve_read
+from cw_middleware._config import (
+    DEFAULT_TELEMETRY_FILE,
+    READ_SETTINGS,
+    SETTINGS,
+    Config,
+    ReadConfig,
+    environment_export,
+    resolve,
+    resolve_read,
+)
 
 
 def test_every_setting_is_written_down_once_with_its_meaning() -> None:
@@ -85,3 +94,11 @@ def test_read_settings_parse_their_variables() -> None:
     assert read.index_dir == "/cache/cw-middleware/file-index"
     with pytest.raises(cw.ConfigError, match="CW_STALE_AFTER"):
         resolve_read(environ={"CW_STALE_AFTER": "soon"})
+
+
+def test_the_environments_export_is_read_by_the_settings_rule():
+    assert environment_export({"CW_EXPORT": " none "}) == "none"
+    assert environment_export({"CW_EXPORT": "file:/tmp/x.jsonl"}) == "file:/tmp/x.jsonl"
+    assert environment_export({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}) == "otlp"
+    assert environment_export({}) == f"file:{DEFAULT_TELEMETRY_FILE}"
+    assert environment_export({"CW_EXPORT": "nowhere"}) == f"file:{DEFAULT_TELEMETRY_FILE}"  # refused by the writer

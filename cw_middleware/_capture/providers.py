@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from opentelemetry import metrics, trace
 
-from .._config import Config
+from .._config import Config, environment_export
 from .._log import RateLimitedLog
 from .._process import PROCESS
 
@@ -158,7 +157,7 @@ def install_embedded(cfg: Config) -> Any:
     return install(cfg)
 
 
-if os.environ.get("CW_EXPORT", "").strip() != "none":
+if environment_export() != "none":
     # The pipeline (the OpenTelemetry SDK, ~30 ms of imports) loads with the package, not inside the first LLM
     # call, unless the environment exports nothing: then only a configure() that exports loads it.
     from .. import _embedded  # noqa: F401

@@ -41,12 +41,12 @@ from .._contract import (  # noqa: F401 - re-exported
     Staleness,
     forecast_from,
     stage_totals_from,
-    suggestions_from,
     validate_id,
 )
 from .._errors import BackendError, ConfigError, NotFound
 from .fold import DEFAULT_HISTORY, MAX_HISTORY, Missing, RunSummary, StageSummary
 from .options import BackendURL, ReaderOptions, parse_backend_url, redact, resolve_options
+from .suggestions import suggestions_from
 from .summary import StagePart, run_report, stage_part
 
 

@@ -22,10 +22,9 @@ from .._contract import (
     StageTotals,
     Suggestion,
     SuggestionKind,
-    run_suggestions,
-    suggestions_from,
 )
 from .fold import StageSummary
+from .suggestions import run_suggestions, suggestions_from
 
 
 class StagePart(BaseModel):
