@@ -31,7 +31,9 @@ install them into a venv beside cw, e.g.
 
 ``--parts`` takes cw's cost apart instead, as three more variants of the wrapped client in the same
 run: its call ends on the caller's thread (no call-end worker: what handing them over costs), no
-snapshot published (the estimate, the span and its export: what the two snapshots cost), and both.
+snapshot published (the estimate, the span and its export: what the two snapshots cost), both, and
+the snapshot events added through the SDK's ``add_event`` instead of handed to the file pipeline with
+their span's end (what that saves).
 """
 
 from __future__ import annotations
@@ -193,7 +195,18 @@ def _parts() -> dict[str, Callable[[bool], None]]:
         ends_here(on)
         unpublished(on)
 
-    return {"cw, ends on the caller": ends_here, "cw, no snapshot": unpublished, "cw, neither": both}
+    telemetry = runtime.telemetry
+    own = telemetry.own_events
+
+    def through_the_sdk(on: bool) -> None:
+        telemetry.own_events = None if on else own
+
+    return {
+        "cw, ends on the caller": ends_here,
+        "cw, no snapshot": unpublished,
+        "cw, neither": both,
+        "cw, events through the SDK": through_the_sdk,
+    }
 
 
 def _installed_peers(client: str, only: str) -> dict[str, Callable[[bool], None]]:

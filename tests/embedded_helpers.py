@@ -14,12 +14,17 @@ from cw_middleware._embedded import install
 
 @contextlib.contextmanager
 def embedded_runtime(
-    flush_at_exit: float = 5.0, index_writes: bool = True, ends_off_thread: bool = False, **settings: Any
+    flush_at_exit: float = 5.0,
+    index_writes: bool = True,
+    ends_off_thread: bool = False,
+    own_events: bool = True,
+    **settings: Any,
 ) -> Iterator[Runtime]:
     """A Runtime exporting through embedded.install(), flushed (at most ``flush_at_exit`` s) and shut down at the end.
 
     ``index_writes=False``: the file is written as another program would write it, without extending
-    its index (the readers' own path then indexes it).
+    its index (the readers' own path then indexes it). ``own_events=False``: the snapshot events go through
+    the SDK's ``add_event``, as they must when a test adds a span processor of its own that reads them.
     """
     exporters = {k: settings.pop(k) for k in ("span_exporter", "metric_exporter") if k in settings}
     cfg = resolve(environ={}, **settings)
@@ -33,6 +38,7 @@ def embedded_runtime(
         flush=pipeline.flush,
         logger_provider=pipeline.logger_provider,
         ends_off_thread=ends_off_thread,  # as configure() builds it over cw's own pipeline
+        own_events=pipeline.own_events if own_events else None,
     )
     runtime.pipeline = pipeline  # type: ignore[attr-defined]
     previous = set_runtime(runtime)
@@ -67,7 +73,7 @@ def exported_to(file_path: str, traces_endpoint: Optional[str] = None, **setting
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    with embedded_runtime(export=f"file:{file_path}", **settings) as runtime:
+    with embedded_runtime(export=f"file:{file_path}", own_events=traces_endpoint is None, **settings) as runtime:
         if traces_endpoint is not None:
             exporter = OTLPSpanExporter(endpoint=traces_endpoint)
             runtime.pipeline.tracer_provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))  # type: ignore[attr-defined]

@@ -56,6 +56,9 @@ class Providers:
     # Every signal goes to cw's own pipeline or nowhere: no application observes a call's span, metrics or
     # log events before cw's flush, so a call's end may be recorded off the caller's thread (runtime.py).
     ours: bool = False
+    # The embedded file pipeline's span processor, where the spans go there: it takes cw's snapshot events as they
+    # are made (`_embedded/span_queue.CompactSpanProcessor.end_with`). None: they go through the span's add_event.
+    own_events: Any = None
 
 
 def _global_tracer_provider() -> Optional[trace.TracerProvider]:
@@ -178,6 +181,7 @@ def _mixed(pipeline: Any, tp: Any, mp: Any, logger_provider: Any) -> Providers:
         pipeline.shutdown,
         lambda: _mixed(pipeline.for_child(), tp, mp, logger_provider),
         ours=tp is None and mp is None and logger_provider is None,
+        own_events=pipeline.own_events if tp is None else None,
     )
 
 

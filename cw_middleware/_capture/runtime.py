@@ -88,6 +88,7 @@ class Runtime:
         counter_factory: Optional[Callable[[Config], ProviderCounter]] = None,
         for_child: Optional[Callable[[], Providers]] = None,
         ends_off_thread: bool = False,
+        own_events: Any = None,  # see providers.Providers
     ) -> None:
         self.config = config or resolve()
         self.estimator = Estimator()
@@ -99,7 +100,7 @@ class Runtime:
         # Where the telemetry pipeline is cw's own (or none), a call's end is recorded here, not on its caller's thread.
         self.call_ends: Optional[Worker] = Worker("cw-call-end", MAX_QUEUED_ENDS, fork_gated=True) if ends_off_thread else None
         self.live_firsts = LiveFirsts()  # calls whose first snapshot waits for their end (live_firsts.py)
-        self._telemetry = Telemetry(self.config, tracer_provider, meter_provider, logger_provider)
+        self._telemetry = Telemetry(self.config, tracer_provider, meter_provider, logger_provider, own_events)
         self.log = RateLimitedLog()
         self._history: deque[CompactSnapshot] = deque(maxlen=self.config.snapshot_history)  # untracked by gc
         self._late_warnings: OrderedDict[tuple[str, str], set[WarningCode]] = OrderedDict()  # bounded: MAX_TRACKED_STAGES
@@ -286,7 +287,9 @@ class Runtime:
                 self._telemetry = Telemetry(self.config, trace.NoOpTracerProvider(), metrics.NoOpMeterProvider())
                 self._flush = self._shutdown = self._for_child = None
                 return
-            self._telemetry = Telemetry(self.config, chosen.tracer_provider, chosen.meter_provider, chosen.logger_provider)
+            self._telemetry = Telemetry(
+                self.config, chosen.tracer_provider, chosen.meter_provider, chosen.logger_provider, chosen.own_events
+            )
             self._flush, self._shutdown, self._for_child = chosen.flush, chosen.shutdown, chosen.for_child
 
 
@@ -387,6 +390,7 @@ def _build(
         logger_provider=chosen.logger_provider,
         for_child=chosen.for_child,
         ends_off_thread=chosen.ours,
+        own_events=chosen.own_events,
     )
 
 

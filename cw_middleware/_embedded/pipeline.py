@@ -21,7 +21,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from .._config import Config, resolve_read
@@ -73,6 +73,11 @@ class Pipeline:
             self._sdk_tracer.add_span_processor(self.span_processor)
         self.tracer_provider: trace.TracerProvider = (
             self._sdk_tracer if self._sdk_tracer is not None else trace.NoOpTracerProvider()
+        )
+        # cw's snapshot events go straight into the file's records where nothing but the file sees the spans
+        # and the SDK's limits would keep them whole (`CompactSpanProcessor.end_with`).
+        self.own_events: Optional[CompactSpanProcessor] = (
+            self.span_processor if isinstance(self.span_processor, CompactSpanProcessor) and _limits_keep_events() else None
         )
 
         self.metrics_endpoint: Optional[ScrapeEndpoint] = None
@@ -219,3 +224,15 @@ def install(
 ) -> Pipeline:
     """Providers with exporters for ``config.export`` and ``config.metrics``; the global providers are left alone."""
     return Pipeline(config, span_exporter, metric_exporter)
+
+
+# A snapshot event holds ~70 attributes and a call's span a few events: under the SDK's default limits (128 of each,
+# no length limit) the SDK keeps them whole, and so may cw. Smaller limits (OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT,
+# OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT...) are applied by the SDK's own add_event.
+_KEPT_WHOLE = 128
+
+
+def _limits_keep_events() -> bool:
+    limits = SpanLimits()
+    at_least = [limits.max_events, limits.max_event_attributes]
+    return all(n is None or n >= _KEPT_WHOLE for n in at_least) and limits.max_attribute_length is None

@@ -22,6 +22,9 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 Record = tuple[Any, ...]
 ContextRecord = Optional[tuple[int, int, bool, int, tuple[tuple[str, str], ...]]]  # trace id, span id, remote, flags, state
 AttributesRecord = tuple[tuple[tuple[str, Any], ...], int]  # (key, value) pairs, dropped count
+# Events cw adds to its own spans without the SDK: (name, time in ns, attributes already as the SDK would hold
+# them: values of str/bool/int/float or tuples of one of those; span_queue.py's `CompactSpanProcessor.end_with`).
+OwnEvents = list[tuple[str, int, dict[str, Any]]]
 
 
 class Origins:
@@ -58,9 +61,13 @@ def _attributes_record(attributes: Any, dropped: int) -> AttributesRecord:
     return tuple(getattr(attributes, "_dict", attributes).items()), dropped
 
 
-def compact(span: ReadableSpan, origins: Origins) -> Record:
-    """The span as nested tuples of immutable values; resource and scope by their index in ``origins``."""
+def compact(span: ReadableSpan, origins: Origins, own_events: Optional[OwnEvents] = None) -> Record:
+    """The span as nested tuples of immutable values; resource and scope by their index in ``origins``.
+
+    ``own_events``: events cw recorded for the span itself, after the SDK's (see `OwnEvents`)."""
     events = tuple((e.name, e.timestamp, _attributes_record(e.attributes, e.dropped_attributes)) for e in span.events)
+    if own_events:
+        events += tuple((name, at, (tuple(attributes.items()), 0)) for name, at, attributes in own_events)
     links = tuple(
         (_context_record(link.context), _attributes_record(link.attributes, link.dropped_attributes)) for link in span.links
     )

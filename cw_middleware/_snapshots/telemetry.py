@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
@@ -78,6 +78,9 @@ from .._codec import (
 from .._config import Config
 from .._contract import CATEGORIES, Category, Forecast, Snapshot, StageInfo
 
+if TYPE_CHECKING:
+    from .._embedded.records import OwnEvents
+
 logger = logging.getLogger("cw_middleware")
 
 
@@ -90,8 +93,12 @@ class Telemetry:
         tracer_provider: Optional[trace.TracerProvider] = None,
         meter_provider: Optional[metrics.MeterProvider] = None,
         logger_provider: Any = None,
+        own_events: Any = None,
     ) -> None:
         self.config = config
+        # The embedded file pipeline's span processor, when cw's spans go there and nowhere else: the snapshot events
+        # go to it with their span's end (`CompactSpanProcessor.end_with`), not through the SDK's add_event.
+        self.own_events = own_events
         self._attribute_cache: dict[Any, tuple[dict[str, Any], list[tuple[Category, dict[str, Any]]]]] = {}
         self.tracer = trace.get_tracer("cw_middleware", tracer_provider=tracer_provider)
         # Optional log-based events (OTEP 4430): the same attributes, event_name = SNAPSHOT_EVENT.
@@ -265,7 +272,7 @@ class CallTelemetry:
     # One a call: slots keep a queued call light (see _capture/call.py).
     __slots__ = (
         "_owner", "span", "_operation", "_recording", "_call_id", "_provider", "_model", "_stage", "_ended",
-        "_gauges", "_forecast", "_mirrored", "_lock", "_started_ns",
+        "_gauges", "_forecast", "_mirrored", "_lock", "_started_ns", "_events",
     )  # fmt: skip
 
     def __init__(
@@ -297,6 +304,8 @@ class CallTelemetry:
         # land on a span that is ending, where the SDK drops it.
         self._lock = threading.Lock()
         self._started_ns = time.time_ns()
+        # The snapshot events, kept here until the span ends, where the owner's pipeline takes them as they are.
+        self._events: Optional[OwnEvents] = [] if self._recording and owner.own_events is not None else None
 
     def record(
         self,
@@ -327,10 +336,16 @@ class CallTelemetry:
             attrs[ATTR_CALL_ID] = self._call_id
         if superseded:
             attrs[ATTR_SUPERSEDED] = True
+        own = self._owner.own_events if self._events is not None else None
+        if own is not None:  # as the SDK would hold them: its only change to cw's attributes is lists to tuples
+            attrs = {k: tuple(v) if type(v) is list else v for k, v in attrs.items()}
         with self._lock:
             on_span = not self._ended
             if on_span:
-                self.span.add_event(SNAPSHOT_EVENT, attributes=attrs, timestamp=at)
+                if self._events is not None:
+                    self._events.append((SNAPSHOT_EVENT, at if at is not None else time.time_ns(), attrs))
+                else:
+                    self.span.add_event(SNAPSHOT_EVENT, attributes=attrs, timestamp=at)
                 if not superseded:
                     self._gauges, self._mirrored, self._forecast = snapshot, attrs, forecast
         if not on_span or live:
@@ -346,8 +361,11 @@ class CallTelemetry:
                 attributes=late_attrs,
                 context=trace.set_span_in_context(trace.NonRecordingSpan(self.span.get_span_context())),
             )
-            late.add_event(SNAPSHOT_EVENT, attributes=attrs, timestamp=at)
-            late.end()
+            if own is not None:
+                own.end_with(late, [(SNAPSHOT_EVENT, at if at is not None else time.time_ns(), attrs)])
+            else:
+                late.add_event(SNAPSHOT_EVENT, attributes=attrs, timestamp=at)
+                late.end()
         event_logger = self._owner.event_logger
         if event_logger is not None:
             # Correlated with the call span through the context, as a span event would be.
@@ -395,6 +413,7 @@ class CallTelemetry:
             self._ended = True
             gauges, self._gauges = self._gauges, None
             mirrored, self._mirrored = self._mirrored, None
+            events, self._events = self._events, None
         if mirrored is not None:
             self.span.set_attributes(span_level(mirrored))
         if gauges is not None:
@@ -433,4 +452,7 @@ class CallTelemetry:
             # The exception type only: provider error bodies are content.
             span.set_attribute(ERROR_TYPE, type(error).__qualname__)
             span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
-        span.end(end_time=end_time)
+        if events:
+            self._owner.own_events.end_with(span, events, end_time)
+        else:
+            span.end(end_time=end_time)

@@ -194,8 +194,25 @@ def test_a_name_that_is_not_utf8_fails_on_both_paths():
         SpanLines(origins).line(compact(finished, origins))
 
 
-def test_cws_own_spans_reach_the_file_as_the_sdk_encoder_writes_them(tmp_path):
-    """A stage, plain calls and a stream through the embedded default: the file's lines are the SDK encoder's."""
+def test_cws_own_spans_reach_the_file_as_the_sdk_encoder_writes_them(tmp_path, monkeypatch):
+    """A stage, plain calls, a stream and tools through the embedded default: the file's lines are the SDK encoder's
+    of the same spans with their snapshot events added by the SDK's own ``add_event``.
+
+    cw hands its snapshot events to the file pipeline with the span's end (`CompactSpanProcessor.end_with`), past
+    the SDK's attribute checks: the reference puts each through them (`BoundedAttributes`, as ``add_event`` does)."""
+    from opentelemetry.attributes import BoundedAttributes
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+
+    from cw_middleware._embedded.span_queue import CompactSpanProcessor
+
+    handed: dict[int, list] = {}
+    end_with = CompactSpanProcessor.end_with
+
+    def spy(self, span, events, end_time=None):
+        handed[span.get_span_context().span_id] = list(events)
+        return end_with(self, span, events, end_time)
+
+    monkeypatch.setattr(CompactSpanProcessor, "end_with", spy)
     path = tmp_path / "t.jsonl"
     seen = InMemorySpanExporter()
     with embedded_runtime(export=f"file:{path}", export_interval_ms=60_000) as runtime:
@@ -205,11 +222,36 @@ def test_cws_own_spans_reach_the_file_as_the_sdk_encoder_writes_them(tmp_path):
             cw.completion(model="gpt-4o", messages=messages, mock_response="ok")
             for _ in cw.completion(model="gpt-4o", messages=messages, mock_response="streamed", stream=True):
                 pass
-            cw.completion(
-                model="gpt-4o", messages=messages, mock_response="ok", tools=[{"type": "function", "function": {"name": "f"}}]
-            )
+            tools = [{"type": "function", "function": {"name": n, "description": "d " * i}} for i, n in enumerate("fgh")]
+            cw.completion(model="gpt-4o", messages=messages, mock_response="ok", tools=tools)
+            cw.completion(model="claude-sonnet-4-5", messages=messages * 3, mock_response="ok", tools=tools)
         runtime.snapshots()
         assert runtime.flush(5)
     written = [line for line in path.read_bytes().splitlines(keepends=True) if line.startswith(b'{"resourceSpans"')]
-    expected = [_sdk_line(span) for span in seen.get_finished_spans()]
-    assert len(expected) >= 4 and written == expected
+
+    def as_the_sdk_holds_it(span) -> ReadableSpan:
+        own = handed.get(span.get_span_context().span_id, [])
+        events = tuple(span.events) + tuple(
+            Event(name, BoundedAttributes(128, attributes, immutable=True), at) for name, at, attributes in own
+        )
+        return ReadableSpan(
+            name=span.name,
+            context=span.get_span_context(),
+            parent=span.parent,
+            resource=span.resource,
+            attributes=span.attributes,
+            events=events,
+            links=span.links,
+            kind=span.kind,
+            status=span.status,
+            start_time=span.start_time,
+            end_time=span.end_time,
+            instrumentation_scope=span.instrumentation_scope,
+        )
+
+    expected = [_sdk_line(as_the_sdk_holds_it(span)) for span in seen.get_finished_spans()]
+    assert len(expected) >= 5 and written == expected
+    # The events did go the short way: every call span's snapshot events, none through the SDK's add_event.
+    calls = [s for s in seen.get_finished_spans() if s.name.startswith("chat ")]
+    assert len(calls) == 4 and all(handed[s.get_span_context().span_id] and not s.events for s in calls)
+    assert all(len(e[2]) > 20 for s in calls for e in handed[s.get_span_context().span_id])
