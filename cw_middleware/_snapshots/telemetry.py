@@ -272,7 +272,7 @@ class CallTelemetry:
     # One a call: slots keep a queued call light (see _capture/call.py).
     __slots__ = (
         "_owner", "span", "_operation", "_recording", "_call_id", "_provider", "_model", "_stage", "_ended",
-        "_gauges", "_forecast", "_mirrored", "_lock", "_started_ns", "_events",
+        "_gauges", "_forecast", "_mirrored", "_lock", "_started_ns", "_own", "_events",
     )  # fmt: skip
 
     def __init__(
@@ -304,8 +304,10 @@ class CallTelemetry:
         # land on a span that is ending, where the SDK drops it.
         self._lock = threading.Lock()
         self._started_ns = time.time_ns()
-        # The snapshot events, kept here until the span ends, where the owner's pipeline takes them as they are.
-        self._events: Optional[OwnEvents] = [] if self._recording and owner.own_events is not None else None
+        # The snapshot events, kept here until the span ends, where the owner's pipeline (as of the call's start)
+        # takes them as they are.
+        self._own = owner.own_events if self._recording else None
+        self._events: Optional[OwnEvents] = [] if self._own is not None else None
 
     def record(
         self,
@@ -336,7 +338,7 @@ class CallTelemetry:
             attrs[ATTR_CALL_ID] = self._call_id
         if superseded:
             attrs[ATTR_SUPERSEDED] = True
-        own = self._owner.own_events if self._events is not None else None
+        own = self._own if self._events is not None else None
         if own is not None:  # as the SDK would hold them: its only change to cw's attributes is lists to tuples
             attrs = {k: tuple(v) if type(v) is list else v for k, v in attrs.items()}
         with self._lock:
@@ -452,7 +454,7 @@ class CallTelemetry:
             # The exception type only: provider error bodies are content.
             span.set_attribute(ERROR_TYPE, type(error).__qualname__)
             span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
-        if events:
-            self._owner.own_events.end_with(span, events, end_time)
+        if events and self._own is not None:
+            self._own.end_with(span, events, end_time)
         else:
             span.end(end_time=end_time)

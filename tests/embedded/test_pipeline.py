@@ -156,3 +156,29 @@ def test_nothing_collects_a_metric_reader_before_the_provider_has_registered_it(
     assert not [r.getMessage() for r in caplog.records if "Cannot call collect" in r.getMessage()]
     if metrics == "export":
         assert '"name":"agent.context_window.snapshots"' in (tmp_path / "t.jsonl").read_text()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "own"),
+    [
+        (None, None, True),
+        ("OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT", "16", False),
+        ("OTEL_SPAN_EVENT_COUNT_LIMIT", "2", False),
+        ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "64", False),
+        ("OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT", "1000", True),
+    ],
+)
+def test_cws_events_skip_the_sdk_only_where_its_limits_would_keep_them_whole(tmp_path, monkeypatch, variable, value, own):
+    if variable is not None:
+        monkeypatch.setenv(variable, value)
+    file_pipeline = install(resolve(environ={}, export=f"file:{tmp_path / 't.jsonl'}"))
+    try:
+        assert (file_pipeline.own_events is file_pipeline.span_processor) is own
+        assert own is (file_pipeline.own_events is not None)
+    finally:
+        file_pipeline.shutdown(timeout=5)
+    otlp_pipeline = install(resolve(environ={}, export="otlp"))  # the SDK's batcher and OTLP exporter: never
+    try:
+        assert otlp_pipeline.own_events is None
+    finally:
+        otlp_pipeline.shutdown(timeout=5)
