@@ -80,8 +80,7 @@ class _Ending:
 class Call:
     """Everything the middleware knows about one LLM call, from request to usage."""
 
-    # Slots: a burst of quick calls queues hundreds of these while a tokenizer loads (runtime.py's bounds),
-    # and what they weigh stays behind as fragmented memory once they are gone (issue 35).
+    # Slots: hundreds queue while a tokenizer loads, and what they weigh stays behind as fragmented memory (issue 35).
     __slots__ = (
         "runtime", "api", "args", "kwargs", "options", "route", "endpoint", "stage", "call_seq", "parsed",
         "estimated", "estimate", "forward", "meta", "warnings", "telemetry", "mock", "stream_usage", "broken",
@@ -132,9 +131,8 @@ class Call:
         self._anchor: Optional[int] = None
         self._anchor_decided = False
         self._lock = threading.Lock()
-        # True once the request's send is over (a response, a stream to read, an error): a first snapshot
-        # recorded before that, of a slow call (`_in_order`), is carried out at once on a span of its own.
-        # A flag, not an Event: it is set and read, never waited for (an Event is ~0.7 KB a call).
+        # True once the request's send is over (a response, a stream to read, an error): a first snapshot recorded
+        # before that, of a slow call (`_in_order`), is carried out at once on a span of its own. Never waited for.
         self.sent = False
         # The call's first snapshot and the steps behind it, while they wait for the call's end (`_in_order`).
         self._first_steps: Optional[list[Callable[[], None]]] = None

@@ -338,7 +338,7 @@ class CallTelemetry:
             attrs[ATTR_CALL_ID] = self._call_id
         if superseded:
             attrs[ATTR_SUPERSEDED] = True
-        own = self._own if self._events is not None else None
+        own = self._own
         if own is not None:  # as the SDK would hold them: its only change to cw's attributes is lists to tuples
             attrs = {k: tuple(v) if type(v) is list else v for k, v in attrs.items()}
         with self._lock:
