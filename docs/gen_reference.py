@@ -118,7 +118,7 @@ def _instruments() -> list[tuple[str, str, str, str, str]]:
     }
     out = []
     for name, kind, unit, description in made:
-        stored = by_value.get(name) or codec.prometheus_name(name, counter=kind == "counter")
+        stored = by_value.get(name) or codec.prometheus_name(name, counter=kind.endswith("counter"))
         out.append((name, kind, unit, stored, description))
     return out
 
@@ -180,7 +180,8 @@ def telemetry_page() -> str:
         + "\n### Values\n\n"
         + table(values)
         + "\n## Metrics\n\n"
-        + "The instruments `cw_middleware/_snapshots/telemetry.py` creates, and the name a Prometheus backend stores "
+        + "The instruments cw creates (`cw_middleware/_snapshots/telemetry.py`, and `observed.py` beside it for those "
+        + "the SDK reads when it collects), and the name a Prometheus backend stores "
         + "each under (dots as underscores, counters with `_total`: the `PROM_*` constants the reader and the "
         + "dashboards query).\n\n"
         + "| name | instrument | unit | Prometheus | description |\n|---|---|---|---|---|\n"

@@ -46,7 +46,7 @@ def test_the_attribute_names_are_the_contract():
     assert attrs["agent.context_window.limit_tokens"] == 128_000
     assert attrs["agent.context_window.utilization"] == 941 / 128_000
     assert attrs["agent.context_window.count_method"] == "local_estimate"
-    assert attrs["agent.context_window.warnings"] == ["tool_source_inferred"]
+    assert attrs["agent.context_window.warnings"] == ("tool_source_inferred",)  # arrays as tuples, as the SDK holds them
     assert attrs["agent.context_window.details.source"][0] == "mcp:github"
     assert not any(k.startswith("gen_ai.") for k in attrs)
     assert not any(k.startswith("agent.context_window.details.") for k in span_level(attrs))
@@ -103,8 +103,8 @@ def test_tools_cost_and_cache_round_trip_with_their_names():
     snap = _rich_snapshot()
     assert snap.tools and snap.cost is not None and snap.cached_tokens == 256
     attrs = snapshot_attributes(snap)
-    assert attrs["agent.context_window.tools.name"] == [t.name for t in snap.tools]
-    assert attrs["agent.context_window.tools.invocations"] == [t.invocations for t in snap.tools] == [2, 0]
+    assert attrs["agent.context_window.tools.name"] == tuple(t.name for t in snap.tools)
+    assert attrs["agent.context_window.tools.invocations"] == tuple(t.invocations for t in snap.tools) == (2, 0)
     assert attrs["agent.context_window.unused_tool_tokens"] == snap.unused_tool_tokens > 0
     assert attrs["agent.context_window.cost.currency"] == "USD"
     assert attrs["agent.context_window.cost.input"] == snap.cost.input_cost
@@ -128,3 +128,18 @@ def test_tools_cost_and_cache_round_trip_with_their_names():
 
     again = expand(compact(snap), SnapshotParts())
     assert again == snap and again.model_dump() == snap.model_dump()
+
+
+def test_row_arrays_kept_made_are_the_arrays_made_afresh():
+    """On the call path the rows' arrays are kept while the same shared rows come again (`SnapshotParts.flat`):
+    what they give is what snapshot_attributes makes without them, and other rows get arrays of their own."""
+    from cw_middleware._snapshots.build import SnapshotParts
+
+    parts = SnapshotParts()
+    snap = _rich_snapshot()
+    afresh = snapshot_attributes(snap)
+    assert snapshot_attributes(snap, flat=parts.flat) == afresh == snapshot_attributes(snap, flat=parts.flat)
+    fewer = snap.model_copy(update={"tools": snap.tools[:1]})
+    kept = snapshot_attributes(fewer, flat=parts.flat)
+    assert kept == snapshot_attributes(fewer) and kept["agent.context_window.tools.name"] == (snap.tools[0].name,)
+    assert all(type(v) is not list for v in afresh.values())  # arrays are tuples, as the SDK holds them

@@ -141,7 +141,7 @@ class Runtime:
         if call is None:
             return
         try:
-            call.record(snapshot, superseded=superseded, at=at, live=live, forecast=forecast)
+            call.record(snapshot, superseded=superseded, at=at, live=live, forecast=forecast, flat=self.parts.flat)
         except Exception as exc:  # noqa: BLE001 - telemetry must never break the caller
             self.log.warning("telemetry", f"cw_middleware: could not record a snapshot ({type(exc).__name__})")
 

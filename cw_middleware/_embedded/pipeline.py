@@ -23,6 +23,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased
 
 from .._config import Config, resolve_read
 from .._worker import Worker
@@ -74,10 +75,14 @@ class Pipeline:
         self.tracer_provider: trace.TracerProvider = (
             self._sdk_tracer if self._sdk_tracer is not None else trace.NoOpTracerProvider()
         )
-        # cw's snapshot events go straight into the file's records where nothing but the file sees the spans
-        # and the SDK's limits would keep them whole (`CompactSpanProcessor.end_with`).
+        # cw's snapshot events and a call's attributes at its end go straight into the file's records where nothing but
+        # the file sees the spans and the SDK's limits would keep them whole (`CompactSpanProcessor.end_with`).
         self.own_events: Optional[CompactSpanProcessor] = (
-            self.span_processor if isinstance(self.span_processor, CompactSpanProcessor) and _limits_keep_events() else None
+            self.span_processor
+            if isinstance(self.span_processor, CompactSpanProcessor)
+            and self._sdk_tracer is not None
+            and _kept_whole(self._sdk_tracer.sampler)
+            else None
         )
 
         self.metrics_endpoint: Optional[ScrapeEndpoint] = None
@@ -226,13 +231,18 @@ def install(
     return Pipeline(config, span_exporter, metric_exporter)
 
 
-# A snapshot event holds ~70 attributes and a call's span a few events: under the SDK's default limits (128 of each,
-# no length limit) the SDK keeps them whole, and so may cw. Smaller limits (OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT,
-# OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT...) are applied by the SDK's own add_event.
+# A snapshot event holds ~70 attributes, a call's span a few events and ~60 attributes: under the SDK's default limits
+# (128 of each, no length limit) the SDK keeps them whole, and so may cw. Smaller limits (OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT,
+# OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT, OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT...) are applied by the SDK's own add_event and
+# set_attributes.
 _KEPT_WHOLE = 128
 
 
-def _limits_keep_events() -> bool:
+def _kept_whole(sampler: Any) -> bool:
+    """Whether the SDK would keep cw's events and attributes whole, and its sampler (one of the SDK's own, which read
+    no attributes: not one named by an entry point) decides without the attributes a call's span starts with."""
     limits = SpanLimits()
-    at_least = [limits.max_events, limits.max_event_attributes]
-    return all(n is None or n >= _KEPT_WHOLE for n in at_least) and limits.max_attribute_length is None
+    at_least = [limits.max_events, limits.max_event_attributes, limits.max_span_attributes]
+    whole = all(n is None or n >= _KEPT_WHOLE for n in at_least) and limits.max_attribute_length is None
+    samplers = [sampler, getattr(sampler, "_root", None)] if isinstance(sampler, ParentBased) else [sampler]
+    return whole and all(type(s).__module__ == ParentBased.__module__ for s in samplers)

@@ -25,6 +25,8 @@ AttributesRecord = tuple[tuple[tuple[str, Any], ...], int]  # (key, value) pairs
 # Events cw adds to its own spans without the SDK: (name, time in ns, attributes already as the SDK would hold
 # them: values of str/bool/int/float or tuples of one of those; span_queue.py's `CompactSpanProcessor.end_with`).
 OwnEvents = list[tuple[str, int, dict[str, Any]]]
+# Attributes cw sets on its own span as it ends, likewise already as the SDK would hold them.
+OwnAttributes = dict[str, Any]
 
 
 class Origins:
@@ -61,10 +63,17 @@ def _attributes_record(attributes: Any, dropped: int) -> AttributesRecord:
     return tuple(getattr(attributes, "_dict", attributes).items()), dropped
 
 
-def compact(span: ReadableSpan, origins: Origins, own_events: Optional[OwnEvents] = None) -> Record:
+def compact(
+    span: ReadableSpan,
+    origins: Origins,
+    own_events: Optional[OwnEvents] = None,
+    own_attributes: Optional[OwnAttributes] = None,
+) -> Record:
     """The span as nested tuples of immutable values; resource and scope by their index in ``origins``.
 
-    ``own_events``: events cw recorded for the span itself, after the SDK's (see `OwnEvents`)."""
+    ``own_events``: events cw recorded for the span itself, after the SDK's (see `OwnEvents`); ``own_attributes``:
+    attributes it set as the span ended, after the SDK's, as ``set_attributes`` leaves them (a key set again
+    moves to the end)."""
     events = tuple((e.name, e.timestamp, _attributes_record(e.attributes, e.dropped_attributes)) for e in span.events)
     if own_events:
         events += tuple((name, at, (tuple(attributes.items()), 0)) for name, at, attributes in own_events)
@@ -72,6 +81,11 @@ def compact(span: ReadableSpan, origins: Origins, own_events: Optional[OwnEvents
         (_context_record(link.context), _attributes_record(link.attributes, link.dropped_attributes)) for link in span.links
     )
     status = span.status
+    # ReadableSpan.attributes wraps them in a read-only proxy: items() would be the slow path again.
+    attributes = _attributes_record(getattr(span, "_attributes", None) or span.attributes, span.dropped_attributes)
+    if own_attributes:
+        kept = tuple((k, v) for k, v in attributes[0] if k not in own_attributes)
+        attributes = (kept + tuple(own_attributes.items()), attributes[1])
     return (
         origins.index(span.resource, span.instrumentation_scope),
         span.name,
@@ -80,8 +94,7 @@ def compact(span: ReadableSpan, origins: Origins, own_events: Optional[OwnEvents
         span.kind.value,
         span.start_time,
         span.end_time,
-        # ReadableSpan.attributes wraps them in a read-only proxy: items() would be the slow path again.
-        _attributes_record(getattr(span, "_attributes", None) or span.attributes, span.dropped_attributes),
+        attributes,
         events,
         span.dropped_events,
         links,

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from .._codec import LATE_SNAPSHOT_SPAN
 from .._worker import Worker
 from .health import inside_export, warn
-from .records import Origins, OwnEvents, Record, compact, index_view
+from .records import Origins, OwnAttributes, OwnEvents, Record, compact, index_view
 from .sink import JsonLinesFile
 from .span_json import SpanLines
 
@@ -64,20 +64,23 @@ class CompactSpanProcessor(SpanProcessor):
         self._pid = os.getpid()
         self._wake = threading.Event()
         self._worker = Worker("cw-span-export", max_jobs=2)
-        self._ending = threading.local()  # the own events of the span `end_with` is ending on this thread
+        self._ending = threading.local()  # the own events and attributes of the span `end_with` is ending on this thread
 
-    def end_with(self, span: Any, events: OwnEvents, end_time: Optional[int] = None) -> None:
-        """End ``span`` (one of cw's, from this processor's provider) with ``events`` added to its record.
+    def end_with(
+        self, span: Any, events: OwnEvents, end_time: Optional[int] = None, attributes: Optional[OwnAttributes] = None
+    ) -> None:
+        """End ``span`` (one of cw's, from this processor's provider) with ``events`` and ``attributes`` added to its record.
 
-        cw's snapshot events are checked where they are made (``_codec.exportable``); the SDK's
-        ``add_event`` would check each of an event's ~270 values again, twice a call (~70 µs an event
-        warm, ~160 µs cold: issue 38). The SDK ends the span and calls `on_end` on this thread, which
-        takes the events from here; a span ended twice is ended once, as the SDK does."""
-        self._ending.events = events
+        cw's snapshot events and a call's attributes at its end are checked where they are made
+        (``_codec.exportable``); the SDK's ``add_event`` would check each of an event's ~270 values
+        again, twice a call (~70 µs an event warm, ~160 µs cold: issue 38), and ``set_attributes`` each
+        of the ~45 the span takes at its end. The SDK ends the span and calls `on_end` on this thread,
+        which takes them from here; a span ended twice is ended once, as the SDK does."""
+        self._ending.own = (events, attributes)
         try:
             span.end(end_time=end_time)
         finally:
-            self._ending.events = None
+            self._ending.own = None
 
     @property
     def dropped(self) -> int:
@@ -104,7 +107,8 @@ class CompactSpanProcessor(SpanProcessor):
                 f"{self._sink.path}); spans are dropped ({self._dropped} so far), the LLM calls proceed",
             )
             return
-        self._queue.append(compact(span, self._origins, getattr(self._ending, "events", None)))
+        own = getattr(self._ending, "own", None)
+        self._queue.append(compact(span, self._origins, *own) if own is not None else compact(span, self._origins))
         # A full batch leaves now, and so does a snapshot's carrier span: a call still waiting for its provider,
         # or a count that came after its call, is read back at once (issue 36), not a batch delay later.
         if (len(self._queue) >= self._batch_size or span.name == LATE_SNAPSHOT_SPAN) and not self._wake.is_set():

@@ -361,10 +361,13 @@ def _scaler(
         return None
     local_total = sum(local.values())
     overall = sum(scaled.values()) / local_total if local_total else 1.0
+    ratios: dict[tuple[Category, str], float] = {}  # a snapshot's rows share a few keys (every native tool one)
 
     def scale(key: tuple[Category, str], tokens: int) -> int:
-        base = local.get(key)
-        ratio = scaled.get(key, 0) / base if base else overall
+        ratio = ratios.get(key)
+        if ratio is None:
+            base = local.get(key)
+            ratio = ratios[key] = scaled.get(key, 0) / base if base else overall
         return round(tokens * ratio)
 
     return scale

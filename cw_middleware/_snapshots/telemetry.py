@@ -31,7 +31,6 @@ from .._codec import (
     ATTR_STAGE_KIND,
     ATTR_STAGE_STATE,
     ATTR_SUPERSEDED,
-    COST_UNIT,
     DURATION_HISTOGRAM_BOUNDARIES,
     ERROR_TYPE,
     GEN_AI_CACHE_CREATION,
@@ -51,17 +50,9 @@ from .._codec import (
     GEN_AI_TOKEN_TYPE,
     LANGFUSE_USAGE_DETAILS,
     LATE_SNAPSHOT_SPAN,
-    METRIC_CACHED_TOKENS,
-    METRIC_CALLS_UNTIL_THRESHOLD,
-    METRIC_COST,
     METRIC_COUNT_FAILURES,
-    METRIC_LIMIT,
     METRIC_OPERATION_DURATION,
-    METRIC_SNAPSHOTS,
     METRIC_TOKEN_USAGE,
-    METRIC_TOKENS,
-    METRIC_UNUSED_TOOL_TOKENS,
-    METRIC_UTILIZATION,
     SCHEMA_VERSION,
     SERVICE_NAME,
     SNAPSHOT_EVENT,
@@ -70,6 +61,7 @@ from .._codec import (
     STAGE_STATE_ENDED,
     STAGE_STATE_STARTED,
     TOKEN_HISTOGRAM_BOUNDARIES,
+    Flat,
     exportable,
     exportable_text,
     snapshot_attributes,
@@ -77,11 +69,15 @@ from .._codec import (
 )
 from .._config import Config
 from .._contract import CATEGORIES, Category, Forecast, Snapshot, StageInfo
+from .observed import instruments_of
 
 if TYPE_CHECKING:
     from .._embedded.records import OwnEvents
 
 logger = logging.getLogger("cw_middleware")
+
+# (series key, common metric attributes, per-category attributes): see `Telemetry._attributes`.
+_Attributes = tuple[tuple[Any, ...], dict[str, Any], list[tuple[Category, dict[str, Any]]]]
 
 
 class Telemetry:
@@ -99,7 +95,8 @@ class Telemetry:
         # The embedded file pipeline's span processor, when cw's spans go there and nowhere else: the snapshot events
         # go to it with their span's end (`CompactSpanProcessor.end_with`), not through the SDK's add_event.
         self.own_events = own_events
-        self._attribute_cache: dict[Any, tuple[dict[str, Any], list[tuple[Category, dict[str, Any]]]]] = {}
+        self._attribute_cache: dict[Any, _Attributes] = {}
+        self._method_attributes: dict[tuple[Any, ...], dict[str, Any]] = {}  # the snapshot counter's, by key and method
         self.tracer = trace.get_tracer("cw_middleware", tracer_provider=tracer_provider)
         # Optional log-based events (OTEP 4430): the same attributes, event_name = SNAPSHOT_EVENT.
         self.event_logger = None
@@ -108,32 +105,9 @@ class Telemetry:
 
             self.event_logger = _logs.get_logger("cw_middleware", logger_provider=logger_provider)
         meter = metrics.get_meter("cw_middleware", meter_provider=meter_provider)
-        self.tokens_gauge = meter.create_gauge(
-            METRIC_TOKENS, unit="{token}", description="Input tokens per context-window category"
-        )
-        self.limit_gauge = meter.create_gauge(METRIC_LIMIT, unit="{token}", description="Context window size of the model")
-        self.utilization_gauge = meter.create_gauge(
-            METRIC_UTILIZATION, unit="1", description="Share of the context window in use"
-        )
-        self.cost_counter = meter.create_counter(
-            METRIC_COST, unit=COST_UNIT, description="Input cost of the calls in USD, by context-window category"
-        )
-        self.cached_gauge = meter.create_gauge(
-            METRIC_CACHED_TOKENS, unit="{token}", description="Input tokens per category served from the prompt cache"
-        )
-        self.unused_tools_gauge = meter.create_gauge(
-            METRIC_UNUSED_TOOL_TOKENS,
-            unit="{token}",
-            description="Definition tokens of the tools a request defines and neither it nor its response calls",
-        )
-        self.calls_until_threshold_gauge = meter.create_gauge(
-            METRIC_CALLS_UNTIL_THRESHOLD,
-            unit="{call}",
-            description="Calls left until the stage's input reaches the threshold share of its window (-1: not growing)",
-        )
-        self.snapshot_counter = meter.create_counter(
-            METRIC_SNAPSHOTS, unit="{snapshot}", description="Snapshots emitted, by count method"
-        )
+        # The context-window numbers change at every call's end and are read once a collection: observable
+        # instruments read them from stores when the SDK collects, one set per meter provider (observed.py).
+        self.observed = instruments_of(meter_provider, meter)
         self.count_failures = meter.create_counter(
             METRIC_COUNT_FAILURES,
             unit="{failure}",
@@ -202,24 +176,32 @@ class Telemetry:
             if stage.parent_stage_id:
                 attrs[ATTR_PARENT_STAGE_ID] = stage.parent_stage_id
         name = exportable_text(f"{operation} {model or ''}".strip())
-        span = self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=exportable(attrs))
+        attrs = exportable(attrs)
+        if self.own_events is not None:
+            # Its record takes them with its end, as the snapshot events (`CallTelemetry.end`): checked here, once. (The
+            # pipeline's sampler is one of the SDK's, which read no attributes: `_embedded/pipeline._kept_whole`.)
+            span = self.tracer.start_span(name, kind=SpanKind.CLIENT)
+            return CallTelemetry(self, span, provider, model, stage, operation, started=attrs)
+        span = self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs)
         return CallTelemetry(self, span, provider, model, stage, operation)
 
     def metric_attributes(self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> dict[str, Any]:
-        return dict(self._attributes(provider, model, stage)[0])
+        return dict(self._attributes(provider, model, stage)[1])
 
-    def _attributes(
-        self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]
-    ) -> tuple[dict[str, Any], list[tuple[Category, dict[str, Any]]]]:
-        """(common metric attributes, per-category attributes), built once per model and stage."""
-        key = (provider, model, stage if self.config.metric_run_labels else None)
-        cached = self._attribute_cache.get(key)
+    def _attributes(self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> _Attributes:
+        """(series key, common metric attributes, per-category attributes), built once per model and stage.
+
+        The key is the attribute set itself: one series in the stores (observed.py) per attribute set, whichever
+        Telemetry of the process wrote it."""
+        labelled = stage if self.config.metric_run_labels else None
+        cache_key = (provider, model, labelled)
+        cached = self._attribute_cache.get(cache_key)
         if cached is None:
             base = self._base_attributes(provider, model, stage)
-            cached = (base, [(c, {**base, ATTR_CATEGORY: c.value}) for c in CATEGORIES])
+            cached = (tuple(sorted(base.items())), base, [(c, {**base, ATTR_CATEGORY: c.value}) for c in CATEGORIES])
             if len(self._attribute_cache) >= 1024:
                 self._attribute_cache.clear()
-            self._attribute_cache[key] = cached
+            self._attribute_cache[cache_key] = cached
         return cached
 
     def _base_attributes(self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> dict[str, Any]:
@@ -234,36 +216,43 @@ class Telemetry:
         return exportable(attrs)
 
     def count_snapshot(self, snapshot: Snapshot, stage: Optional[StageInfo]) -> None:
-        base = self._attributes(snapshot.provider, snapshot.model, stage)[0]
-        self.snapshot_counter.add(1, {**base, ATTR_COUNT_METHOD: snapshot.count_method.value})
+        key, base, _ = self._attributes(snapshot.provider, snapshot.model, stage)
+        method = snapshot.count_method.value
+        attributes = self._method_attributes.get((key, method))
+        if attributes is None:
+            if len(self._method_attributes) >= 1024:
+                self._method_attributes.clear()
+            attributes = self._method_attributes[(key, method)] = {**base, ATTR_COUNT_METHOD: method}
+        self.observed.snapshots.add((key, method), attributes, 1)
 
     def set_gauges(self, snapshot: Snapshot, stage: Optional[StageInfo], forecast: Optional[Forecast] = None) -> None:
-        base, per_category = self._attributes(snapshot.provider, snapshot.model, stage)
+        key, base, per_category = self._attributes(snapshot.provider, snapshot.model, stage)
+        observed = self.observed
         if forecast is not None:
             left = forecast.calls_until_threshold
-            self.calls_until_threshold_gauge.set(-1 if left is None else left, base)
+            observed.calls_until_threshold.set(key, base, -1 if left is None else left)
         tokens = {item.category: item.tokens for item in snapshot.breakdown}
         for category, attrs in per_category:
-            self.tokens_gauge.set(tokens.get(category, 0), attrs)
+            observed.tokens.set((key, category), attrs, tokens.get(category, 0))
         if snapshot.cached_tokens is not None:  # the response reported its cache
             cached = {item.category: item.cached_tokens or 0 for item in snapshot.breakdown}
             for category, attrs in per_category:
-                self.cached_gauge.set(cached.get(category, 0), attrs)
+                observed.cached.set((key, category), attrs, cached.get(category, 0))
         if snapshot.context_window_tokens:
-            self.limit_gauge.set(snapshot.context_window_tokens, base)
-            self.utilization_gauge.set(snapshot.input_tokens / snapshot.context_window_tokens, base)
-        self.unused_tools_gauge.set(snapshot.unused_tool_tokens, base)
+            observed.limit.set(key, base, snapshot.context_window_tokens)
+            observed.utilization.set(key, base, snapshot.input_tokens / snapshot.context_window_tokens)
+        observed.unused_tools.set(key, base, snapshot.unused_tool_tokens)
 
     def add_cost(self, snapshot: Snapshot, stage: Optional[StageInfo]) -> None:
         """A call's input cost, once, at its end (from its last snapshot): the counter sums calls, never snapshots."""
         cost = snapshot.cost
         if cost is None:
             return
-        _, per_category = self._attributes(snapshot.provider, snapshot.model, stage)
+        key, _, per_category = self._attributes(snapshot.provider, snapshot.model, stage)
         for category, attrs in per_category:
             usd = cost.by_category.get(category)
             if usd:
-                self.cost_counter.add(usd, attrs)
+                self.observed.cost.add((key, category), attrs, usd)
 
 
 class CallTelemetry:
@@ -272,7 +261,7 @@ class CallTelemetry:
     # One a call: slots keep a queued call light (see _capture/call.py).
     __slots__ = (
         "_owner", "span", "_operation", "_recording", "_call_id", "_provider", "_model", "_stage", "_ended",
-        "_gauges", "_forecast", "_mirrored", "_lock", "_started_ns", "_own", "_events",
+        "_gauges", "_forecast", "_mirrored", "_lock", "_started_ns", "_own", "_events", "_started",
     )  # fmt: skip
 
     def __init__(
@@ -283,6 +272,7 @@ class CallTelemetry:
         model: Optional[str],
         stage: Optional[StageInfo],
         operation: str = "chat",
+        started: Optional[dict[str, Any]] = None,
     ):
         self._owner = owner
         self.span = span
@@ -308,6 +298,7 @@ class CallTelemetry:
         # takes them as they are.
         self._own = owner.own_events if self._recording else None
         self._events: Optional[OwnEvents] = [] if self._own is not None else None
+        self._started = started  # the span's attributes at its start, when they go with its end (`Telemetry.start_call`)
 
     def record(
         self,
@@ -316,6 +307,7 @@ class CallTelemetry:
         at: Optional[int] = None,
         live: bool = False,
         forecast: Optional[Forecast] = None,
+        flat: Optional[Flat] = None,
     ) -> None:
         """The snapshot as the call span's event (``at``: its time in ns, the call's end for one recorded later).
 
@@ -323,7 +315,8 @@ class CallTelemetry:
         event also goes out at once on a short carrier span of its own (the one a late snapshot rides on),
         which every reader reads as the same contract; a stage's answer shows the call while it runs, and
         a process that exits or is killed mid-call leaves it in the backend. The same event on the call
-        span, when that ends, is one snapshot for the readers (the same call id and event seq)."""
+        span, when that ends, is one snapshot for the readers (the same call id and event seq). ``flat``: how
+        the rows' arrays are made (`SnapshotParts.flat`: kept while the same rows come again)."""
         if not self._recording and self._owner.event_logger is None:
             with self._lock:
                 on_span = not self._ended
@@ -333,14 +326,12 @@ class CallTelemetry:
             if not on_span and not superseded:
                 self._owner.set_gauges(snapshot, self._stage, forecast)
             return
-        attrs = snapshot_attributes(snapshot, include_details=True)
+        attrs = snapshot_attributes(snapshot, include_details=True, flat=flat)  # as the SDK holds them: arrays as tuples
         if self._call_id:
             attrs[ATTR_CALL_ID] = self._call_id
         if superseded:
             attrs[ATTR_SUPERSEDED] = True
         own = self._own
-        if own is not None:  # as the SDK would hold them: its only change to cw's attributes is lists to tuples
-            attrs = {k: tuple(v) if type(v) is list else v for k, v in attrs.items()}
         with self._lock:
             on_span = not self._ended
             if on_span:
@@ -380,22 +371,21 @@ class CallTelemetry:
         if not on_span and not superseded:  # the gauges show the stage's newest request, not an older one's
             self._owner.set_gauges(snapshot, self._stage, forecast)
 
-    def _context_attributes(self, last: Snapshot, output_tokens: Optional[int]) -> None:
+    def _context_attributes(self, last: Snapshot, output_tokens: Optional[int], into: dict[str, Any]) -> None:
         """The call's context window on its span, from its last snapshot: the names GenAI-aware backends read."""
-        span = self.span
         if last.context_window_tokens:
-            span.set_attribute(GEN_AI_CONTEXT_WINDOW_SIZE, last.context_window_tokens)
+            into[GEN_AI_CONTEXT_WINDOW_SIZE] = last.context_window_tokens
         if last.usage_percent is not None:
-            span.set_attribute(GEN_AI_CONTEXT_UTILIZATION, round(last.usage_percent / 100.0, 6))
+            into[GEN_AI_CONTEXT_UTILIZATION] = round(last.usage_percent / 100.0, 6)
         if last.compaction is not None:
-            span.set_attribute(GEN_AI_CONVERSATION_COMPACTED, True)
+            into[GEN_AI_CONVERSATION_COMPACTED] = True
         if self._owner.config.langfuse_usage_details:
             # The categories as usage types: together they are the input, which is not also given as "input",
             # so Langfuse's total (the sum of the usage types) counts it once.
             details = {f"input_{item.category.value}": item.tokens for item in last.breakdown}
             if output_tokens is not None:
                 details["output"] = output_tokens
-            span.set_attribute(LANGFUSE_USAGE_DETAILS, json.dumps(details, separators=(",", ":")))
+            into[LANGFUSE_USAGE_DETAILS] = json.dumps(details, separators=(",", ":"))
 
     def end(
         self,
@@ -416,8 +406,8 @@ class CallTelemetry:
             gauges, self._gauges = self._gauges, None
             mirrored, self._mirrored = self._mirrored, None
             events, self._events = self._events, None
-        if mirrored is not None:
-            self.span.set_attributes(span_level(mirrored))
+        # The span's attributes at its end, in the order they are set: the latest snapshot's span-level copy first.
+        at_end: dict[str, Any] = span_level(mirrored) if mirrored is not None else {}
         if gauges is not None:
             try:
                 self._owner.set_gauges(gauges, self._stage, self._forecast)
@@ -425,36 +415,41 @@ class CallTelemetry:
                     self._owner.add_cost(gauges, self._stage)
             except Exception:  # noqa: BLE001 - a metrics failure must not leave the span open
                 logger.warning("cw_middleware: could not record context-window gauges")
-        span = self.span
         if response_model:
-            span.set_attribute(GEN_AI_RESPONSE_MODEL, exportable_text(response_model))
-        base = {**self._owner._attributes(self._provider, self._model, self._stage)[0], GEN_AI_OPERATION: self._operation}
+            at_end[GEN_AI_RESPONSE_MODEL] = exportable_text(response_model)
+        base = {**self._owner._attributes(self._provider, self._model, self._stage)[1], GEN_AI_OPERATION: self._operation}
         for key, value, token_type in (
             (GEN_AI_INPUT_TOKENS, input_tokens, "input"),
             (GEN_AI_OUTPUT_TOKENS, output_tokens, "output"),
         ):
             if value is not None:
-                span.set_attribute(key, value)
+                at_end[key] = value
                 self._owner.token_usage.record(value, {**base, GEN_AI_TOKEN_TYPE: token_type})
         if cache_read_tokens:
-            span.set_attribute(GEN_AI_CACHE_READ, cache_read_tokens)
+            at_end[GEN_AI_CACHE_READ] = cache_read_tokens
         if cache_write_tokens:
-            span.set_attribute(GEN_AI_CACHE_CREATION, cache_write_tokens)
-            span.set_attribute(GEN_AI_CACHE_WRITE, cache_write_tokens)
+            at_end[GEN_AI_CACHE_CREATION] = cache_write_tokens
+            at_end[GEN_AI_CACHE_WRITE] = cache_write_tokens
         if finish_reasons:
-            span.set_attribute(GEN_AI_FINISH_REASONS, [exportable_text(r) for r in finish_reasons])
+            at_end[GEN_AI_FINISH_REASONS] = tuple(exportable_text(r) for r in finish_reasons)
         if streamed is not None:
-            span.set_attribute(GEN_AI_REQUEST_STREAM, streamed)
+            at_end[GEN_AI_REQUEST_STREAM] = streamed
         if gauges is not None:
-            self._context_attributes(gauges, output_tokens)
+            self._context_attributes(gauges, output_tokens, at_end)
         ended = end_time if end_time is not None else time.time_ns()
         error_type = {ERROR_TYPE: type(error).__qualname__} if error is not None else {}
         self._owner.operation_duration.record(max(0, ended - self._started_ns) / 1e9, {**base, **error_type})
+        span = self.span
         if error is not None:
             # The exception type only: provider error bodies are content.
-            span.set_attribute(ERROR_TYPE, type(error).__qualname__)
+            at_end[ERROR_TYPE] = type(error).__qualname__
             span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
-        if events and self._own is not None:
-            self._own.end_with(span, events, end_time)
+        if events is not None and self._own is not None:
+            # Checked where they were made: they go into the file's record with the span's end, as the events do, after
+            # those it started with (a key set again moves to the end, as set_attributes moves it).
+            if self._started:
+                at_end = {**{k: v for k, v in self._started.items() if k not in at_end}, **at_end}
+            self._own.end_with(span, events, end_time, at_end)
         else:
+            span.set_attributes(at_end)
             span.end(end_time=end_time)

@@ -165,6 +165,8 @@ def test_nothing_collects_a_metric_reader_before_the_provider_has_registered_it(
         ("OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT", "16", False),
         ("OTEL_SPAN_EVENT_COUNT_LIMIT", "2", False),
         ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "64", False),
+        ("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "64", False),
+        ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio", True),  # the SDK's own: reads no attributes
         ("OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT", "1000", True),
     ],
 )
@@ -182,3 +184,20 @@ def test_cws_events_skip_the_sdk_only_where_its_limits_would_keep_them_whole(tmp
         assert otlp_pipeline.own_events is None
     finally:
         otlp_pipeline.shutdown(timeout=5)
+
+
+def test_a_sampler_that_may_read_attributes_keeps_the_sdk_s_way():
+    """A call span starts without its attributes only under the SDK's own samplers, which read none at the start."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, SamplingResult, TraceIdRatioBased
+
+    from cw_middleware._embedded.pipeline import _kept_whole
+
+    class ByAttribute(Sampler):
+        def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None, trace_state=None):
+            return SamplingResult(ALWAYS_ON.should_sample(parent_context, trace_id, name).decision)
+
+        def get_description(self) -> str:
+            return "by attribute"
+
+    assert _kept_whole(ParentBased(ALWAYS_ON)) and _kept_whole(TraceIdRatioBased(0.5))
+    assert not _kept_whole(ByAttribute()) and not _kept_whole(ParentBased(ByAttribute()))

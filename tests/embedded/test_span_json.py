@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 
+import litellm
 import pytest
 from embedded_helpers import embedded_runtime
 from opentelemetry import trace
@@ -195,22 +196,26 @@ def test_a_name_that_is_not_utf8_fails_on_both_paths():
 
 
 def test_cws_own_spans_reach_the_file_as_the_sdk_encoder_writes_them(tmp_path, monkeypatch):
-    """A stage, plain calls, a stream and tools through the embedded default: the file's lines are the SDK encoder's
-    of the same spans with their snapshot events added by the SDK's own ``add_event``.
+    """A stage, plain calls, a stream, tools and a failed call through the embedded default: the file's lines are the
+    SDK encoder's of the same spans with their snapshot events added by the SDK's own ``add_event`` and their
+    attributes at the end set by its ``set_attributes``.
 
-    cw hands its snapshot events to the file pipeline with the span's end (`CompactSpanProcessor.end_with`), past
-    the SDK's attribute checks: the reference puts each through them (`BoundedAttributes`, as ``add_event`` does)."""
+    cw hands its snapshot events and a call's attributes at its end to the file pipeline with the span's end
+    (`CompactSpanProcessor.end_with`), past the SDK's attribute checks: the reference puts each through them
+    (`BoundedAttributes`, as ``add_event`` and ``set_attributes`` do)."""
     from opentelemetry.attributes import BoundedAttributes
     from opentelemetry.sdk.trace import Event, ReadableSpan
 
     from cw_middleware._embedded.span_queue import CompactSpanProcessor
 
     handed: dict[int, list] = {}
+    set_at_end: dict[int, dict] = {}
     end_with = CompactSpanProcessor.end_with
 
-    def spy(self, span, events, end_time=None):
+    def spy(self, span, events, end_time=None, attributes=None):
         handed[span.get_span_context().span_id] = list(events)
-        return end_with(self, span, events, end_time)
+        set_at_end[span.get_span_context().span_id] = dict(attributes or {})
+        return end_with(self, span, events, end_time, attributes)
 
     monkeypatch.setattr(CompactSpanProcessor, "end_with", spy)
     path = tmp_path / "t.jsonl"
@@ -225,6 +230,8 @@ def test_cws_own_spans_reach_the_file_as_the_sdk_encoder_writes_them(tmp_path, m
             tools = [{"type": "function", "function": {"name": n, "description": "d " * i}} for i, n in enumerate("fgh")]
             cw.completion(model="gpt-4o", messages=messages, mock_response="ok", tools=tools)
             cw.completion(model="claude-sonnet-4-5", messages=messages * 3, mock_response="ok", tools=tools)
+            with pytest.raises(litellm.exceptions.BadRequestError):
+                cw.completion(model="gpt-4o", messages=messages, mock_response=litellm.BadRequestError("no", "gpt-4o", "openai"))
         runtime.snapshots()
         assert runtime.flush(5)
     written = [line for line in path.read_bytes().splitlines(keepends=True) if line.startswith(b'{"resourceSpans"')]
@@ -234,12 +241,15 @@ def test_cws_own_spans_reach_the_file_as_the_sdk_encoder_writes_them(tmp_path, m
         events = tuple(span.events) + tuple(
             Event(name, BoundedAttributes(128, attributes, immutable=True), at) for name, at, attributes in own
         )
+        attributes = BoundedAttributes(128, span.attributes, immutable=False)
+        for key, value in set_at_end.get(span.get_span_context().span_id, {}).items():
+            attributes[key] = value  # as set_attributes sets them: a key set again moves to the end
         return ReadableSpan(
             name=span.name,
             context=span.get_span_context(),
             parent=span.parent,
             resource=span.resource,
-            attributes=span.attributes,
+            attributes=attributes,
             events=events,
             links=span.links,
             kind=span.kind,
@@ -253,5 +263,12 @@ def test_cws_own_spans_reach_the_file_as_the_sdk_encoder_writes_them(tmp_path, m
     assert len(expected) >= 5 and written == expected
     # The events did go the short way: every call span's snapshot events, none through the SDK's add_event.
     calls = [s for s in seen.get_finished_spans() if s.name.startswith("chat ")]
-    assert len(calls) == 4 and all(handed[s.get_span_context().span_id] and not s.events for s in calls)
+    assert len(calls) == 5 and all(handed[s.get_span_context().span_id] and not s.events for s in calls)
     assert all(len(e[2]) > 20 for s in calls for e in handed[s.get_span_context().span_id])
+    # ... and so did their attributes, those they start with and those set at the end: none reached the SDK's span.
+    for s in calls:
+        at_end = set_at_end[s.get_span_context().span_id]
+        assert {"gen_ai.operation.name", "agent.stage.kind", "agent.context_window.input_tokens"} <= set(at_end)
+        assert not s.attributes
+    failed = [set_at_end[s.get_span_context().span_id] for s in calls if s.status.status_code.name == "ERROR"]
+    assert [a["error.type"] for a in failed] == ["BadRequestError"]
