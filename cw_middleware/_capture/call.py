@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, Optional
 
 from .._config import ProviderCountPolicy, StreamUsagePolicy, parse_policy, parse_stream_usage
@@ -428,11 +429,8 @@ class Call:
             self._response = _response_side(ending, None if self.mock else usage)
             if ending.error is not None:
                 pass  # a failed call has no usage: its last snapshot stays the local estimate
-            elif self.mock:
-                self.warnings.add(WarningCode.MOCK_USAGE_NOT_RECONCILED)
-                self._publish(CountMethod.LOCAL_ESTIMATE, at=at)
-            elif total is None:
-                self.warnings.add(WarningCode.USAGE_MISSING)
+            elif total is None:  # a mock's usage is LiteLLM's own count: never reconciled
+                self.warnings.add(WarningCode.MOCK_USAGE_NOT_RECONCILED if self.mock else WarningCode.USAGE_MISSING)
                 self._publish(CountMethod.LOCAL_ESTIMATE, at=at)
             else:
                 prefix_total = usage.cache_prefix_tokens if usage is not None else None
@@ -493,7 +491,8 @@ class Call:
             newest = not superseded and runtime.is_newest_call(self.stage, self.call_seq)
             snap = runtime.ledgers.add(stage_key, self.call_seq, snap, self._local_conversation, newest, runtime.parts, prefix)
             still_waiting = live and self.runtime.call_ends is not None and not self.sent
-            forecast = runtime.ledgers.forecast(stage_key, snap.context_window_tokens, runtime.config.threshold_percent)
+            # The stage's forecast is made when the gauges show this snapshot (a first one recorded at the end: never).
+            forecast = partial(runtime.ledgers.forecast, stage_key, snap.context_window_tokens, runtime.config.threshold_percent)
             runtime.publish(snap, self.telemetry, self.stage, superseded=superseded, at=at, live=still_waiting, forecast=forecast)
         except Exception as exc:  # noqa: BLE001
             self.runtime.log.warning("publish", f"cw_middleware: could not build a snapshot ({type(exc).__name__})")

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from opentelemetry import metrics, trace
 
 from .._config import Config, ProviderCountPolicy, resolve
-from .._contract import Forecast, Snapshot, StageInfo, WarningCode
+from .._contract import Snapshot, StageInfo, WarningCode
 from .._counting.estimator import Estimator
 from .._counting.model_facts import ModelFacts
 from .._log import RateLimitedLog
@@ -48,7 +48,7 @@ from .._process import PROCESS
 from .._snapshots.build import SnapshotParts
 from .._snapshots.ledger import Ledgers
 from .._snapshots.rows import CompactSnapshot, compact, expand
-from .._snapshots.telemetry import CallTelemetry, Telemetry
+from .._snapshots.telemetry import CallTelemetry, ForecastOf, Telemetry
 from .._worker import Worker
 from . import sigterm
 from .live_firsts import LiveFirsts
@@ -131,7 +131,7 @@ class Runtime:
         superseded: bool = False,
         at: Optional[int] = None,
         live: bool = False,
-        forecast: Optional[Forecast] = None,
+        forecast: Optional[ForecastOf] = None,
     ) -> None:
         """Keep a snapshot and send it out (``at``: its event's time in ns; ``live``: its call still runs, see
         `CallTelemetry.record`); telemetry failures are logged, never raised."""

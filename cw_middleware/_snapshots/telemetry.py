@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -76,6 +76,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("cw_middleware")
 
+# The stage's forecast, made only for the snapshot the gauges show (`Telemetry.set_gauges`).
+ForecastOf = Callable[[], Optional[Forecast]]
 # (series key, common metric attributes, per-category attributes): see `Telemetry._attributes`.
 _Attributes = tuple[tuple[Any, ...], dict[str, Any], list[tuple[Category, dict[str, Any]]]]
 
@@ -225,9 +227,11 @@ class Telemetry:
             attributes = self._method_attributes[(key, method)] = {**base, ATTR_COUNT_METHOD: method}
         self.observed.snapshots.add((key, method), attributes, 1)
 
-    def set_gauges(self, snapshot: Snapshot, stage: Optional[StageInfo], forecast: Optional[Forecast] = None) -> None:
+    def set_gauges(self, snapshot: Snapshot, stage: Optional[StageInfo], forecast_of: Optional[ForecastOf] = None) -> None:
+        """The gauges as of ``snapshot``; ``forecast_of`` makes the stage's forecast (only where the gauges show it)."""
         key, base, per_category = self._attributes(snapshot.provider, snapshot.model, stage)
         observed = self.observed
+        forecast = forecast_of() if forecast_of is not None else None
         if forecast is not None:
             left = forecast.calls_until_threshold
             observed.calls_until_threshold.set(key, base, -1 if left is None else left)
@@ -288,7 +292,7 @@ class CallTelemetry:
         # Gauges hold last values: a call's earlier snapshots would be overwritten by its last one
         # within the same call, so they are set once, when the call ends (or at once if it has ended).
         self._gauges: Optional[Snapshot] = None
-        self._forecast: Optional[Forecast] = None  # the stage's, as of the snapshot the gauges will show
+        self._forecast: Optional[ForecastOf] = None  # the stage's, as of the snapshot the gauges will show
         self._mirrored: Optional[dict[str, Any]] = None  # likewise the span-level copy of the latest snapshot
         # A provider count finishes on another thread: without the lock its event could
         # land on a span that is ending, where the SDK drops it.
@@ -306,7 +310,7 @@ class CallTelemetry:
         superseded: bool = False,
         at: Optional[int] = None,
         live: bool = False,
-        forecast: Optional[Forecast] = None,
+        forecast: Optional[ForecastOf] = None,
         flat: Optional[Flat] = None,
     ) -> None:
         """The snapshot as the call span's event (``at``: its time in ns, the call's end for one recorded later).
