@@ -83,7 +83,7 @@ _Attributes = tuple[tuple[Any, ...], dict[str, Any], list[tuple[Category, dict[s
 
 
 class Telemetry:
-    """Tracer, meter and instruments, created once per Runtime."""
+    """Tracer, meter and instruments, created once per Runtime (the observable instruments once per meter provider)."""
 
     def __init__(
         self,
