@@ -41,7 +41,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import cw_middleware as cw  # noqa: E402
 from cw_middleware._capture.runtime import get_runtime  # noqa: E402
-from cw_middleware._offline import litellm_tokenizers_dir  # noqa: E402
+from cw_middleware._kernel.offline import litellm_tokenizers_dir  # noqa: E402
 
 # This benchmark's own tiktoken (the floor) and LiteLLM's token_counter read LiteLLM's files too.
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(litellm_tokenizers_dir()))

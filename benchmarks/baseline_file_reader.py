@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterator
 from typing import Optional
 
-from cw_middleware import _codec as keys
-from cw_middleware._contract import StageContextWindow
-from cw_middleware._errors import BackendResponseError, BackendUnavailable
+from cw_middleware._kernel import names
+from cw_middleware._kernel.contract import StageContextWindow
+from cw_middleware._kernel.errors import BackendResponseError, BackendUnavailable
 from cw_middleware._readback.fold import Horizon, RunFold, RunsFold, RunSummary, StageFold, StageSummary
 from cw_middleware._readback.otlp_json import Span, iter_spans
 
@@ -68,7 +68,7 @@ class OtlpFileReader:
 
     def runs(self) -> list[RunSummary]:
         fold = RunsFold(self.horizon)
-        lines = list(self._lines_newest_first(_needle(keys.ATTR_RUN_ID), None))
+        lines = list(self._lines_newest_first(_needle(names.ATTR_RUN_ID), None))
         for line in reversed(lines):
             for span in self._spans(line):
                 fold.add(span)

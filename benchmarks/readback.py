@@ -23,9 +23,9 @@ from typing import Any
 
 def writer(path: str) -> tuple[Any, Any, Any, dict[Any, int]]:
     """The real embedded pipeline writing to ``path``: (pipeline, telemetry, snapshot parts, a request's sources)."""
-    from cw_middleware._config import resolve
-    from cw_middleware._contract import Category
     from cw_middleware._embedded import install
+    from cw_middleware._kernel.config import resolve
+    from cw_middleware._kernel.contract import Category
     from cw_middleware._snapshots.build import SnapshotParts
     from cw_middleware._snapshots.telemetry import Telemetry
 
@@ -43,8 +43,8 @@ def writer(path: str) -> tuple[Any, Any, Any, dict[Any, int]]:
 
 
 def generate(path: str, snapshots: int) -> tuple[float, list[tuple[str, str]]]:
-    from cw_middleware._contract import CountMethod, StageInfo
     from cw_middleware._counting.model_facts import RequestMeta
+    from cw_middleware._kernel.contract import CountMethod, StageInfo
     from cw_middleware._snapshots.build import build_snapshot
 
     pipeline, tel, parts, by_source = writer(path)

@@ -50,10 +50,10 @@ def run_name(run: int, copy: int = 0) -> str:
 
 def write_seed(path: str, calls: int) -> int:
     """The seed through the real pipeline; returns the number of runs it holds."""
-    from cw_middleware._config import resolve
-    from cw_middleware._contract import Category, CountMethod, StageInfo
     from cw_middleware._counting.model_facts import RequestMeta
     from cw_middleware._embedded import install
+    from cw_middleware._kernel.config import resolve
+    from cw_middleware._kernel.contract import Category, CountMethod, StageInfo
     from cw_middleware._snapshots.build import SnapshotParts, build_snapshot
     from cw_middleware._snapshots.telemetry import Telemetry
 

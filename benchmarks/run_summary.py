@@ -27,8 +27,8 @@ RUN = "run-wide"
 
 def generate(path: str, stages: int, calls: int) -> float:
     from benchmarks.readback import writer
-    from cw_middleware._contract import CountMethod, StageInfo
     from cw_middleware._counting.model_facts import RequestMeta
+    from cw_middleware._kernel.contract import CountMethod, StageInfo
     from cw_middleware._snapshots.build import build_snapshot
 
     pipeline, tel, parts, by_source = writer(path)

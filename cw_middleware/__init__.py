@@ -20,12 +20,10 @@ request's data flow, one wing a step (each wing's ``__init__`` is its map)::
     _serve/      the HTTP API, its event stream and the live page
     _cli/        the ``cw-middleware`` command
 
-under a kernel both sides share: ``_contract`` (the JSON contract), ``_codec``
-(telemetry names and the snapshot's encoding), ``_config``, ``_errors``,
-``_process`` (the one owner of process state), ``_worker`` (the one background
-worker), ``_log``, ``_offline``, ``_formats`` (how numbers are written for people)
-and ``_notebook`` (the contract's objects in Jupyter). A wing imports only wings below it in that
-list's data flow and the kernel; nothing imports upward.
+under a kernel both sides share, ``_kernel/`` (the JSON contract, its telemetry
+names and encoding, how it is written for people, the settings, the errors, the one
+owner of process state and the one background worker). A wing imports only wings
+below it in that list's data flow and the kernel; the kernel imports no wing.
 """
 
 import importlib as _importlib
@@ -38,8 +36,9 @@ from ._capture.propagation import bind
 from ._capture.runtime import configure, flush
 from ._capture.stages import current_stage, stage
 from ._capture.wrapper import acompletion, aresponses, completion, estimate, responses, snapshots
-from ._config import Config, ProviderCountPolicy
-from ._contract import (
+from ._counting.tags import ToolSource, message, segment, tool
+from ._kernel.config import Config, ProviderCountPolicy
+from ._kernel.contract import (
     BreakdownItem,
     CacheMiss,
     Category,
@@ -65,8 +64,7 @@ from ._contract import (
     UnusedTool,
     WarningCode,
 )
-from ._counting.tags import ToolSource, message, segment, tool
-from ._errors import (
+from ._kernel.errors import (
     BackendError,
     BackendResponseError,
     BackendUnavailable,

@@ -4,7 +4,7 @@ Built with Grafana's own grafana-foundation-sdk (the dev extra, pinned to the Gr
 build); the committed `cw-context-window.json` must equal a fresh build (a test checks it,
 runs every panel's PromQL on a real Prometheus fed by a real agent run, and validates the
 JSON against Grafana's dashboard schema). Metric and label names come from the contract
-(`cw_middleware/_codec.py`), as our scrape endpoint and the Collector pipeline of
+(`cw_middleware/_kernel/names.py`), as our scrape endpoint and the Collector pipeline of
 examples/collector/ store them.
 
 Template variables: `datasource` (a Prometheus data source), `service` (service.name),
@@ -30,18 +30,18 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import prometheus as prom_model
 
-from cw_middleware import _codec as keys
+from cw_middleware._kernel import names
 
 OUT = Path(__file__).with_name("cw-context-window.json")
 UID = "cw-context-window"
 
-TOKENS, LIMIT, UTILIZATION = keys.PROM_TOKENS, keys.PROM_LIMIT, keys.PROM_UTILIZATION
-SNAPSHOTS, FAILURES = keys.PROM_SNAPSHOTS, keys.PROM_COUNT_FAILURES
-TOKEN_USAGE_BUCKET = keys.PROM_TOKEN_USAGE + "_bucket"
-CATEGORY, METHOD, TOKEN_TYPE = keys.PROM_CATEGORY, keys.PROM_COUNT_METHOD, keys.PROM_TOKEN_TYPE
-PROVIDER, MODEL, SERVICE = keys.PROM_PROVIDER, keys.PROM_MODEL, keys.PROM_SERVICE
-RUN, STAGE = keys.PROM_RUN, keys.PROM_STAGE
-COST, CACHED, UNUSED = keys.PROM_COST, keys.PROM_CACHED_TOKENS, keys.PROM_UNUSED_TOOL_TOKENS
+TOKENS, LIMIT, UTILIZATION = names.PROM_TOKENS, names.PROM_LIMIT, names.PROM_UTILIZATION
+SNAPSHOTS, FAILURES = names.PROM_SNAPSHOTS, names.PROM_COUNT_FAILURES
+TOKEN_USAGE_BUCKET = names.PROM_TOKEN_USAGE + "_bucket"
+CATEGORY, METHOD, TOKEN_TYPE = names.PROM_CATEGORY, names.PROM_COUNT_METHOD, names.PROM_TOKEN_TYPE
+PROVIDER, MODEL, SERVICE = names.PROM_PROVIDER, names.PROM_MODEL, names.PROM_SERVICE
+RUN, STAGE = names.PROM_RUN, names.PROM_STAGE
+COST, CACHED, UNUSED = names.PROM_COST, names.PROM_CACHED_TOKENS, names.PROM_UNUSED_TOOL_TOKENS
 
 # Every panel's selector: the dashboard's variables. "All" is ".*", which also matches
 # series without run/stage labels (metric_run_labels off).
@@ -82,8 +82,8 @@ def _explore(datasource: str, query: dict[str, Any]) -> str:
 
 def _stage_links() -> list[cogbuilder.Builder[model.DashboardLink]]:
     run, stage = "${__data.fields.agent_run_id}", "${__data.fields.agent_stage_id}"
-    traceql = f'{{ span.{keys.ATTR_RUN_ID} = "{run}" && span.{keys.ATTR_STAGE_ID} = "{stage}" }}'
-    tags = f"{keys.ATTR_RUN_ID}={run} {keys.ATTR_STAGE_ID}={stage}"
+    traceql = f'{{ span.{names.ATTR_RUN_ID} = "{run}" && span.{names.ATTR_STAGE_ID} = "{stage}" }}'
+    tags = f"{names.ATTR_RUN_ID}={run} {names.ATTR_STAGE_ID}={stage}"
     jaeger = {"queryType": "search", "service": "${__data.fields.service_name}", "tags": tags}
     return [
         _trace_link("Snapshot spans in Tempo", _explore("tempo", {"queryType": "traceql", "query": traceql, "limit": 20})),

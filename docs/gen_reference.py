@@ -3,9 +3,9 @@
     python docs/gen_reference.py          # rewrite docs/reference/*.md
     python docs/gen_reference.py --check  # exit 1, naming the stale pages, when a page differs
 
-Sources: the settings from `cw_middleware._config.SETTINGS` / `READ_SETTINGS`; span, event,
-attribute and metric names from `cw_middleware._codec` (and the contract's enums from
-`cw_middleware._contract`); the CLI from `cw_middleware._cli.main.build_parser()`; the HTTP API from
+Sources: the settings from `cw_middleware._kernel.config.SETTINGS` / `READ_SETTINGS`; span, event,
+attribute and metric names from `cw_middleware._kernel.names` (and the contract's enums from
+`cw_middleware._kernel.contract`); the CLI from `cw_middleware._cli.main.build_parser()`; the HTTP API from
 `cw_middleware._serve.openapi.openapi_document()`; the official clients' observed methods from
 `cw_middleware._capture.clients.patches`; the layout of the code from the packages'
 `__init__` docstrings. tests/test_docs_reference.py fails when a
@@ -48,7 +48,7 @@ def _value(value: Any) -> str:
 
 
 def settings_page() -> str:
-    from cw_middleware._config import READ_SETTINGS, SETTINGS, Default, Setting
+    from cw_middleware._kernel.config import READ_SETTINGS, SETTINGS, Default, Setting
 
     def table(rows: tuple[Setting, ...], argument: str) -> str:
         lines = [f"| {argument} | environment | default | meaning |", "|---|---|---|---|"]
@@ -64,7 +64,7 @@ def settings_page() -> str:
         return "\n".join(lines) + "\n"
 
     return (
-        HEADER.format(source="cw_middleware/_config.py (SETTINGS, READ_SETTINGS)")
+        HEADER.format(source="cw_middleware/_kernel/config.py (SETTINGS, READ_SETTINGS)")
         + "# Settings\n\n"
         + "Each setting is resolved once: an argument beats an environment variable beats the default. "
         + "Where a setting lists several variables, the first one set wins. "
@@ -82,14 +82,14 @@ def settings_page() -> str:
 # ---------------------------------------------------------------- telemetry names
 
 
-def _codec_constants() -> list[tuple[str, str, str]]:
-    """(name, value, trailing comment) of each string constant of _codec.py, in source order."""
-    from cw_middleware import _codec as codec
+def _name_constants() -> list[tuple[str, str, str]]:
+    """(name, value, trailing comment) of each string constant of _kernel/names.py, in source order."""
+    from cw_middleware._kernel import names
 
-    source = Path(codec.__file__).read_text(encoding="utf-8")
+    source = Path(names.__file__).read_text(encoding="utf-8")
     out = []
     for name, comment in re.findall(r"^([A-Z][A-Z0-9_]*) = [^\n#]*?(?:#\s*(.*))?$", source, flags=re.M):
-        value = getattr(codec, name)
+        value = getattr(names, name)
         if isinstance(value, str):
             out.append((name, value, comment.strip()))
     return out
@@ -97,8 +97,8 @@ def _codec_constants() -> list[tuple[str, str, str]]:
 
 def _instruments() -> list[tuple[str, str, str, str, str]]:
     """(name, kind, unit, Prometheus name, description) of every instrument `Telemetry` creates, as it creates them."""
-    from cw_middleware import _codec as codec
-    from cw_middleware._config import Config
+    from cw_middleware._kernel import names
+    from cw_middleware._kernel.config import Config
     from cw_middleware._snapshots.telemetry import Telemetry
 
     made: list[tuple[str, str, str, str]] = []
@@ -114,18 +114,18 @@ def _instruments() -> list[tuple[str, str, str, str, str]]:
 
     Telemetry(Config(), meter_provider=MeterProvider())  # type: ignore[arg-type]
     by_value = {
-        getattr(codec, n): getattr(codec, "PROM_" + n[len("METRIC_") :], None) for n in dir(codec) if n.startswith("METRIC_")
+        getattr(names, n): getattr(names, "PROM_" + n[len("METRIC_") :], None) for n in dir(names) if n.startswith("METRIC_")
     }
     out = []
     for name, kind, unit, description in made:
-        stored = by_value.get(name) or codec.prometheus_name(name, counter=kind.endswith("counter"))
+        stored = by_value.get(name) or names.prometheus_name(name, counter=kind.endswith("counter"))
         out.append((name, kind, unit, stored, description))
     return out
 
 
 def telemetry_page() -> str:
-    from cw_middleware import _codec as codec
-    from cw_middleware._contract import (
+    from cw_middleware._kernel import names
+    from cw_middleware._kernel.contract import (
         WARNING_MESSAGES,
         Category,
         CountMethod,
@@ -134,7 +134,7 @@ def telemetry_page() -> str:
         WarningCode,
     )
 
-    constants = _codec_constants()
+    constants = _name_constants()
 
     def rows(pick: Callable[[str], bool]) -> list[tuple[str, str, str]]:
         return [c for c in constants if pick(c[0])]
@@ -152,7 +152,7 @@ def telemetry_page() -> str:
     genai = rows(lambda n: n.startswith("GEN_AI_") or n in ("ERROR_TYPE", "SERVICE_NAME"))
     values = rows(lambda n: n.startswith("STAGE_STATE_") or n == "AGENT_STAGE_KIND")
     metrics = _instruments()
-    per_category = "".join(f"| `{codec.TOKENS_PREFIX}{c.value}` | `TOKENS_PREFIX` + `{c.value}` | int |\n" for c in Category)
+    per_category = "".join(f"| `{names.TOKENS_PREFIX}{c.value}` | `TOKENS_PREFIX` + `{c.value}` | int |\n" for c in Category)
 
     def enum_table(kind: type[enum.Enum], meaning: Callable[[Any], str] = lambda _: "") -> str:
         if not any(meaning(m) for m in kind):
@@ -160,11 +160,11 @@ def telemetry_page() -> str:
         return "| value | meaning |\n|---|---|\n" + "".join(f"| `{m.value}` | {_cell(meaning(m))} |\n" for m in kind)
 
     return (
-        HEADER.format(source="cw_middleware/_codec.py and cw_middleware/_contract.py")
+        HEADER.format(source="cw_middleware/_kernel/names.py and cw_middleware/_kernel/contract.py")
         + "# Telemetry names\n\n"
-        + "Every name cw-middleware exports, as `cw_middleware/_codec.py` spells it (writers and readers import "
+        + "Every name cw-middleware exports, as `cw_middleware/_kernel/names.py` spells it (writers and readers import "
         + "it and nothing of each other). What they mean together: [Telemetry contract](../telemetry.md). "
-        + f"Schema version: `{codec.ATTR_SCHEMA}={codec.SCHEMA_VERSION}`.\n\n"
+        + f"Schema version: `{names.ATTR_SCHEMA}={names.SCHEMA_VERSION}`.\n\n"
         + "## Spans\n\n"
         + table(spans)
         + "\n## Span events\n\n"
@@ -186,7 +186,7 @@ def telemetry_page() -> str:
         + "dashboards query).\n\n"
         + "| name | instrument | unit | Prometheus | description |\n|---|---|---|---|---|\n"
         + "".join(f"| `{m[0]}` | {m[1]} | `{m[2]}` | `{m[3]}` | {_cell(m[4])} |\n" for m in metrics)
-        + f"\nBuckets of `{codec.METRIC_TOKEN_USAGE}`: {', '.join(str(b) for b in codec.TOKEN_HISTOGRAM_BOUNDARIES)}.\n"
+        + f"\nBuckets of `{names.METRIC_TOKEN_USAGE}`: {', '.join(str(b) for b in names.TOKEN_HISTOGRAM_BOUNDARIES)}.\n"
         + "\n## Enumerations of the contract\n\n### Categories\n\n"
         + enum_table(Category)
         + "\n### Count methods (worst first)\n\n"
@@ -333,7 +333,7 @@ def clients_page() -> str:
 
 # ---------------------------------------------------------------- the layout of the code
 
-# The face, then the wings along a request's data flow, then the kernel under them.
+# The face, then the wings along a request's data flow, then the kernel under them (`_kernel/`).
 WINGS = ("_capture", "_counting", "_snapshots", "_embedded", "_readback", "_serve", "_cli")
 
 
@@ -355,12 +355,9 @@ def layout_page() -> str:
         docstring(package / "__init__.py"),
         "```\n",
     ]
-    for wing in WINGS:
+    for wing in (*WINGS, "_kernel"):
         lines += [f"## `cw_middleware/{wing}/`\n", "```text", docstring(package / wing / "__init__.py"), "```\n"]
-    kernel = sorted(p for p in package.glob("_*.py") if p.name != "__init__.py" and p.name != "__main__.py")
-    lines += ["## The kernel\n", "| module | what it is for |", "|---|---|"]
-    lines += [f"| `{p.name}` | {_cell(docstring(p).splitlines()[0])} |" for p in kernel]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines).rstrip() + "\n"
 
 
 PAGES: dict[str, Callable[[], str]] = {

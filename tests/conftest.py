@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from cw_middleware._offline import litellm_tokenizers_dir
+from cw_middleware._kernel.offline import litellm_tokenizers_dir
 
 # The test process itself, not the package: LiteLLM imported by tests uses its bundled model map,
 # and tests that use tiktoken directly as an oracle load LiteLLM's encoding files.
@@ -26,8 +26,8 @@ from servers.prometheus import prometheus_server, victoria_metrics_server  # noq
 
 import cw_middleware  # noqa: F401
 from cw_middleware._capture.runtime import Runtime, set_runtime
-from cw_middleware._config import resolve
 from cw_middleware._counting.rules import _tiktoken
+from cw_middleware._kernel.config import resolve
 
 # The first calls of a process estimate in the background while a tokenizer loads (tests/test_cold_start.py
 # proves it in fresh processes); every other test sees the steady state, whatever runs first.

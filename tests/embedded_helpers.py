@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from typing import Any, Optional
 
 from cw_middleware._capture.runtime import Runtime, set_runtime
-from cw_middleware._config import resolve
 from cw_middleware._embedded import install
+from cw_middleware._kernel.config import resolve
 
 
 @contextlib.contextmanager

@@ -92,7 +92,7 @@ def main(path: str, n: int, mode: str) -> None:
 
     def load(k: int) -> None:
         # The load is async: LiteLLM's sync path submits its logging to a ThreadPoolExecutor on every
-        # call, whose locks a forked child inherits held (cw renews them in a child: _offline.py);
+        # call, whose locks a forked child inherits held (cw renews them in a child: _kernel/offline.py);
         # thread-fork is the sync load.
         asyncio.run(calls_until_stopped(k))
 

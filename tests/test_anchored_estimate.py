@@ -25,7 +25,7 @@ import pytest
 import tiktoken
 
 import cw_middleware as cw
-from cw_middleware._contract import WARNING_MESSAGES, WarningCode
+from cw_middleware._kernel.contract import WARNING_MESSAGES, WarningCode
 
 ANCHOR = WarningCode.ANCHORED_ESTIMATE.value
 MODEL = "openai/gpt-4o"

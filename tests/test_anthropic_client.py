@@ -20,7 +20,7 @@ from providers import ANTHROPIC, CANARY, provider  # noqa: E402, F401 - the fixt
 from providers import MESSAGES as MESSAGES_API  # noqa: E402
 
 import cw_middleware as cw  # noqa: E402
-from cw_middleware._contract import CountMethod  # noqa: E402
+from cw_middleware._kernel.contract import CountMethod  # noqa: E402
 
 MODEL = "claude-sonnet-4-5"
 TURN = [{"role": "user", "content": "Where is parcel 7?"}]

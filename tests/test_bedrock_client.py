@@ -17,7 +17,7 @@ import botocore.client  # noqa: E402
 from providers import CANARY, CONVERSE, provider  # noqa: E402, F401 - the fixture
 
 import cw_middleware as cw  # noqa: E402
-from cw_middleware._contract import CountMethod, WarningCode  # noqa: E402
+from cw_middleware._kernel.contract import CountMethod, WarningCode  # noqa: E402
 
 CLAUDE = "anthropic.claude-3-5-sonnet-20240620-v1:0"
 NOVA = "amazon.nova-lite-v1:0"

@@ -15,8 +15,8 @@ from providers import MESSAGES as MESSAGES_API
 from providers import provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware._contract import Category, CountMethod
 from cw_middleware._counting.estimator import Estimator
+from cw_middleware._kernel.contract import Category, CountMethod
 from cw_middleware._snapshots.reconcile import reconcile, reconcile_with_prefix, usage_cache_prefix_tokens
 
 SYSTEM = "You are a meticulous assistant for a shipping company. " * 40

@@ -19,8 +19,8 @@ from providers import ANTHROPIC, CHAT, MESSAGES, provider  # noqa: F401 - the fi
 
 import cw_middleware as cw
 from cw_middleware._capture.runtime import Runtime, set_runtime
-from cw_middleware._config import resolve
 from cw_middleware._counting.rules._tiktoken import calls_in_flight
+from cw_middleware._kernel.config import resolve
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from test_stage_totals import RUN, TOOLS, _agent_stage
 
 import cw_middleware as cw
 from cw_middleware._cli import main as cli
-from cw_middleware._formats import format_tokens, format_usd
+from cw_middleware._kernel.formats import format_tokens, format_usd
 
 
 def _export(tmp_path, provider=None):  # noqa: F811

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 import cw_middleware as cw
 from cw_middleware._capture.clients.patches import LEFT_OUT, TARGETS, installed_sdks
-from cw_middleware._contract import CountMethod
+from cw_middleware._kernel.contract import CountMethod
 
 # A model endpoint: where a request holds a context window (a path as the client writes it).
 MODEL_ENDPOINT = re.compile(r"^/(v1/)?(chat/completions|responses|completions|messages|complete)(\b|$)")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from cw_middleware._codec import snapshot_attributes, span_level, window_from_attributes
-from cw_middleware._contract import Category, CountMethod, Staleness, WarningCode
 from cw_middleware._counting.model_facts import RequestMeta
+from cw_middleware._kernel.codec import snapshot_attributes, span_level, window_from_attributes
+from cw_middleware._kernel.contract import Category, CountMethod, Staleness, WarningCode
 from cw_middleware._snapshots.build import build_snapshot
 
 BY_SOURCE = {

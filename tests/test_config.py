@@ -1,4 +1,4 @@
-"""Settings (cw_middleware/_config.py): one table, one precedence, the same export rule on both sides."""
+"""Settings (cw_middleware/_kernel/config.py): one table, one precedence, the same export rule on both sides."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 import cw_middleware as cw
-from cw_middleware._config import (
+from cw_middleware._kernel.config import (
     DEFAULT_TELEMETRY_FILE,
     READ_SETTINGS,
     SETTINGS,

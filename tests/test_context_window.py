@@ -8,7 +8,7 @@ import litellm
 import pytest
 
 import cw_middleware as cw
-from cw_middleware._config import resolve
+from cw_middleware._kernel.config import resolve
 
 MSGS = [{"role": "user", "content": "Say hi."}]
 GPT4O_WINDOW = litellm.get_model_info("gpt-4o")["max_input_tokens"]

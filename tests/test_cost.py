@@ -16,7 +16,7 @@ from stubs import TraceStore, serving
 from stubs.jaeger import JaegerStub
 
 import cw_middleware as cw
-from cw_middleware._contract import CATEGORIES, Cost, CountMethod
+from cw_middleware._kernel.contract import CATEGORIES, Cost, CountMethod
 
 TOOLS = [
     {
@@ -70,7 +70,7 @@ def test_a_mocked_call_costs_its_tokens_at_litellms_input_price(runtime):
 
 def test_a_model_without_a_price_costs_null_with_one_warning(telemetry):
     from cw_middleware._capture.runtime import Runtime, set_runtime
-    from cw_middleware._config import resolve
+    from cw_middleware._kernel.config import resolve
 
     rt = Runtime(
         resolve(export="none", context_windows={"my-own-model": 32_000}, environ={}),

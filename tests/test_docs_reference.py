@@ -34,14 +34,14 @@ def test_the_committed_reference_page_is_what_the_generator_writes(path):
 
 def test_every_setting_and_variable_is_on_the_settings_page():
     page = GENERATED[ROOT / "docs/reference/settings.md"]
-    # Spelled out here, not read from _config.py: a setting dropped from the page (or renamed) must show.
+    # Spelled out here, not read from _kernel/config.py: a setting dropped from the page (or renamed) must show.
     for name in ("export", "service_name", "provider_count", "metrics", "metric_run_labels", "stream_usage", "exit_timeout"):
         assert f"| `{name}` |" in page
     for variable in ("CW_EXPORT", "CW_METRICS", "CW_STALE_AFTER", "CW_INDEX_DIR", "CW_BACKEND", "CW_BACKEND_TOKEN",
                      "CW_BACKEND_USER", "CW_BACKEND_PASSWORD", "CW_BACKEND_HEADERS", "CW_BACKEND_TIMEOUT", "CW_SERVE_TOKEN",
                      "OTEL_SERVICE_NAME", "OTEL_SDK_DISABLED"):  # fmt: skip
         assert f"`{variable}`" in page, variable
-    from cw_middleware._config import READ_SETTINGS, SETTINGS
+    from cw_middleware._kernel.config import READ_SETTINGS, SETTINGS
 
     listed = re.findall(r"^\| `(\w+)` \|", page, flags=re.M)
     assert listed == [s.name for s in SETTINGS] + [s.name for s in READ_SETTINGS]

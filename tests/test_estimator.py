@@ -12,9 +12,9 @@ from providers import provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
 import cw_middleware._counting.estimator as estimator_module
-from cw_middleware._contract import Category, WarningCode
 from cw_middleware._counting.estimator import Estimator
 from cw_middleware._counting.rules import PromptAdditions
+from cw_middleware._kernel.contract import Category, WarningCode
 
 ENC = tiktoken.get_encoding("o200k_base")
 

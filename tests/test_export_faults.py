@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import cw_middleware as cw
 from cw_middleware._embedded import health
-from cw_middleware._log import RateLimitedLog
+from cw_middleware._kernel.log import RateLimitedLog
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
 

@@ -327,7 +327,7 @@ def _threads_back_to(baseline: list[str], within: float) -> list[str]:
 def counting_runtime(telemetry):
     """A Runtime that counts through the provider and waits at most 1 s for a count."""
     from cw_middleware._capture.runtime import Runtime, set_runtime
-    from cw_middleware._config import resolve
+    from cw_middleware._kernel.config import resolve
 
     rt = Runtime(
         resolve(export="none", provider_count_timeout=1.0, environ={}), telemetry.tracer_provider, telemetry.meter_provider
@@ -345,7 +345,7 @@ def test_provider_count_endpoint_faults(counting_runtime, provider, fault):  # n
     from providers import ANTHROPIC
 
     import cw_middleware as cw
-    from cw_middleware._contract import CountMethod
+    from cw_middleware._kernel.contract import CountMethod
 
     released = threading.Event()
     if fault == "hanging":
@@ -407,7 +407,7 @@ def test_abandoned_streams(runtime):
     from providers import running_provider
 
     import cw_middleware as cw
-    from cw_middleware._contract import CountMethod
+    from cw_middleware._kernel.contract import CountMethod
 
     with running_provider() as fake:
         request = {

@@ -23,8 +23,8 @@ import cw_middleware._counting.estimator as estimate_module  # noqa: E402
 from cw_middleware._capture import call as call_module
 from cw_middleware._capture import wrapper as wrapper_module
 from cw_middleware._capture.apis import chat as chat_api
-from cw_middleware._contract import CountMethod
 from cw_middleware._counting.model_facts import ModelFacts
+from cw_middleware._kernel.contract import CountMethod
 from cw_middleware._snapshots.telemetry import CallTelemetry, Telemetry
 
 SECRET = "SECRET-prompt-text-4711"

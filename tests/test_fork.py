@@ -44,7 +44,7 @@ def _fork_load(tmp_path, mode: str, children: int) -> dict:
 
 # thread-fork is issue 37's probe: one thread on LiteLLM's sync path through cw while the main thread forks.
 # The same program with bare LiteLLM leaves children hanging in LiteLLM's logging executor (6 of 60 here,
-# 2026-12-06), whose locks cw renews in a child it forks (_offline.py): cw's children do better than bare ones.
+# 2026-12-06), whose locks cw renews in a child it forks (_kernel/offline.py): cw's children do better than bare ones.
 @pytest.mark.system
 @pytest.mark.parametrize(("mode", "children"), [("fork", 40), ("multiprocessing", 12), ("thread-fork", 60)])
 def test_children_forked_under_load_neither_hang_nor_lose_telemetry(tmp_path, mode, children):
@@ -83,12 +83,12 @@ print(json.dumps({"hooks": [m for m in registered if m.startswith("cw_middleware
 
 
 def test_one_at_fork_hook_owns_the_childs_reset():
-    """_process.py is the one owner: a second hook elsewhere would run in an order nobody chose."""
+    """_kernel/process.py is the one owner: a second hook elsewhere would run in an order nobody chose."""
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     proc = subprocess.run([sys.executable, "-c", _ONE_HOOK], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["hooks"] == ["cw_middleware._process"]
+    assert report["hooks"] == ["cw_middleware._kernel.process"]
     # The child starts with none of its parent's calls: its tokenizer loader does not hold back for them.
     assert report["child"] == 0
 
@@ -97,9 +97,9 @@ _HELD_AT_FORK = r"""
 import json, os, signal, threading
 import litellm
 import cw_middleware as cw
-from cw_middleware import _log
+from cw_middleware._kernel import log as _log
 from cw_middleware._capture.apis import chat
-from cw_middleware._process import PROCESS
+from cw_middleware._kernel.process import PROCESS
 
 with cw.stage("fork-locks", "warm-up"):  # the call path makes its parts of the process state
     cw.completion(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], mock_response="ok")

@@ -15,7 +15,7 @@ from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
 from providers import CHAT, RESPONSES, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware._contract import CountMethod, WarningCode
+from cw_middleware._kernel.contract import CountMethod, WarningCode
 
 MESSAGES = [{"role": "system", "content": "You are a terse assistant."}, {"role": "user", "content": "Say hello."}]
 

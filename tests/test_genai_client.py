@@ -18,7 +18,7 @@ from providers import CANARY, GEMINI, GENERATE, provider  # noqa: E402, F401 - t
 
 import cw_middleware as cw  # noqa: E402
 from cw_middleware._capture.clients.patches import TARGETS  # noqa: E402
-from cw_middleware._contract import CountMethod  # noqa: E402
+from cw_middleware._kernel.contract import CountMethod  # noqa: E402
 
 MODEL = "gemini-2.5-flash"
 LOOKUP = {

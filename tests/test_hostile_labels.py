@@ -16,7 +16,7 @@ import pytest
 from embedded_helpers import exported_to
 
 import cw_middleware as cw
-from cw_middleware._codec import exportable, exportable_text
+from cw_middleware._kernel.codec import exportable, exportable_text
 
 BAD_MODEL = "gpt-4o\ud800"
 SEARCH = {"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}

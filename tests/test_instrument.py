@@ -20,7 +20,7 @@ from providers import CHAT, provider  # noqa: F401 - the fixture
 import cw_middleware as cw
 from cw_middleware._capture import litellm_originals as _litellm
 from cw_middleware._capture.instrument import instrumented
-from cw_middleware._contract import CountMethod
+from cw_middleware._kernel.contract import CountMethod
 
 NAMES = ("completion", "acompletion", "responses", "aresponses")
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]

@@ -8,7 +8,7 @@ from embedded_helpers import embedded_runtime
 from providers import ANTHROPIC, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware._contract import CountMethod
+from cw_middleware._kernel.contract import CountMethod
 
 
 def test_an_older_calls_late_count_does_not_replace_the_newest_calls_breakdown(tmp_path, provider):  # noqa: F811

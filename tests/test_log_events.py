@@ -7,7 +7,7 @@ import json
 from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
-from cw_middleware._config import resolve
+from cw_middleware._kernel.config import resolve
 
 
 def test_log_events_are_off_by_default():

@@ -17,9 +17,9 @@ from opentelemetry import metrics, trace
 
 import cw_middleware as cw
 from cw_middleware._capture.runtime import Runtime, set_runtime
-from cw_middleware._config import resolve
 from cw_middleware._counting import estimator as estimator_module
 from cw_middleware._counting import tool_count
+from cw_middleware._kernel.config import resolve
 
 pytestmark = pytest.mark.system  # the system tier (pyproject.toml): `pytest -m system`
 

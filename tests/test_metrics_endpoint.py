@@ -16,9 +16,9 @@ from servers import free_port, require_prometheus_extra
 from test_content_free import CANARIES, _request
 
 import cw_middleware as cw
-from cw_middleware._config import resolve
 from cw_middleware._embedded.readers import takes_series_limits
-from cw_middleware._errors import ConfigError
+from cw_middleware._kernel.config import resolve
+from cw_middleware._kernel.errors import ConfigError
 
 require_prometheus_extra()  # skips the module (fails it under CW_CI=1) before prometheus_client is imported
 import prometheus_client  # noqa: E402

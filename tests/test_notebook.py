@@ -13,7 +13,7 @@ from pathlib import Path
 from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
-from cw_middleware._formats import COLOUR, format_tokens
+from cw_middleware._kernel.formats import COLOUR, format_tokens
 
 HOSTILE = '<img src=x onerror="alert(1)">'
 

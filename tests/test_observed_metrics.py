@@ -11,7 +11,7 @@ from opentelemetry.sdk.metrics.export import AggregationTemporality, Gauge, InMe
 
 import cw_middleware as cw
 from cw_middleware._capture.runtime import Runtime, set_runtime
-from cw_middleware._config import resolve
+from cw_middleware._kernel.config import resolve
 from cw_middleware._snapshots.observed import MAX_SERIES, Instruments, Latest, Sums
 
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]
@@ -88,6 +88,29 @@ def test_a_store_keeps_at_most_max_series_dropping_the_oldest():
         store.set(("model", i), {"n": i}, i)
     seen = sorted(o.value for o in store.observe(None))
     assert len(seen) == MAX_SERIES and seen[0] == 1 and seen[-1] == MAX_SERIES
+
+
+def test_threads_setting_new_series_past_the_limit_all_land_and_the_store_stays_bounded():
+    """Past MAX_SERIES every new series drops the oldest: threads doing it at once must neither raise nor grow it."""
+    store, threads, each = Latest(), 8, MAX_SERIES // 2
+    for i in range(MAX_SERIES):
+        store.set(("full", i), {}, 0)
+    errors: list[BaseException] = []
+
+    def set_many(t: int) -> None:
+        try:
+            for i in range(each):
+                store.set((t, i), {}, 1)
+        except BaseException as error:  # noqa: BLE001 - the test reports it
+            errors.append(error)
+
+    workers = [threading.Thread(target=set_many, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == []
+    assert MAX_SERIES <= len(store.observe(None)) <= MAX_SERIES + threads
 
 
 def test_sums_added_from_many_threads_lose_nothing():

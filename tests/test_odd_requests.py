@@ -18,7 +18,7 @@ import pytest
 from providers import CHAT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware._errors import ConfigError, TagError
+from cw_middleware._kernel.errors import ConfigError, TagError
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent. " * 20}
 USER = {"role": "user", "content": "Fix the failing test, please. " * 10}
@@ -145,7 +145,7 @@ def test_the_largest_window_accepted_is_exported_without_an_sdk_error(tmp_path, 
 
 
 def test_configured_windows_are_bounded_too():
-    from cw_middleware._config import resolve
+    from cw_middleware._kernel.config import resolve
 
     assert resolve(environ={}, context_windows={"m": 2**31 - 1}).context_windows["m"] == 2**31 - 1
     with pytest.raises(ConfigError, match="2147483647"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cw_middleware._offline import litellm_tokenizers_dir
+from cw_middleware._kernel.offline import litellm_tokenizers_dir
 
 # Records every attempt to reach the network, then refuses it.
 _NO_NETWORK = """

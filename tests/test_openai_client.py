@@ -19,7 +19,7 @@ from providers import CANARY, CHAT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
 from cw_middleware._capture.clients import patches as client_patches
-from cw_middleware._contract import CountMethod, WarningCode
+from cw_middleware._kernel.contract import CountMethod, WarningCode
 
 MESSAGES = [
     {"role": "system", "content": "You are a terse assistant."},

@@ -15,7 +15,7 @@ import pytest
 from providers import CANARY, RESPONSES, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware._contract import CountMethod
+from cw_middleware._kernel.contract import CountMethod
 
 INPUT = [{"role": "user", "content": "Say hello."}]
 METHODS = [(openai.resources.responses.Responses, "create"), (openai.resources.responses.AsyncResponses, "create")]

@@ -31,7 +31,7 @@ from embedded_helpers import embedded_runtime
 from servers import require_binary
 
 import cw_middleware as cw
-from cw_middleware._formats import format_percent, format_tokens, format_usd
+from cw_middleware._kernel.formats import format_percent, format_tokens, format_usd
 
 CANARY = "CANARY-page-91d2e7"
 RUN = "run-page-1"
@@ -389,7 +389,7 @@ def test_the_pages_number_format_is_shows(served, browser):
 def test_a_cost_is_never_written_as_zeros_four_decimals_or_cents():
     """One rule for dollars (format.js's usd agrees: test_page_usage): "$0" for none, two significant digits below a
     hundredth of a cent (never "$0.000000", which reads as none), four decimals under a dollar, cents above."""
-    from cw_middleware._formats import format_usd
+    from cw_middleware._kernel.formats import format_usd
 
     assert [format_usd(v) for v in (None, 0, 0.0, 4e-7, 0.000058, 7.7e-05, 0.0001, 0.0026, 0.99994, 1, 1234.5)] == [
         "-",
@@ -786,8 +786,8 @@ def test_a_filling_stage_shows_its_marks_legend_fill_state_forecast_and_suggesti
     almost empty names the categories too small to draw, as `show` does beside its bar."""
     from cw_middleware._cli.render import _bar
     from cw_middleware._cli.render_usage import forecast_line
-    from cw_middleware._contract import Forecast
-    from cw_middleware._formats import LABEL
+    from cw_middleware._kernel.contract import Forecast
+    from cw_middleware._kernel.formats import LABEL
 
     agent, start = served
     server, _ = start()

@@ -10,7 +10,7 @@ import pytest
 from test_page import RUN, _shown, _wait, browser, served, written  # noqa: F401 - the fixtures
 
 import cw_middleware as cw
-from cw_middleware._formats import format_tokens, format_usd
+from cw_middleware._kernel.formats import format_tokens, format_usd
 
 pytestmark = pytest.mark.system  # a real browser: the system tier
 

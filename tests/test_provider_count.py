@@ -20,8 +20,6 @@ from gates import HANG_GUARD, returns_while_held
 from providers import ANTHROPIC, CANARY, CHAT, GEMINI, OPENAI_COUNT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware._config import resolve
-from cw_middleware._contract import CountMethod, WarningCode
 from cw_middleware._counting import count_bodies
 from cw_middleware._counting.provider_count import (
     CountError,
@@ -31,6 +29,8 @@ from cw_middleware._counting.provider_count import (
     count_tokens,
     target_for,
 )
+from cw_middleware._kernel.config import resolve
+from cw_middleware._kernel.contract import CountMethod, WarningCode
 
 CLAUDE = "anthropic/claude-3-5-sonnet-20241022"
 GEMINI_MODEL = "gemini/gemini-2.0-flash"

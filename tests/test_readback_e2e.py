@@ -15,7 +15,7 @@ from http_servers import OpenAIStub, running
 
 import cw_middleware as cw
 from cw_middleware._cli import main as cli
-from cw_middleware._contract import Category, CountMethod, Staleness, UnavailableReason
+from cw_middleware._kernel.contract import Category, CountMethod, Staleness, UnavailableReason
 from cw_middleware._serve.server import make_server
 
 RUN = "run-42"

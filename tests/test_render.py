@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 from cw_middleware._cli.render import BAR_WIDTH, render
-from cw_middleware._contract import Category, CountMethod
 from cw_middleware._counting.model_facts import RequestMeta
+from cw_middleware._kernel.contract import Category, CountMethod
 from cw_middleware._snapshots.build import build_snapshot
 
 FREE = "·"

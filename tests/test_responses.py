@@ -10,7 +10,7 @@ from litellm.responses.streaming_iterator import ResponsesAPIStreamingIterator, 
 from providers import OPENAI_COUNT, RESPONSES, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware._contract import CountMethod, WarningCode
+from cw_middleware._kernel.contract import CountMethod, WarningCode
 
 GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 

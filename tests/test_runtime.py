@@ -15,10 +15,10 @@ from providers import ANTHROPIC, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
 from cw_middleware._capture.runtime import Runtime, set_runtime
-from cw_middleware._config import resolve
-from cw_middleware._contract import CountMethod
 from cw_middleware._counting.estimator import Estimator
 from cw_middleware._counting.provider_count import ProviderCounter
+from cw_middleware._kernel.config import resolve
+from cw_middleware._kernel.contract import CountMethod
 
 MSGS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]
 
@@ -83,7 +83,7 @@ def test_the_reply_dump_cache_is_the_estimators_own_and_bounded():
 def test_late_count_failures_are_kept_for_a_bounded_number_of_stages():
     """A provider count failing after its call ended rides on the stage's next snapshot; stages never called again fall out."""
     from cw_middleware._capture.runtime import MAX_TRACKED_STAGES
-    from cw_middleware._contract import StageInfo, WarningCode
+    from cw_middleware._kernel.contract import StageInfo, WarningCode
 
     rt = Runtime(resolve(export="none", environ={}))
     stages = [StageInfo("run-many", f"stage-{i}") for i in range(MAX_TRACKED_STAGES + 5_000)]

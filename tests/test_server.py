@@ -337,7 +337,7 @@ def test_the_element_and_its_preview_page_are_served_inert(serve):
 def test_the_elements_palette_is_the_pages():
     from importlib import resources
 
-    from cw_middleware._formats import COLOUR
+    from cw_middleware._kernel.formats import COLOUR
 
     script = (resources.files("cw_middleware._serve") / "static" / "embed.js").read_text()
     block = script[script.index("var COLOUR = {") : script.index("};", script.index("var COLOUR = {"))]

@@ -361,13 +361,13 @@ class _BigRun:
     STAGES = 200
 
     def latest(self, run_id, stage_id):
-        from cw_middleware._contract import Category, DetailItem, StageContextWindow, Staleness
+        from cw_middleware._kernel.contract import Category, DetailItem, StageContextWindow, Staleness
 
         details = [DetailItem(category=Category.MEMORY, source=f"memory-file-{i:03d}-" + "x" * 200, tokens=i) for i in range(40)]
         return StageContextWindow(stage_id=stage_id, available=True, staleness=Staleness.LIVE, input_tokens=1, details=details)
 
     def stages(self, run_id):
-        from cw_middleware._contract import Staleness
+        from cw_middleware._kernel.contract import Staleness
         from cw_middleware._readback import StageSummary
 
         return [StageSummary(f"stage-{i:03d}@1", "agent", Staleness.LIVE) for i in range(self.STAGES)]

@@ -1,7 +1,7 @@
 """Snapshot building: exact sums after scaling, bounded details, a valid contract model."""
 
-from cw_middleware._contract import Category, CountMethod, Snapshot, WarningCode
 from cw_middleware._counting.model_facts import RequestMeta
+from cw_middleware._kernel.contract import Category, CountMethod, Snapshot, WarningCode
 from cw_middleware._snapshots.build import SnapshotParts, build_snapshot
 
 META = RequestMeta("run", "stage", "openai", "gpt-4o", 1000)
@@ -71,13 +71,17 @@ def test_the_history_holds_snapshots_as_rows_the_collector_untracks(runtime):
 
 
 def test_rows_seen_again_are_not_flattened_again(runtime, monkeypatch):
-    """A call's snapshots share their tool and detail rows (issue 22 gap 3): the history flattens each list once."""
+    """A call's snapshots share their tool and detail rows (issue 22 gap 3): the history and the event attributes
+    flatten each list once between them."""
     import cw_middleware as cw
+    from cw_middleware._kernel import codec
     from cw_middleware._snapshots import rows as snapshot_module
 
     flattened = []
-    real = snapshot_module._flat_tools
-    monkeypatch.setattr(snapshot_module, "_flat_tools", lambda rows: flattened.append(len(rows)) or real(rows))
+    real = codec.flat_tools
+    counting = lambda rows: flattened.append(len(rows)) or real(rows)  # noqa: E731
+    monkeypatch.setattr(snapshot_module, "flat_tools", counting)
+    monkeypatch.setattr(codec, "flat_tools", counting)
     tools = [{"type": "function", "function": {"name": f"t{i}", "description": "x " * i}} for i in range(3)]
     for _ in range(3):
         cw.completion(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], tools=tools, mock_response="ok")

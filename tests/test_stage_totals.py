@@ -19,7 +19,7 @@ from stubs.jaeger import JaegerStub
 from stubs.tempo import TempoStub
 
 import cw_middleware as cw
-from cw_middleware._contract import CATEGORIES
+from cw_middleware._kernel.contract import CATEGORIES
 from cw_middleware._serve.server import make_server
 
 RUN = "run-totals"

@@ -9,8 +9,8 @@ from embedded_helpers import embedded_runtime
 import cw_middleware as cw
 from cw_middleware._capture.runtime import Runtime, set_runtime
 from cw_middleware._capture.stages import default_stage
-from cw_middleware._config import resolve
-from cw_middleware._contract import StageInfo
+from cw_middleware._kernel.config import resolve
+from cw_middleware._kernel.contract import StageInfo
 
 MSGS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]
 

@@ -12,7 +12,7 @@ from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
 from cw_middleware._cli import main as cli
-from cw_middleware._formats import format_tokens, format_usd
+from cw_middleware._kernel.formats import format_tokens, format_usd
 
 MCP = cw.ToolSource.mcp("github")
 TOOLS = [

@@ -16,7 +16,7 @@ from providers import CANARY, CHAT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
 from cw_middleware._capture.apis import chat
-from cw_middleware._config import resolve
+from cw_middleware._kernel.config import resolve
 
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]
 

@@ -7,7 +7,7 @@ from providers import CHAT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
 from cw_middleware._capture.runtime import Runtime, set_runtime
-from cw_middleware._config import resolve
+from cw_middleware._kernel.config import resolve
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cw_middleware as cw
-from cw_middleware._contract import Category, WarningCode
 from cw_middleware._counting.rules import PromptAdditions
 from cw_middleware._counting.tool_count import MAX_TOOL_SETS, ToolSetCounter, legacy_function
+from cw_middleware._kernel.contract import Category, WarningCode
 
 
 @dataclass

@@ -13,7 +13,7 @@ from stubs.tempo import TempoStub
 
 import cw_middleware as cw
 from cw_middleware._capture.runtime import Runtime, set_runtime
-from cw_middleware._config import resolve
+from cw_middleware._kernel.config import resolve
 
 
 def _tool(name: str, description: str, source: cw.ToolSource | None = None) -> dict:

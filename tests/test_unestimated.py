@@ -14,8 +14,8 @@ import pytest
 from providers import CHAT, provider  # noqa: F401 - the fixture
 
 import cw_middleware as cw
-from cw_middleware._contract import Category, CountMethod
 from cw_middleware._counting.model_facts import RequestMeta
+from cw_middleware._kernel.contract import Category, CountMethod
 from cw_middleware._snapshots.build import build_snapshot
 from cw_middleware._snapshots.reconcile import apportion, reconcile
 

@@ -10,7 +10,7 @@ import weakref
 
 import pytest
 
-from cw_middleware._worker import Worker
+from cw_middleware._kernel.worker import Worker
 
 
 class Gate:
@@ -173,8 +173,8 @@ def test_a_workers_thread_never_takes_a_signal_sent_to_the_process():
 
 def test_a_fork_waits_for_a_gated_job_and_no_gated_job_starts_until_it_is_done(monkeypatch):
     """A fork-gated worker's job may be inside LiteLLM or pydantic: the fork waits for it, bounded, and holds the next."""
-    from cw_middleware import _worker
-    from cw_middleware._process import PROCESS
+    from cw_middleware._kernel import worker as _worker
+    from cw_middleware._kernel.process import PROCESS
 
     gate = PROCESS.part(_worker.JobsAtFork)
     monkeypatch.setattr(_worker, "MAX_FORK_WAIT", 5.0)
@@ -202,8 +202,8 @@ def test_a_fork_waits_for_a_gated_job_and_no_gated_job_starts_until_it_is_done(m
 
 
 def test_a_stuck_gated_job_holds_a_fork_only_so_long(monkeypatch):
-    from cw_middleware import _worker
-    from cw_middleware._process import PROCESS
+    from cw_middleware._kernel import worker as _worker
+    from cw_middleware._kernel.process import PROCESS
 
     gate = PROCESS.part(_worker.JobsAtFork)
     monkeypatch.setattr(_worker, "MAX_FORK_WAIT", 0.3)

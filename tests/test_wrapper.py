@@ -8,7 +8,7 @@ import litellm
 import pytest
 
 import cw_middleware as cw
-from cw_middleware._contract import CountMethod, WarningCode
+from cw_middleware._kernel.contract import CountMethod, WarningCode
 
 MSGS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]
 
@@ -98,7 +98,7 @@ def test_errors_from_litellm_reach_the_caller_unchanged(runtime):
 
 def test_snapshot_history_is_bounded(telemetry):
     from cw_middleware._capture.runtime import Runtime, set_runtime
-    from cw_middleware._config import resolve
+    from cw_middleware._kernel.config import resolve
 
     rt = Runtime(resolve(export="none", snapshot_history=5, environ={}), telemetry.tracer_provider, telemetry.meter_provider)
     previous = set_runtime(rt)
@@ -152,7 +152,7 @@ def test_stage_ids_follow_the_readers_rules():
 
 def test_the_fallback_after_a_bad_environment_sends_nothing_upstream(monkeypatch):
     from cw_middleware._capture.runtime import get_runtime, set_runtime
-    from cw_middleware._config import ProviderCountPolicy
+    from cw_middleware._kernel.config import ProviderCountPolicy
 
     monkeypatch.setenv("CW_PROVIDER_COUNT_TIMEOUT", "5s")
     previous = set_runtime(None)

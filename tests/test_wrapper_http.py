@@ -15,7 +15,7 @@ from providers import ANTHROPIC, CHAT, provider  # noqa: F401 - the fixture
 from providers import MESSAGES as MESSAGES_API
 
 import cw_middleware as cw
-from cw_middleware._contract import CountMethod, WarningCode
+from cw_middleware._kernel.contract import CountMethod, WarningCode
 
 MESSAGES = [
     {"role": "system", "content": "You are a terse assistant."},

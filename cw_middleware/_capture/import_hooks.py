@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, Optional
 
-from .._process import PROCESS
+from .._kernel.process import PROCESS
 
 logger = logging.getLogger("cw_middleware")
 
@@ -28,7 +28,7 @@ Hook = Callable[[ModuleType], None]
 
 
 class _Hooks:
-    """Hooks waiting for a module's import, by module name (a part of the process state, see _process.py)."""
+    """Hooks waiting for a module's import, by module name (a part of the process state, see _kernel/process.py)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()

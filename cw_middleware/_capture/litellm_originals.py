@@ -5,7 +5,7 @@ versions, and a user may have patched them before us. The wrapper's own inner
 call must never go through a patched module attribute (that recursed), so it
 asks `original(name)` for the function to call.
 
-What is patched is one object, `Patches` (a part of the process state, see _process.py:
+What is patched is one object, `Patches` (a part of the process state, see _kernel/process.py:
 a configure() keeps it, a fork renews its lock): the functions to forward to, and what
 instrument() installed over what. The marks below are set once, when a function is made,
 and never change.
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from .._process import PROCESS
+from .._kernel.process import PROCESS
 
 # The entry points the wrapper forwards to, by their name on the litellm module.
 ENTRY_POINTS = ("completion", "acompletion", "responses", "aresponses")
@@ -126,7 +126,7 @@ def original(name: str) -> Callable[..., Any]:
     function = saved.get(name)
     if function is not None:
         return function
-    from .._offline import litellm
+    from .._kernel.offline import litellm
 
     function = unwrap(getattr(litellm(), name))
     if not is_observed(function):

@@ -36,10 +36,10 @@ from typing import Any, Optional
 
 from litellm.integrations.custom_logger import CustomLogger
 
-from .._codec import AGENT_STAGE_KIND
-from .._contract import StageInfo, validate_id
-from .._errors import ConfigError
-from .._process import PROCESS
+from .._kernel.contract import StageInfo, validate_id
+from .._kernel.errors import ConfigError
+from .._kernel.names import AGENT_STAGE_KIND
+from .._kernel.process import PROCESS
 from .instrument import instrument
 from .runtime import get_runtime
 from .stages import default_stage, set_for_this_task

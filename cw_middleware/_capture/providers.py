@@ -28,9 +28,9 @@ from typing import Any, Optional
 
 from opentelemetry import metrics, trace
 
-from .._config import Config, environment_export
-from .._log import RateLimitedLog
-from .._process import PROCESS
+from .._kernel.config import Config, environment_export
+from .._kernel.log import RateLimitedLog
+from .._kernel.process import PROCESS
 
 logger = logging.getLogger("cw_middleware")
 

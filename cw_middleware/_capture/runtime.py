@@ -7,14 +7,14 @@ cache of the call path: the estimator's caches, the model facts, the snapshot pa
 event-seq counter, the stages' running totals, the recent snapshots, the background-estimate worker and the provider
 counter; tests build their own Runtime, pass providers explicitly and can inject the counter
 (``counter_factory``). What outlives a configure() (the current Runtime itself, LiteLLM's patch
-state, ...) is the process's, in _process.py.
+state, ...) is the process's, in _kernel/process.py.
 
 The Runtime is also the one owner of what must change when the process does:
 
 * exit: `close` exports what is left within ``config.exit_timeout`` (CW_EXIT_TIMEOUT,
   2 s by default) and stops the pipeline; the exit hook and `configure()` (for the
   runtime it replaces) call it, and a backend that does not answer costs no more.
-* ``os.fork()``: the process's one at-fork hook (_process.py) renews every part of the process
+* ``os.fork()``: the process's one at-fork hook (_kernel/process.py) renews every part of the process
   state; the current Runtime is one (`_Installed`), and it makes its own lock, caches and
   workers anew (`Runtime.after_fork_in_child`), the provider counter is dropped (its HTTP
   connections are the parent's), and the embedded telemetry pipeline gets a pipeline of the
@@ -39,17 +39,17 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from opentelemetry import metrics, trace
 
-from .._config import Config, ProviderCountPolicy, resolve
-from .._contract import Snapshot, StageInfo, WarningCode
 from .._counting.estimator import Estimator
 from .._counting.model_facts import ModelFacts
-from .._log import RateLimitedLog
-from .._process import PROCESS
+from .._kernel.config import Config, ProviderCountPolicy, resolve
+from .._kernel.contract import Snapshot, StageInfo, WarningCode
+from .._kernel.log import RateLimitedLog
+from .._kernel.process import PROCESS
+from .._kernel.worker import Worker
 from .._snapshots.build import SnapshotParts
 from .._snapshots.ledger import Ledgers
 from .._snapshots.rows import CompactSnapshot, compact, expand
 from .._snapshots.telemetry import CallTelemetry, ForecastOf, Telemetry
-from .._worker import Worker
 from . import sigterm
 from .live_firsts import LiveFirsts
 from .providers import Providers, choose_providers

@@ -22,9 +22,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Optional
 
-from .._codec import AGENT_STAGE_KIND
-from .._contract import StageInfo, validate_id
-from .._errors import ConfigError
+from .._kernel.contract import StageInfo, validate_id
+from .._kernel.errors import ConfigError
+from .._kernel.names import AGENT_STAGE_KIND
 from .runtime import get_runtime
 
 DEFAULT_RUN_PREFIX = "default:"

@@ -15,13 +15,13 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
-from .._contract import CountMethod, Snapshot, WarningCode
 from .._counting.estimator import Estimate
 from .._counting.model_facts import OPTION_CONTEXT_WINDOW
 from .._counting.rules import _tiktoken
 from .._counting.tool_rows import NO_TOOLS
-from .._errors import TagError
-from .._process import PROCESS
+from .._kernel.contract import CountMethod, Snapshot, WarningCode
+from .._kernel.errors import TagError
+from .._kernel.process import PROCESS
 from .._snapshots.build import build_snapshot
 from .apis import API_OF, Api, Parsed, Route, adapter, for_estimate
 from .call import OPTIONS, Call
@@ -199,7 +199,7 @@ def _observe(call: Call, response: Any) -> Any:
 
 
 class _ObservedClasses:
-    """Stream class -> its observed subclass, made once each (a part of the process state, see _process.py)."""
+    """Stream class -> its observed subclass, made once each (a part of the process state, see _kernel/process.py)."""
 
     def __init__(self) -> None:
         self.by_base: dict[type, type] = {}

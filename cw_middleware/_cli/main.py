@@ -92,7 +92,7 @@ def _known_model(model: str) -> Optional[str]:
     import contextlib
     import io
 
-    from .._offline import litellm
+    from .._kernel.offline import litellm
 
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # LiteLLM prints a provider list on failure
@@ -108,7 +108,7 @@ def _known_model(model: str) -> Optional[str]:
 def _cmd_demo(args: argparse.Namespace) -> int:
     import cw_middleware as cw
 
-    from .._contract import validate_id
+    from .._kernel.contract import validate_id
     from . import demo
     from .render import render
 
@@ -263,7 +263,7 @@ def _cmd_stages(args: argparse.Namespace, reader: Any) -> int:
 
 @read_errors
 def _cmd_serve(args: argparse.Namespace, reader: Any) -> int:
-    from .._errors import ConfigError
+    from .._kernel.errors import ConfigError
     from .._serve.access import is_loopback, origin
     from .._serve.server import make_server
 
@@ -304,7 +304,7 @@ def _cmd_serve(args: argparse.Namespace, reader: Any) -> int:
 
 def _serve_token(args: argparse.Namespace) -> Optional[str]:
     """The bearer token: --token-file's first line, else --token (which `ps` shows), else $CW_SERVE_TOKEN."""
-    from .._errors import ConfigError
+    from .._kernel.errors import ConfigError
 
     if args.token_file:
         try:
@@ -315,7 +315,7 @@ def _serve_token(args: argparse.Namespace) -> Optional[str]:
         if not token:
             raise ConfigError(f"the token file {args.token_file!r} is empty")
         return token
-    from .._config import resolve_read
+    from .._kernel.config import resolve_read
 
     return args.token or resolve_read().serve_token
 

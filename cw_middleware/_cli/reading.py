@@ -76,7 +76,7 @@ def read_errors(fn: Any) -> Any:
     """A read command, run on the reader it opens; bad input 2, not found 3, backend failure 4; messages, never tracebacks."""
 
     def run(args: argparse.Namespace) -> int:
-        from .._errors import BackendError, ConfigError, NotFound
+        from .._kernel.errors import BackendError, ConfigError, NotFound
 
         try:
             reader = _open_reader(args)

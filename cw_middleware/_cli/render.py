@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
-from .._contract import CATEGORIES, Snapshot, StageContextWindow
-from .._formats import GLYPH, LABEL, format_tokens
+from .._kernel.contract import CATEGORIES, Snapshot, StageContextWindow
+from .._kernel.formats import GLYPH, LABEL, format_tokens
 from .render_usage import category_extra, usage_lines
 
 BAR_WIDTH = 50

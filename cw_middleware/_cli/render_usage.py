@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Union
 
-from .._contract import (
+from .._kernel.contract import (
     CATEGORIES,
     Forecast,
     HistoryPoint,
@@ -23,8 +23,8 @@ from .._contract import (
     Suggestion,
     never_called,
 )
-from .._formats import format_tokens as _fmt
-from .._formats import format_usd
+from .._kernel.formats import format_tokens as _fmt
+from .._kernel.formats import format_usd
 
 HISTORY_BAR = 40
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .._contract import Category, StageContextWindow, never_called
-from .._formats import format_tokens, format_usd
+from .._kernel.contract import Category, StageContextWindow, never_called
+from .._kernel.formats import format_tokens, format_usd
 
 MAX_WIDTH = 100
 SEPARATOR = " · "

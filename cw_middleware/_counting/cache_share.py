@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._contract import CATEGORIES, Category
+from .._kernel.contract import CATEGORIES, Category
 from .tool_rows import as_defined
 
 if TYPE_CHECKING:

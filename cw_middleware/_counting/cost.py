@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .._contract import Category
+from .._kernel.contract import Category
 
 CURRENCY = "USD"  # LiteLLM's prices are in US dollars; amounts are rounded to 1e-10 (float noise off)
 TIER_TOKENS = 200_000  # LiteLLM's ``*_above_200k_tokens`` keys

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .._contract import Category, WarningCode
+from .._kernel.contract import Category, WarningCode
 from .cache_share import RequestOrder, cache_prefix, has_breakpoint
 from .fingerprints import PrefixChain, chained, message_fingerprint
 from .message_count import MessageCount, MessageCounter, ReadMessage, SourceKey, TextCache

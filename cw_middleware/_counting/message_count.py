@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Optional, Union
 
-from .._contract import Category, WarningCode
-from .._errors import TagError
+from .._kernel.contract import Category, WarningCode
+from .._kernel.errors import TagError
 from .fingerprints import MIN_REPEAT_TOKENS, text_fingerprint
 from .request_copies import AsDict, plain_text
 from .rules import CountingRules

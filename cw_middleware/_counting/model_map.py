@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
-from .._process import PROCESS
+from .._kernel.process import PROCESS
 
 MAP_FILE = "model_prices_and_context_window_backup.json"
 _DECODER = json.JSONDecoder()
@@ -36,7 +36,7 @@ class Resolved(NamedTuple):
 
 
 class _BundledMap:
-    """Where each entry of the map LiteLLM ships stands in its file, indexed once (a part of the process state, see _process.py).
+    """Where each entry of the map LiteLLM ships stands in its file, indexed once (a process part, see _kernel/process.py).
 
     Only the index is kept, not the 3.5 MB text: an entry is read from the file where the index says it
     starts, the first time its name is asked for. The index is one bytes object, ``\n<name>\t<offset>`` an

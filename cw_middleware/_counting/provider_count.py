@@ -42,10 +42,10 @@ from typing import Any, NamedTuple, Optional
 
 import msgspec
 
-from .._config import provider_variable
-from .._contract import WarningCode
-from .._log import RateLimitedLog
-from .._worker import Worker
+from .._kernel.config import provider_variable
+from .._kernel.contract import WarningCode
+from .._kernel.log import RateLimitedLog
+from .._kernel.worker import Worker
 from .count_bodies import to_anthropic, to_gemini, to_openai_responses
 from .rules import split_provider
 

@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from .._contract import Category
-from .._errors import TagError
+from .._kernel.contract import Category
+from .._kernel.errors import TagError
 
 TAG_KEY = "cw_tag"
 MAX_SOURCE_LENGTH = 120

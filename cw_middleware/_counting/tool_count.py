@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._contract import Category, WarningCode
+from .._kernel.contract import Category, WarningCode
 from .cache_share import has_breakpoint
 from .fingerprints import message_fingerprint
 from .request_copies import AsDict, freeze

@@ -20,7 +20,7 @@ from functools import lru_cache
 from operator import add
 from typing import Any, NamedTuple, Optional
 
-from .._contract import Category, ToolItem
+from .._kernel.contract import Category, ToolItem
 from .message_count import MessageCount
 from .rules import tool_spec
 from .tags import derived_label

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .._log import RateLimitedLog
+from .._kernel.log import RateLimitedLog
 
 logger = logging.getLogger("cw_middleware")
 _debug = logging.getLogger("cw_middleware.export")

@@ -17,7 +17,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from .._config import Config
+from .._kernel.config import Config
 from .health import Health, inside_export
 
 

@@ -25,8 +25,8 @@ from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased
 
-from .._config import Config, resolve_read
-from .._worker import Worker
+from .._kernel.config import Config, resolve_read
+from .._kernel.worker import Worker
 from .file_exporters import OtlpJsonFileMetricExporter, file_log_exporter
 from .health import Health, Hold, exporter_logs
 from .otlp import GuardedMetricExporter, GuardedSpanExporter, guarded_log_exporter, otlp_exporters, otlp_log_exporter

@@ -36,8 +36,8 @@ from opentelemetry.sdk.metrics import (
 from opentelemetry.sdk.metrics import _Gauge as Gauge  # the SDK's synchronous gauge (its public name is the API's)
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, PeriodicExportingMetricReader
 
-from .._config import Config
-from .._worker import Worker
+from .._kernel.config import Config
+from .._kernel.worker import Worker
 from .health import warn
 
 

@@ -13,8 +13,8 @@ import logging
 import threading
 from typing import Any, Optional
 
-from .._config import Config
-from .._errors import ConfigError
+from .._kernel.config import Config
+from .._kernel.errors import ConfigError
 from .health import warn
 from .readers import prometheus_reader
 

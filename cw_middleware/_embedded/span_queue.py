@@ -19,8 +19,8 @@ from typing import Any, Optional
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from .._codec import LATE_SNAPSHOT_SPAN
-from .._worker import Worker
+from .._kernel.names import LATE_SNAPSHOT_SPAN
+from .._kernel.worker import Worker
 from .health import inside_export, warn
 from .records import Origins, OwnAttributes, OwnEvents, Record, compact, index_view
 from .sink import JsonLinesFile
@@ -72,7 +72,7 @@ class CompactSpanProcessor(SpanProcessor):
         """End ``span`` (one of cw's, from this processor's provider) with ``events`` and ``attributes`` added to its record.
 
         cw's snapshot events and a call's attributes at its end are checked where they are made
-        (``_codec.exportable``); the SDK's ``add_event`` would check each of an event's ~270 values
+        (``_kernel/codec.exportable``); the SDK's ``add_event`` would check each of an event's ~270 values
         again, twice a call (~70 µs an event warm, ~160 µs cold: issue 38), and ``set_attributes`` each
         of the ~45 the span takes at its end. The SDK ends the span and calls `on_end` on this thread,
         which takes them from here; a span ended twice is ended once, as the SDK does."""

@@ -31,7 +31,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any, Optional, Protocol, Union, runtime_checkable
 
-from .._contract import (  # noqa: F401 - re-exported
+from .._kernel.contract import (  # noqa: F401 - re-exported
     DEFAULT_THRESHOLD_PERCENT,
     FORECAST_CALLS,
     MAX_ID_LENGTH,
@@ -43,7 +43,7 @@ from .._contract import (  # noqa: F401 - re-exported
     stage_totals_from,
     validate_id,
 )
-from .._errors import BackendError, ConfigError, NotFound
+from .._kernel.errors import BackendError, ConfigError, NotFound
 from .fold import DEFAULT_HISTORY, MAX_HISTORY, Missing, RunSummary, StageSummary
 from .options import BackendURL, ReaderOptions, parse_backend_url, redact, resolve_options
 from .suggestions import suggestions_from
@@ -221,11 +221,11 @@ def _row_key(threshold_percent: float) -> str:
 @functools.lru_cache(maxsize=1)
 def _code_digest() -> str:
     """A digest of the modules a stage's part is derived by: a row kept by other code (another release) is not read."""
-    from .. import _codec, _contract
+    from .._kernel import codec, contract, names
     from . import fold, summary
 
     digest = hashlib.blake2b(digest_size=8)
-    for module in (_codec, _contract, fold, summary, sys.modules[__name__]):
+    for module in (codec, names, contract, fold, summary, sys.modules[__name__]):
         try:
             digest.update(Path(module.__file__ or "").read_bytes())
         except OSError:
@@ -314,7 +314,7 @@ def known_backends() -> str:
 
 def default_backend_url() -> str:
     """CW_BACKEND, else the file the writer's export names (ConfigError when it exports to no file)."""
-    from .._config import resolve_read
+    from .._kernel.config import resolve_read
 
     return resolve_read().backend_url()
 

@@ -67,9 +67,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import IO, Any, Optional
 
-from .._config import resolve_read
-from .._contract import Staleness
-from .._errors import BackendUnavailable
+from .._kernel.config import resolve_read
+from .._kernel.contract import Staleness
+from .._kernel.errors import BackendUnavailable
 from . import file_lines, stop
 from .fold import (
     INDEX_KEYS,

@@ -23,9 +23,10 @@ from enum import Enum
 from functools import cached_property
 from typing import Any, Optional
 
-from .. import _codec as codec
-from .._config import DEFAULT_STALE_AFTER, parse_seconds
-from .._contract import HistoryPoint, StageContextWindow, Staleness, UnavailableReason, WarningCode
+from .._kernel import codec as codec
+from .._kernel import names
+from .._kernel.config import DEFAULT_STALE_AFTER, parse_seconds
+from .._kernel.contract import HistoryPoint, StageContextWindow, Staleness, UnavailableReason, WarningCode
 from .otlp_json import Span
 
 
@@ -75,17 +76,17 @@ class SnapshotRecord:
 def snapshot_records(span: Span, run_id: str, stage_id: str) -> list[SnapshotRecord]:
     out = []
     for event in span.events:
-        if event.name != codec.SNAPSHOT_EVENT:
+        if event.name != names.SNAPSHOT_EVENT:
             continue
         a = event.attributes
-        if a.get(codec.ATTR_SUPERSEDED):  # an older call's late count: kept in the backend, never the latest
+        if a.get(names.ATTR_SUPERSEDED):  # an older call's late count: kept in the backend, never the latest
             continue
-        if a.get(codec.ATTR_RUN_ID, span.attributes.get(codec.ATTR_RUN_ID)) != run_id:
+        if a.get(names.ATTR_RUN_ID, span.attributes.get(names.ATTR_RUN_ID)) != run_id:
             continue
-        if a.get(codec.ATTR_STAGE_ID, span.attributes.get(codec.ATTR_STAGE_ID)) != stage_id:
+        if a.get(names.ATTR_STAGE_ID, span.attributes.get(names.ATTR_STAGE_ID)) != stage_id:
             continue
-        generated = codec.parse_time(a.get(codec.ATTR_GENERATED_AT), event.time_ns).timestamp()
-        order = (generated, codec.as_int(a.get(codec.ATTR_EVENT_SEQ)), event.time_ns)
+        generated = codec.parse_time(a.get(names.ATTR_GENERATED_AT), event.time_ns).timestamp()
+        order = (generated, codec.as_int(a.get(names.ATTR_EVENT_SEQ)), event.time_ns)
         out.append(SnapshotRecord(order, a, event.time_ns, stage_id))
     return out
 
@@ -100,38 +101,38 @@ class SpanRole:
 
 def role_of(span: Span, run_id: str, stage_id: str) -> str:
     a = span.attributes
-    if a.get(codec.ATTR_RUN_ID) != run_id or a.get(codec.ATTR_STAGE_ID) != stage_id:
+    if a.get(names.ATTR_RUN_ID) != run_id or a.get(names.ATTR_STAGE_ID) != stage_id:
         # Snapshot events may carry the ids when the span does not (a foreign producer).
-        if any(e.name == codec.SNAPSHOT_EVENT for e in span.events):
+        if any(e.name == names.SNAPSHOT_EVENT for e in span.events):
             return SpanRole.LATE
         return SpanRole.OTHER
-    state = a.get(codec.ATTR_STAGE_STATE)
-    if state == codec.STAGE_STATE_ENDED:
+    state = a.get(names.ATTR_STAGE_STATE)
+    if state == names.STAGE_STATE_ENDED:
         return SpanRole.END
-    if state == codec.STAGE_STATE_STARTED:
+    if state == names.STAGE_STATE_STARTED:
         # A stage span exported without its end state (old producers) still ended.
-        return SpanRole.START if span.name == codec.STAGE_START_SPAN else SpanRole.END
-    if a.get(codec.ATTR_LATE) or span.name == codec.LATE_SNAPSHOT_SPAN:
+        return SpanRole.START if span.name == names.STAGE_START_SPAN else SpanRole.END
+    if a.get(names.ATTR_LATE) or span.name == names.LATE_SNAPSHOT_SPAN:
         return SpanRole.LATE
     return SpanRole.CALL
 
 
 # The attributes `stage_pairs`, `role_of` and `RunsFold` read: an index decodes only these.
-ROUTING_KEYS = frozenset({codec.ATTR_RUN_ID, codec.ATTR_STAGE_ID})
-INDEX_KEYS = ROUTING_KEYS | {codec.ATTR_STAGE_STATE, codec.ATTR_STAGE_KIND, codec.ATTR_LATE, codec.ATTR_PARENT_STAGE_ID}
+ROUTING_KEYS = frozenset({names.ATTR_RUN_ID, names.ATTR_STAGE_ID})
+INDEX_KEYS = ROUTING_KEYS | {names.ATTR_STAGE_STATE, names.ATTR_STAGE_KIND, names.ATTR_LATE, names.ATTR_PARENT_STAGE_ID}
 
 
 def stage_pairs(span: Span) -> set[tuple[str, str]]:
     """Every (run_id, stage_id) whose `StageFold` this span can change (any other fold ignores it)."""
     a = span.attributes
-    run_id, stage_id = a.get(codec.ATTR_RUN_ID), a.get(codec.ATTR_STAGE_ID)
+    run_id, stage_id = a.get(names.ATTR_RUN_ID), a.get(names.ATTR_STAGE_ID)
     out = set()
     if isinstance(run_id, str) and isinstance(stage_id, str):
         out.add((run_id, stage_id))
     for event in span.events:
-        if event.name == codec.SNAPSHOT_EVENT:
+        if event.name == names.SNAPSHOT_EVENT:
             ea = event.attributes
-            er, es = ea.get(codec.ATTR_RUN_ID, run_id), ea.get(codec.ATTR_STAGE_ID, stage_id)
+            er, es = ea.get(names.ATTR_RUN_ID, run_id), ea.get(names.ATTR_STAGE_ID, stage_id)
             if isinstance(er, str) and isinstance(es, str):
                 out.add((er, es))
     return out
@@ -185,8 +186,8 @@ class StageFold:
             return  # a late snapshot's carrier says nothing without a readable snapshot
         self.seen = True
         self.last_activity_ns = max(self.last_activity_ns, _activity_ns(span))
-        if self.kind is None and isinstance(span.attributes.get(codec.ATTR_STAGE_KIND), str):
-            self.kind = span.attributes[codec.ATTR_STAGE_KIND]
+        if self.kind is None and isinstance(span.attributes.get(names.ATTR_STAGE_KIND), str):
+            self.kind = span.attributes[names.ATTR_STAGE_KIND]
         if self.state is None and role in (SpanRole.START, SpanRole.END):
             self.state = "stored" if role == SpanRole.END else "live"
         self.call_seen |= role == SpanRole.CALL
@@ -227,7 +228,7 @@ class StageFold:
                 codes = [WarningCode.STAGE_END_NOT_SEEN.value]
                 update["warnings"] = [*stored.warnings, *codec.warnings_from_codes(codes)]
             return stored.model_copy(update=update)
-        if self.kind is not None and self.kind != codec.AGENT_STAGE_KIND and not self.call_seen:
+        if self.kind is not None and self.kind != names.AGENT_STAGE_KIND and not self.call_seen:
             # No model call: what `not_agent_stage` means. A kind says nothing about calls, so a
             # stage of any kind that made one has its breakdown, or reads as not observed.
             return StageContextWindow.unavailable(
@@ -264,7 +265,7 @@ class HistoryFold:
         if role_of(span, self.run_id, self.stage_id) != SpanRole.OTHER:
             self.seen = True
         for record in records:
-            call = record.attributes.get(codec.ATTR_CALL_ID) or f"{span.writer}/{span.span_id}"
+            call = record.attributes.get(names.ATTR_CALL_ID) or f"{span.writer}/{span.span_id}"
             best = self._calls.get(call)
             if (best is None or record.order > best.order) and record.window is not None:
                 self._calls[call] = record
@@ -336,7 +337,7 @@ class StageSummary:
             "stage_id": self.stage_id,
             "parent_stage_id": self.parent_stage_id,
             "kind": self.kind,
-            "agent_stage": self.kind == codec.AGENT_STAGE_KIND if self.kind else None,
+            "agent_stage": self.kind == names.AGENT_STAGE_KIND if self.kind else None,
             "staleness": self.staleness.value,
             "started_at": _iso(self.started_at),
             "last_seen_at": _iso(self.last_seen_at),
@@ -434,22 +435,22 @@ class RunFold:
 
     def add(self, span: Span) -> None:
         a = span.attributes
-        stage_id = a.get(codec.ATTR_STAGE_ID)
-        if a.get(codec.ATTR_RUN_ID) != self.run_id or not isinstance(stage_id, str):
+        stage_id = a.get(names.ATTR_STAGE_ID)
+        if a.get(names.ATTR_RUN_ID) != self.run_id or not isinstance(stage_id, str):
             for event in span.events:  # ids only on the events (a foreign producer)
                 ea = event.attributes
                 if (
-                    event.name == codec.SNAPSHOT_EVENT
-                    and ea.get(codec.ATTR_RUN_ID) == self.run_id
-                    and isinstance(ea.get(codec.ATTR_STAGE_ID), str)
+                    event.name == names.SNAPSHOT_EVENT
+                    and ea.get(names.ATTR_RUN_ID) == self.run_id
+                    and isinstance(ea.get(names.ATTR_STAGE_ID), str)
                 ):
-                    self._touch(ea[codec.ATTR_STAGE_ID], None, None, event.time_ns, event.time_ns)
+                    self._touch(ea[names.ATTR_STAGE_ID], None, None, event.time_ns, event.time_ns)
             return
         role = role_of(span, self.run_id, stage_id)
         # Markers and stage spans decide staleness (see StageFold); a call span only names the stage.
         state = {SpanRole.END: Staleness.STORED, SpanRole.START: Staleness.LIVE}.get(role)
-        kind = a.get(codec.ATTR_STAGE_KIND) if isinstance(a.get(codec.ATTR_STAGE_KIND), str) else None
-        parent = a.get(codec.ATTR_PARENT_STAGE_ID) if isinstance(a.get(codec.ATTR_PARENT_STAGE_ID), str) else None
+        kind = a.get(names.ATTR_STAGE_KIND) if isinstance(a.get(names.ATTR_STAGE_KIND), str) else None
+        parent = a.get(names.ATTR_PARENT_STAGE_ID) if isinstance(a.get(names.ATTR_PARENT_STAGE_ID), str) else None
         self._touch(stage_id, kind, state, span.start_ns, _activity_ns(span), parent)
 
     def _touch(
@@ -479,8 +480,8 @@ class RunsFold:
         self._runs: dict[str, RunFold] = {}
 
     def add(self, span: Span) -> None:
-        run_ids = {span.attributes.get(codec.ATTR_RUN_ID)}
-        run_ids.update(e.attributes.get(codec.ATTR_RUN_ID) for e in span.events if e.name == codec.SNAPSHOT_EVENT)
+        run_ids = {span.attributes.get(names.ATTR_RUN_ID)}
+        run_ids.update(e.attributes.get(names.ATTR_RUN_ID) for e in span.events if e.name == names.SNAPSHOT_EVENT)
         for run_id in run_ids:
             if isinstance(run_id, str) and run_id:
                 fold = self._runs.get(run_id)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
-from .._errors import BackendResponseError, BackendUnavailable
+from .._kernel.errors import BackendResponseError, BackendUnavailable
 
 if TYPE_CHECKING:
     from .options import BackendURL, ReaderOptions

@@ -30,8 +30,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Optional
 
-from .._log import RateLimitedLog
-from .._process import PROCESS
+from .._kernel.log import RateLimitedLog
+from .._kernel.process import PROCESS
 
 FORMAT = "cw-middleware file index"
 VERSION = "3"  # 2: a stage's parent (a sub-agent's stage); 3: each stage's summary row; another version is made anew

@@ -23,8 +23,9 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .. import _codec as codec
-from .._errors import BackendResponseError
+from .._kernel import codec as codec
+from .._kernel import names
+from .._kernel.errors import BackendResponseError
 from .http import BackendClient
 from .otlp_json import Span, iter_spans
 from .traces import TraceReader, Wanted, positive_int, restore_arrays, warn_truncated
@@ -55,7 +56,7 @@ class JaegerSearch:
 
     def spans(self, wanted: Wanted, probe: bool = False) -> list[Span]:
         """Every span of the traces matching ``wanted`` (and the schema marker); whole traces, page by page."""
-        query = {codec.ATTR_SCHEMA: str(codec.SCHEMA_VERSION), **wanted.attributes}
+        query = {names.ATTR_SCHEMA: str(names.SCHEMA_VERSION), **wanted.attributes}
         # A probe reads one page, a full one: a Jaeger before v2.19 ignores the attributes, so
         # its first trace could be another run's.
         pages = 1 if probe else self.max_pages

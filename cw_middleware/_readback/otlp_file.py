@@ -28,8 +28,8 @@ from collections.abc import Callable, Collection
 from enum import Enum
 from typing import TYPE_CHECKING, Optional, TypeVar, Union
 
-from .._contract import HistoryPoint, StageContextWindow
-from .._errors import BackendResponseError, BackendUnavailable, ConfigError
+from .._kernel.contract import HistoryPoint, StageContextWindow
+from .._kernel.errors import BackendResponseError, BackendUnavailable, ConfigError
 from . import stop
 from .file_index import RESTARTS, FileChanged, FileIndex
 from .fold import (

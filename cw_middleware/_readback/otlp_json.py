@@ -35,7 +35,7 @@ from typing import Any, Generic, Optional, TypeVar, Union
 
 import msgspec
 
-from .._codec import as_int as _int
+from .._kernel.codec import as_int as _int
 
 # ---------------------------------------------------------------- decoding
 

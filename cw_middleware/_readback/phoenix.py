@@ -26,8 +26,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import quote
 
-from .. import _codec as codec
-from .._errors import BackendResponseError, ConfigError
+from .._kernel import codec as codec
+from .._kernel import names
+from .._kernel.errors import BackendResponseError, ConfigError
 from .http import BackendClient
 from .otlp_json import Event, Span, normalize_id
 from .traces import TraceReader, Wanted, positive_int, warn_truncated
@@ -101,7 +102,7 @@ class PhoenixSearch:
     def spans(self, wanted: Wanted, probe: bool = False) -> list[Span]:
         """The project's spans carrying ``wanted``'s ids (and the schema marker), page by page."""
         ids = wanted.attributes
-        filters = [f"{codec.ATTR_SCHEMA}:{codec.SCHEMA_VERSION}"]
+        filters = [f"{names.ATTR_SCHEMA}:{names.SCHEMA_VERSION}"]
         filters += [f for f in (_filter(k, v) for k, v in ids.items()) if f is not None]
         exact = len(filters) == 1 + len(ids)  # every id filtered by Phoenix: any one span answers a probe
         start_ns, _ = window_ns(self.params)

@@ -45,8 +45,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from .. import _codec as codec
-from .._contract import (
+from .._kernel import codec as codec
+from .._kernel import names
+from .._kernel.contract import (
     CATEGORIES,
     BreakdownItem,
     CategoryTotals,
@@ -58,7 +59,7 @@ from .._contract import (
     UnavailableReason,
     WarningCode,
 )
-from .._errors import BackendResponseError
+from .._kernel.errors import BackendResponseError
 from .fold import DEFAULT_HISTORY, Horizon, Missing, RunSummary, StageSummary, point
 from .http import BackendClient
 from .window import lookback, parse_duration
@@ -67,10 +68,10 @@ if TYPE_CHECKING:
     from .options import BackendURL, ReaderOptions
 
 # Metric and label names as a Prometheus backend stores the contract's instruments and attributes.
-SNAPSHOTS, TOKENS, LIMIT = codec.PROM_SNAPSHOTS, codec.PROM_TOKENS, codec.PROM_LIMIT
-COST, UNUSED = codec.PROM_COST, codec.PROM_UNUSED_TOOL_TOKENS
-RUN, STAGE, CATEGORY, METHOD = codec.PROM_RUN, codec.PROM_STAGE, codec.PROM_CATEGORY, codec.PROM_COUNT_METHOD
-PROVIDER, MODEL = codec.PROM_PROVIDER, codec.PROM_MODEL
+SNAPSHOTS, TOKENS, LIMIT = names.PROM_SNAPSHOTS, names.PROM_TOKENS, names.PROM_LIMIT
+COST, UNUSED = names.PROM_COST, names.PROM_UNUSED_TOOL_TOKENS
+RUN, STAGE, CATEGORY, METHOD = names.PROM_RUN, names.PROM_STAGE, names.PROM_CATEGORY, names.PROM_COUNT_METHOD
+PROVIDER, MODEL = names.PROM_PROVIDER, names.PROM_MODEL
 OVERFLOW = "otel_metric_overflow"  # the SDK's otel.metric.overflow=true series, past the cardinality limit
 
 COARSE_STEPS = 1000  # subquery resolution: lookback / COARSE_STEPS

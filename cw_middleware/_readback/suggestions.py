@@ -11,15 +11,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .._contract import (
-    Category,
-    RepeatedContent,
-    StageContextWindow,
-    Suggestion,
-    SuggestionKind,
-    UnusedTool,
-)
-from .._formats import format_usd
+from .._kernel.contract import Category, RepeatedContent, StageContextWindow, Suggestion, SuggestionKind, UnusedTool
+from .._kernel.formats import format_usd
 
 LARGE_RESULTS_SHARE = 0.25  # a tool's results above this share of the request are worth a look
 NEAR_CALLS = 5  # a forecast this close to the threshold is a suggestion of its own

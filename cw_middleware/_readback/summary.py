@@ -13,7 +13,7 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .._contract import (
+from .._kernel.contract import (
     CATEGORIES,
     CategoryTotals,
     RunReport,

@@ -24,8 +24,9 @@ import json
 from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import quote
 
-from .. import _codec as codec
-from .._errors import BackendResponseError
+from .._kernel import codec as codec
+from .._kernel import names
+from .._kernel.errors import BackendResponseError
 from .http import BackendClient
 from .otlp_json import Span, attributes, iter_spans, normalize_id
 from .traces import TraceReader, Wanted, positive_int, warn_truncated
@@ -49,11 +50,11 @@ def _equals(key: str, value: str) -> str:
     return f"span.{key} = {string_literal(value)}"
 
 
-_STAGE_STATES = (codec.STAGE_STATE_STARTED, codec.STAGE_STATE_ENDED)
-_STAGE_STATE_SET = "(" + " || ".join(_equals(codec.ATTR_STAGE_STATE, state) for state in _STAGE_STATES) + ")"
+_STAGE_STATES = (names.STAGE_STATE_STARTED, names.STAGE_STATE_ENDED)
+_STAGE_STATE_SET = "(" + " || ".join(_equals(names.ATTR_STAGE_STATE, state) for state in _STAGE_STATES) + ")"
 _LISTING_SELECT = (
     " | select("
-    + ", ".join(f"span.{k}" for k in (codec.ATTR_RUN_ID, codec.ATTR_STAGE_ID, codec.ATTR_STAGE_KIND, codec.ATTR_STAGE_STATE))
+    + ", ".join(f"span.{k}" for k in (names.ATTR_RUN_ID, names.ATTR_STAGE_ID, names.ATTR_STAGE_KIND, names.ATTR_STAGE_STATE))
     + ")"
 )
 

@@ -21,10 +21,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Optional, Protocol, Union
 
-from .. import _codec as codec
-from .._contract import HistoryPoint, StageContextWindow
-from .._errors import ConfigError
-from .._log import RateLimitedLog
+from .._kernel import codec as codec
+from .._kernel import names
+from .._kernel.contract import HistoryPoint, StageContextWindow
+from .._kernel.errors import ConfigError
+from .._kernel.log import RateLimitedLog
 from .fold import DEFAULT_HISTORY, Horizon, Missing, RunSummary, StageSummary, fold_history, fold_run, fold_runs, fold_stage
 from .otlp_json import Span
 
@@ -41,9 +42,9 @@ class Wanted:
         """The span attributes a matching span carries (the schema marker aside)."""
         out = {}
         if self.run_id is not None:
-            out[codec.ATTR_RUN_ID] = self.run_id
+            out[names.ATTR_RUN_ID] = self.run_id
         if self.stage_id is not None:
-            out[codec.ATTR_STAGE_ID] = self.stage_id
+            out[names.ATTR_STAGE_ID] = self.stage_id
         return out
 
     @property
@@ -117,12 +118,12 @@ def export_order(spans: Iterable[Span]) -> list[Span]:
 # Array attributes of the contract. Stores built on Jaeger's span model (Elasticsearch,
 # OpenSearch, Cassandra, Badger) keep arrays as their JSON text.
 ARRAY_KEYS = (
-    codec.ATTR_WARNINGS,
-    codec.ATTR_DETAIL_CATEGORIES,
-    codec.ATTR_DETAIL_SOURCES,
-    codec.ATTR_DETAIL_TOKENS,
-    *codec.TOOL_ARRAYS,
-    *codec.UNUSED_ARRAYS,
+    names.ATTR_WARNINGS,
+    names.ATTR_DETAIL_CATEGORIES,
+    names.ATTR_DETAIL_SOURCES,
+    names.ATTR_DETAIL_TOKENS,
+    *names.TOOL_ARRAYS,
+    *names.UNUSED_ARRAYS,
 )
 
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .._errors import ConfigError
+from .._kernel.errors import ConfigError
 
 DEFAULT_LOOKBACK = 7 * 86400.0  # seconds searched back from now
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")

@@ -275,7 +275,7 @@ def asgi_app(
     `cw-middleware serve`'s.
     Mount it (``app.mount("/cw", cw.asgi_app())``) or serve it alone (``uvicorn module:app``).
     """
-    from .._config import resolve_read
+    from .._kernel.config import resolve_read
     from .._readback import reader as make_reader
 
     source = backend if isinstance(backend, Reader) else make_reader(backend)
@@ -285,7 +285,7 @@ def asgi_app(
 
 
 def _origins(given: Iterable[str]) -> list[str]:
-    from .._errors import ConfigError
+    from .._kernel.errors import ConfigError
     from .access import origin
 
     try:

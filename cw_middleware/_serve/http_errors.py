@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-from .._errors import BackendError, BackendUnavailable, ConfigError, NotFound
+from .._kernel.errors import BackendError, BackendUnavailable, ConfigError, NotFound
 
 logger = logging.getLogger("cw_middleware")
 

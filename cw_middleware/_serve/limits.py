@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._errors import ConfigError
+from .._kernel.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ def _json_error(description: str) -> dict[str, Any]:
 
 
 def openapi_document() -> dict[str, Any]:
-    from .._contract import HistoryPoint, RunReport, StageContextWindow
+    from .._kernel.contract import HistoryPoint, RunReport, StageContextWindow
 
     window_schema = StageContextWindow.model_json_schema(ref_template="#/components/schemas/{model}")
     defs = window_schema.pop("$defs", {})

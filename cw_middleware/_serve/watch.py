@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from .._errors import NotFound
+from .._kernel.errors import NotFound
 from .gate import QueryGate
 from .http_errors import HttpError, as_http_error
 from .limits import Limits

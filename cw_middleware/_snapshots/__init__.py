@@ -7,5 +7,5 @@
     telemetry.py   one span a call, snapshots as its events, and the metrics (the OpenTelemetry API only)
     observed.py    the gauges' and counters' values, kept here and read by the metrics SDK when it collects
 
-The names these write are `_codec`'s; which SDK receives them is the application's choice or `_embedded`'s.
+The names these write are `_kernel/names.py`'s; which SDK receives them is the application's choice or `_embedded`'s.
 """

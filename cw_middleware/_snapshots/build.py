@@ -21,8 +21,14 @@ from typing import Any, Optional, TypeVar
 
 from pydantic import BaseModel
 
-from .._codec import percent as _percent
-from .._contract import (
+from .._counting.cache_share import RequestOrder, cached_by_category
+from .._counting.cost import CURRENCY, Prices, request_cost
+from .._counting.fingerprints import exported
+from .._counting.model_facts import RequestMeta
+from .._counting.tool_rows import NO_TOOLS, ToolUse, tool_rows
+from .._kernel.codec import TOOL_FIELDS, UNUSED_FIELDS
+from .._kernel.codec import percent as _percent
+from .._kernel.contract import (
     CATEGORIES,
     WARNING_MESSAGES,
     BreakdownItem,
@@ -41,11 +47,6 @@ from .._contract import (
     WarningCode,
     never_called,
 )
-from .._counting.cache_share import RequestOrder, cached_by_category
-from .._counting.cost import CURRENCY, Prices, request_cost
-from .._counting.fingerprints import exported
-from .._counting.model_facts import RequestMeta
-from .._counting.tool_rows import NO_TOOLS, ToolUse, tool_rows
 from .reconcile import reconcile_with_prefix
 
 _UNATTRIBUTED = (Category.OTHER, "unattributed")
@@ -323,10 +324,6 @@ def _cache_split(
         return read, None
     through = cached_by_category(order, local, per_category, response.cache_read + response.cache_written)
     return read, {c: max(0, through[c] - read[c]) for c in CATEGORIES}
-
-
-TOOL_FIELDS = ("name", "category", "source", "definition_tokens", "result_tokens", "invocations", "folded")
-UNUSED_FIELDS = ("name", "category", "source", "definition_tokens", "stage_definition_tokens", "requests")
 
 
 def with_stage(

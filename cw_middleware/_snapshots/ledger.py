@@ -42,7 +42,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .._contract import (
+from .._counting.cost import Prices
+from .._counting.fingerprints import PrefixChain
+from .._kernel.contract import (
     CATEGORIES,
     FORECAST_CALLS,
     CacheMiss,
@@ -59,8 +61,6 @@ from .._contract import (
     forecast_from,
     never_called,
 )
-from .._counting.cost import Prices
-from .._counting.fingerprints import PrefixChain
 from .build import MAX_REPEATED, SnapshotParts, cache_miss_item, repeated_item, trusted, unused_tool, with_stage
 
 MAX_STAGES = 1024  # stages whose totals are kept (the least recently called one falls out)

@@ -29,7 +29,7 @@ from typing import Any
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from .._codec import (
+from .._kernel.names import (
     COST_UNIT,
     METRIC_CACHED_TOKENS,
     METRIC_CALLS_UNTIL_THRESHOLD,
@@ -40,7 +40,7 @@ from .._codec import (
     METRIC_UNUSED_TOOL_TOKENS,
     METRIC_UTILIZATION,
 )
-from .._process import PROCESS
+from .._kernel.process import PROCESS
 
 MAX_SERIES = 2000  # the SDK's default cardinality limit per instrument
 
@@ -48,38 +48,50 @@ MAX_SERIES = 2000  # the SDK's default cardinality limit per instrument
 class Latest:
     """A gauge's last value per attribute set."""
 
-    __slots__ = ("_values",)
+    __slots__ = ("_values", "_lock")
 
     def __init__(self) -> None:
         self._values: dict[Hashable, tuple[Mapping[str, Any], float]] = {}
+        # Taken only to drop a series past MAX_SERIES (rare): setting a value is one dict store, safe as it is, but two
+        # threads dropping at once could each read the dict's first key while the other removes it.
+        self._lock = threading.Lock()
 
     def set(self, key: Hashable, attributes: Mapping[str, Any], value: float) -> None:
         values = self._values
         if key not in values and len(values) >= MAX_SERIES:
-            values.pop(next(iter(values)), None)
+            with self._lock:
+                try:
+                    while len(values) >= MAX_SERIES:
+                        values.pop(next(iter(values)), None)
+                except RuntimeError:  # a series added between the two steps, by a thread under the limit: one over
+                    pass
         values[key] = (attributes, value)
 
     def observe(self, options: CallbackOptions) -> Iterable[Observation]:
         """The observable instrument's callback: every series as it stands (the attributes are never changed)."""
         return [Observation(value, attributes) for attributes, value in list(self._values.values())]
 
+    def after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()  # a parent's thread may have held it
+
 
 class Sums(Latest):
     """A counter's running sum per attribute set (cumulative, as an observable counter reports it)."""
 
-    __slots__ = ("_lock",)
+    __slots__ = ("_adding",)
 
     def __init__(self) -> None:
         super().__init__()
-        self._lock = threading.Lock()  # call ends run on the worker, or on callers' threads without one
+        self._adding = threading.Lock()  # call ends run on the worker, or on callers' threads without one
 
     def add(self, key: Hashable, attributes: Mapping[str, Any], amount: float) -> None:
-        with self._lock:
+        with self._adding:
             held = self._values.get(key)
             self.set(key, attributes, amount if held is None else held[1] + amount)
 
     def after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()  # a parent's thread may have held it
+        super().after_fork_in_child()
+        self._adding = threading.Lock()
 
 
 class Instruments:
@@ -115,8 +127,9 @@ class Instruments:
             meter.create_observable_counter(name, callbacks=[sums.observe], unit=unit, description=description)
 
     def after_fork_in_child(self) -> None:
-        self.cost.after_fork_in_child()
-        self.snapshots.after_fork_in_child()
+        stores = (self.tokens, self.limit, self.utilization, self.cached, self.unused_tools, self.calls_until_threshold)
+        for store in (*stores, self.cost, self.snapshots):
+            store.after_fork_in_child()
 
 
 class MeterStores:

@@ -11,23 +11,20 @@ from __future__ import annotations
 from itertools import chain
 from typing import Any, Optional
 
-from .._contract import (
+from .._kernel.codec import DETAIL_FIELDS, TOOL_FIELDS, UNUSED_FIELDS, flat_details, flat_tools, flat_unused
+from .._kernel.contract import (
     CATEGORIES,
     Category,
     CategoryTotals,
     Compaction,
     Cost,
     CountMethod,
-    DetailItem,
     Snapshot,
     StageTotals,
-    ToolItem,
     WarningCode,
 )
 from .build import (
     REPEATED_FIELDS,
-    TOOL_FIELDS,
-    UNUSED_FIELDS,
     SnapshotParts,
     cache_miss_item,
     repeated_item,
@@ -81,23 +78,11 @@ def compact(snapshot: Snapshot, parts: Optional[SnapshotParts] = None) -> Compac
     )
     codes = tuple(w.code for w in snapshot.warnings)
     if parts is not None:
-        details = parts.flat("details", snapshot.details, _flat_details)
-        tools = parts.flat("tools", snapshot.tools, _flat_tools)
+        details = parts.flat("details", snapshot.details, flat_details)
+        tools = parts.flat("tools", snapshot.tools, flat_tools)
     else:
-        details, tools = _flat_details(snapshot.details), _flat_tools(snapshot.tools)
-    unused = tuple(
-        chain.from_iterable(
-            (
-                u.name,
-                u.category.value if u.category else None,
-                u.source,
-                u.definition_tokens,
-                u.stage_definition_tokens,
-                u.requests,
-            )  # noqa: E501
-            for u in snapshot.unused_tools
-        )
-    )
+        details, tools = flat_details(snapshot.details), flat_tools(snapshot.tools)
+    unused = flat_unused(snapshot.unused_tools)
     # A call's snapshots, and its stage's, share their totals while they are unchanged (_snapshots/ledger.py).
     stage = [snapshot.stage_totals, snapshot.compaction]
     block = parts.flat("stage", stage, _compact_stage) if parts is not None else _compact_stage(stage)
@@ -120,28 +105,6 @@ def _compact_extra(snapshot: Snapshot) -> CompactSnapshot:
     return (repeated, miss)
 
 
-def _flat_details(details: list[DetailItem]) -> tuple[Any, ...]:
-    return tuple(x for d in details for x in (d.category.value, d.source, d.tokens))
-
-
-def _flat_tools(tools: list[ToolItem]) -> tuple[Any, ...]:
-    # Flat, as the rest (one level of tuples: the collector untracks them at its first pass), flattened at C speed.
-    return tuple(
-        chain.from_iterable(
-            (
-                t.name,
-                t.category.value if t.category else None,
-                t.source,
-                t.definition_tokens,
-                t.result_tokens,
-                t.invocations,
-                t.folded,
-            )  # noqa: E501
-            for t in tools
-        )
-    )
-
-
 def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
     """The Snapshot a `compact` row was made from, its parts shared through ``parts``."""
     run_id, stage_id, provider, model, window, input_tokens, usage, method, generated_at, event_seq = row[:10]
@@ -151,8 +114,9 @@ def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
     start = _HEAD + 1 + 3 * _N
     codes = row[start : start + n_codes]
     start += n_codes
-    flat = row[start : start + 3 * n_details]
-    start += 3 * n_details
+    d = len(DETAIL_FIELDS)
+    flat = row[start : start + d * n_details]
+    start += d * n_details
     n, m = len(TOOL_FIELDS), len(UNUSED_FIELDS)
     tool_part = row[start : start + n * n_tools]
     unused_part = row[start + n * n_tools : -_STAGE_LEN - 2]
@@ -184,7 +148,7 @@ def expand(row: CompactSnapshot, parts: SnapshotParts) -> Snapshot:
             event_seq=event_seq,
             breakdown=[parts.breakdown_item(c, r[0], window, r[1]) for c, r in zip(CATEGORIES, rows)],
             warnings=[parts.warning(WarningCode(code)) for code in codes],
-            details=[parts.detail_item(Category(flat[i]), flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)],
+            details=[parts.detail_item(Category(flat[i]), flat[i + 1], flat[i + 2]) for i in range(0, len(flat), d)],
             tools=[parts.tool_item(t[0], Category(t[1]) if t[1] else None, *t[2:]) for t in tools],
             unused_tool_tokens=unused,
             unused_tools=[unused_tool(u[0], Category(u[1]) if u[1] else None, *u[2:]) for u in left],

@@ -3,7 +3,7 @@
 Only the OpenTelemetry *API* is used here; which SDK (if any) receives the data
 is decided by the application or by ``_embedded/`` (see ``_capture/providers.py``).
 Attribute keys and metric names are a contract with dashboards and readers: they
-live in ``_codec.py``, which the readers share.
+live in ``_kernel/names.py``, which the readers share.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ from typing import TYPE_CHECKING, Any, Optional
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-from .._codec import (
+from .._kernel.codec import Flat, exportable, exportable_text, snapshot_attributes, span_level
+from .._kernel.config import Config
+from .._kernel.contract import CATEGORIES, Category, Forecast, Snapshot, StageInfo
+from .._kernel.names import (
     ATTR_CALL_ID,
     ATTR_CATEGORY,
     ATTR_COUNT_METHOD,
@@ -61,14 +64,7 @@ from .._codec import (
     STAGE_STATE_ENDED,
     STAGE_STATE_STARTED,
     TOKEN_HISTOGRAM_BOUNDARIES,
-    Flat,
-    exportable,
-    exportable_text,
-    snapshot_attributes,
-    span_level,
 )
-from .._config import Config
-from .._contract import CATEGORIES, Category, Forecast, Snapshot, StageInfo
 from .observed import instruments_of
 
 if TYPE_CHECKING:
@@ -78,8 +74,9 @@ logger = logging.getLogger("cw_middleware")
 
 # The stage's forecast, made only for the snapshot the gauges show (`Telemetry.set_gauges`).
 ForecastOf = Callable[[], Optional[Forecast]]
-# (series key, common metric attributes, per-category attributes): see `Telemetry._attributes`.
-_Attributes = tuple[tuple[Any, ...], dict[str, Any], list[tuple[Category, dict[str, Any]]]]
+# (series key, common metric attributes, per-category attributes, the snapshot counter's per count method, filled
+# as methods are seen): see `Telemetry._attributes`.
+_Attributes = tuple[tuple[Any, ...], dict[str, Any], list[tuple[Category, dict[str, Any]]], dict[str, dict[str, Any]]]
 
 
 class Telemetry:
@@ -98,7 +95,6 @@ class Telemetry:
         # go to it with their span's end (`CompactSpanProcessor.end_with`), not through the SDK's add_event.
         self.own_events = own_events
         self._attribute_cache: dict[Any, _Attributes] = {}
-        self._method_attributes: dict[tuple[Any, ...], dict[str, Any]] = {}  # the snapshot counter's, by key and method
         self.tracer = trace.get_tracer("cw_middleware", tracer_provider=tracer_provider)
         # Optional log-based events (OTEP 4430): the same attributes, event_name = SNAPSHOT_EVENT.
         self.event_logger = None
@@ -191,7 +187,7 @@ class Telemetry:
         return dict(self._attributes(provider, model, stage)[1])
 
     def _attributes(self, provider: Optional[str], model: Optional[str], stage: Optional[StageInfo]) -> _Attributes:
-        """(series key, common metric attributes, per-category attributes), built once per model and stage.
+        """(series key, common metric attributes, per-category and per-count-method ones), built once per model and stage.
 
         The key is the attribute set itself: one series in the stores (observed.py) per attribute set, whichever
         Telemetry of the process wrote it."""
@@ -200,7 +196,8 @@ class Telemetry:
         cached = self._attribute_cache.get(cache_key)
         if cached is None:
             base = self._base_attributes(provider, model, stage)
-            cached = (tuple(sorted(base.items())), base, [(c, {**base, ATTR_CATEGORY: c.value}) for c in CATEGORIES])
+            per_category = [(c, {**base, ATTR_CATEGORY: c.value}) for c in CATEGORIES]
+            cached = (tuple(sorted(base.items())), base, per_category, {})
             if len(self._attribute_cache) >= 1024:
                 self._attribute_cache.clear()
             self._attribute_cache[cache_key] = cached
@@ -218,18 +215,16 @@ class Telemetry:
         return exportable(attrs)
 
     def count_snapshot(self, snapshot: Snapshot, stage: Optional[StageInfo]) -> None:
-        key, base, _ = self._attributes(snapshot.provider, snapshot.model, stage)
+        key, base, _, by_method = self._attributes(snapshot.provider, snapshot.model, stage)
         method = snapshot.count_method.value
-        attributes = self._method_attributes.get((key, method))
-        if attributes is None:
-            if len(self._method_attributes) >= 1024:
-                self._method_attributes.clear()
-            attributes = self._method_attributes[(key, method)] = {**base, ATTR_COUNT_METHOD: method}
+        attributes = by_method.get(method)
+        if attributes is None:  # a handful of methods: the entry stays small
+            attributes = by_method[method] = {**base, ATTR_COUNT_METHOD: method}
         self.observed.snapshots.add((key, method), attributes, 1)
 
     def set_gauges(self, snapshot: Snapshot, stage: Optional[StageInfo], forecast_of: Optional[ForecastOf] = None) -> None:
         """The gauges as of ``snapshot``; ``forecast_of`` makes the stage's forecast (only where the gauges show it)."""
-        key, base, per_category = self._attributes(snapshot.provider, snapshot.model, stage)
+        key, base, per_category, _ = self._attributes(snapshot.provider, snapshot.model, stage)
         observed = self.observed
         forecast = forecast_of() if forecast_of is not None else None
         if forecast is not None:
@@ -252,7 +247,7 @@ class Telemetry:
         cost = snapshot.cost
         if cost is None:
             return
-        key, _, per_category = self._attributes(snapshot.provider, snapshot.model, stage)
+        key, _, per_category, _ = self._attributes(snapshot.provider, snapshot.model, stage)
         for category, attrs in per_category:
             usd = cost.by_category.get(category)
             if usd:

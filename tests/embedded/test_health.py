@@ -9,7 +9,7 @@ import pytest
 
 from cw_middleware._embedded import health
 from cw_middleware._embedded.health import ExporterLogs, Health, inside_export
-from cw_middleware._log import RateLimitedLog
+from cw_middleware._kernel.log import RateLimitedLog
 
 
 @pytest.fixture(autouse=True)

@@ -14,9 +14,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from servers import require_prometheus_extra
 
-from cw_middleware._config import resolve
 from cw_middleware._embedded import install, pipeline
 from cw_middleware._embedded.health import exporter_logs
+from cw_middleware._kernel.config import resolve
 
 
 def _threads(*names: str) -> list[threading.Thread]:

@@ -18,9 +18,9 @@ import pytest
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from servers import free_port, require_prometheus_extra
 
-from cw_middleware._config import resolve
 from cw_middleware._embedded import health, install, readers
-from cw_middleware._log import RateLimitedLog
+from cw_middleware._kernel.config import resolve
+from cw_middleware._kernel.log import RateLimitedLog
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ import pytest
 
 from cw_middleware._embedded import health
 from cw_middleware._embedded.sink import JsonLinesFile
-from cw_middleware._log import RateLimitedLog
+from cw_middleware._kernel.log import RateLimitedLog
 
 
 @pytest.fixture(autouse=True)

@@ -33,7 +33,7 @@ from cw_middleware._embedded import health
 from cw_middleware._embedded.encode import to_json_line
 from cw_middleware._embedded.sink import JsonLinesFile
 from cw_middleware._embedded.span_queue import CompactSpanProcessor
-from cw_middleware._log import RateLimitedLog
+from cw_middleware._kernel.log import RateLimitedLog
 
 
 @pytest.fixture(autouse=True)

@@ -25,7 +25,7 @@ from stubs.tempo import TempoStub
 from test_prometheus import comparable  # what a metrics backend can tell of a stage
 
 import cw_middleware as cw
-from cw_middleware._contract import CATEGORIES
+from cw_middleware._kernel.contract import CATEGORIES
 
 pytestmark = pytest.mark.system  # the system tier (pyproject.toml): `pytest -m system`
 

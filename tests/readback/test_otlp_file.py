@@ -8,8 +8,8 @@ import pytest
 from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
-from cw_middleware._contract import Category, CountMethod, Staleness
 from cw_middleware._counting.model_facts import RequestMeta
+from cw_middleware._kernel.contract import Category, CountMethod, Staleness
 from cw_middleware._readback import Missing
 from cw_middleware._readback.otlp_file import OtlpFileReader
 from cw_middleware._snapshots.build import SnapshotParts, build_snapshot

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cw_middleware._contract import Category, CountMethod, Staleness, UnavailableReason
+from cw_middleware._kernel.contract import Category, CountMethod, Staleness, UnavailableReason
 from cw_middleware._readback import fold
 from cw_middleware._readback.otlp_json import any_value, iter_spans, normalize_id
 

@@ -15,7 +15,7 @@ from servers.agent_metrics import FINISHED_RUN, NON_AGENT_STAGE, ODD_STAGE, RUN,
 from test_content_free import CANARIES
 
 import cw_middleware as cw
-from cw_middleware._contract import CountMethod, Staleness, UnavailableReason
+from cw_middleware._kernel.contract import CountMethod, Staleness, UnavailableReason
 from cw_middleware._readback import BACKENDS
 from cw_middleware._readback.prometheus import PrometheusReader, parse_duration, quote
 

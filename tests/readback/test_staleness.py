@@ -11,7 +11,7 @@ import pytest
 from embedded_helpers import embedded_runtime
 
 import cw_middleware as cw
-from cw_middleware._contract import Staleness
+from cw_middleware._kernel.contract import Staleness
 from cw_middleware._readback.fold import Horizon
 from cw_middleware._readback.otlp_file import OtlpFileReader
 

@@ -28,8 +28,8 @@ from test_content_free import _request as canary_request
 
 import cw_middleware as cw
 from cw_middleware._capture.runtime import Runtime, set_runtime
-from cw_middleware._config import resolve
 from cw_middleware._embedded import install
+from cw_middleware._kernel.config import resolve
 
 from . import free_port, require_binary, require_prometheus_extra
 from .prometheus import PROMETHEUS_HINT, VICTORIA_HINT, MetricsServer, running_prometheus, running_victoria_metrics

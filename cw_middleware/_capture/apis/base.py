@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
-from ..._contract import WarningCode
+from ..._kernel.contract import WarningCode
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,9 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from ..._config import provider_variable
 from ..._counting.tags import strip_messages, strip_tools
-from ..._process import PROCESS
+from ..._kernel.config import provider_variable
+from ..._kernel.process import PROCESS
 from ..._snapshots.reconcile import usage_cache_prefix_tokens, usage_input_tokens
 from .base import NOTHING, Forward, Parsed, Reading, Usage
 

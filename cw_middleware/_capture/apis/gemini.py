@@ -31,8 +31,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from ..._contract import WarningCode
 from ..._counting.tags import TAG_KEY
+from ..._kernel.contract import WarningCode
 from .base import NOTHING, Forward, Parsed, Reading, Usage
 
 _SNAKE = {

@@ -41,8 +41,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from ..._contract import WarningCode
 from ..._counting.tags import TAG_KEY, strip_messages, strip_part, strip_tools
+from ..._kernel.contract import WarningCode
 from ..._snapshots.reconcile import usage_cache_prefix_tokens, usage_input_tokens
 from .base import NOTHING, Forward, Parsed, Reading, Usage
 

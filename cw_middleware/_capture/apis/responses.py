@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..._contract import WarningCode
 from ..._counting.tags import TAG_KEY, has_tag, strip_messages, strip_tools
+from ..._kernel.contract import WarningCode
 from .base import NOTHING, Forward, Parsed, Reading, Usage
 
 # Events whose response carries the final usage block.

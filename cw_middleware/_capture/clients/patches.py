@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..._process import PROCESS
+from ..._kernel.process import PROCESS
 from ..apis import adapter
 from ..litellm_originals import unwrap
 from .bedrock import api_call_shell
@@ -124,7 +124,7 @@ _MISSING = object()
 
 
 class ClientPatches:
-    """What instrument() installed on the clients' classes (a part of the process state, see _process.py)."""
+    """What instrument() installed on the clients' classes (a part of the process state, see _kernel/process.py)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()

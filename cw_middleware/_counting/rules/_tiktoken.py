@@ -1,4 +1,4 @@
-"""tiktoken encodings, loaded once from LiteLLM's bundled files (see _offline.py), off the caller's thread.
+"""tiktoken encodings, loaded once from LiteLLM's bundled files (see _kernel/offline.py), off the caller's thread.
 
 tiktoken's own constructors (``tiktoken_ext.openai_public``) hold each encoding's
 split pattern and special tokens and fetch the ranks by URL through tiktoken's
@@ -25,7 +25,7 @@ meanwhile must not wait behind the first), and whoever needs an encoding waits o
 encoding's own event, not on a queue of unrelated jobs. It holds nothing once it has run.
 
 The loaded encodings and the loader's state are a part of the process state (`_Tokenizers`,
-see _process.py): after ``os.fork()`` a child whose parent was still loading starts its own
+see _kernel/process.py): after ``os.fork()`` a child whose parent was still loading starts its own
 loader (the pid is also checked on each use, for a child forked before the process's hook
 was registered).
 """
@@ -42,8 +42,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Optional
 
-from ..._offline import encoding_file, encoding_url
-from ..._process import PROCESS
+from ..._kernel.offline import encoding_file, encoding_url
+from ..._kernel.process import PROCESS
 
 MAX_HOLD_BACK = 1.0  # seconds the loader defers to in-flight calls before it loads anyway
 HOLD_BACK_WAITERS = 64  # calls waiting for an encoding past which its loader no longer defers to calls in flight

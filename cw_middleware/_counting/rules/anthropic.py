@@ -336,7 +336,7 @@ def litellm_thinking(reasoning_effort: Any, model: str) -> Any:
 @lru_cache(maxsize=256)
 def _litellm_thinking(effort: str, model: str) -> Any:
     try:
-        from ..._offline import litellm
+        from ..._kernel.offline import litellm
 
         config = litellm().AnthropicConfig
         mapping = getattr(config, "map_reasoning_effort", None) or config._map_reasoning_effort

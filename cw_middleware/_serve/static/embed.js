@@ -21,7 +21,7 @@
     system_prompt: "System prompt", tools: "Tools", mcp_tools: "MCP tools", skills: "Skills",
     memory: "Memory", conversation: "Conversation", other: "Other"
   };
-  // The page's palette (cw_middleware/_formats.py COLOUR; a test holds this copy to it).
+  // The page's palette (cw_middleware/_kernel/formats.py COLOUR; a test holds this copy to it).
   var COLOUR = {
     system_prompt: "#E69F00", tools: "#56B4E9", mcp_tools: "#009E73", skills: "#F0E442",
     memory: "#0072B2", conversation: "#D55E00", other: "#CC79A7"
@@ -58,7 +58,7 @@
   ].join("");
   CATEGORIES.forEach(function (c) { CSS += ".c-" + c + "{background:var(--cw-" + c + "," + COLOUR[c] + ")}"; });
 
-  // Numbers as the terminal and the page write them (static/format.js, cw_middleware/_formats.py).
+  // Numbers as the terminal and the page write them (static/format.js, cw_middleware/_kernel/formats.py).
   function fixed1(x) {
     var a = Math.abs(x);
     if (isFinite(a) && a < 1e15 && (a * 4) % 2 === 1) {

@@ -29,7 +29,7 @@ from enum import StrEnum
 from typing import Any, Optional
 from urllib.parse import unquote
 
-from ._errors import ConfigError
+from .errors import ConfigError
 
 DEFAULT_TELEMETRY_FILE = "cw-telemetry.jsonl"
 DEFAULT_METRICS_HOST = "127.0.0.1"

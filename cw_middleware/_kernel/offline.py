@@ -28,7 +28,7 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
-from ._process import PROCESS
+from .process import PROCESS
 
 COST_MAP_VARIABLE = "LITELLM_LOCAL_MODEL_COST_MAP"
 # Where tiktoken's own constructors fetch each encoding; LiteLLM names its copies by sha1 of

@@ -6,7 +6,7 @@ segments are the categories' shares of the model's window, the rest free), the c
 its first suggestions. No script, no stylesheet link, nothing fetched: inline styles only, so it
 renders the same in Jupyter, VS Code, a static nbviewer page and a GitHub preview, and every
 value is escaped (ids and source labels are data, never markup). The numbers and names are
-written by `_formats`, the one rule the terminal and the page follow.
+written by `_kernel/formats.py`, the one rule the terminal and the page follow.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING, Optional, Union
 
-from ._formats import COLOUR, LABEL, format_tokens, format_usd
+from .formats import COLOUR, LABEL, format_tokens, format_usd
 
 if TYPE_CHECKING:
-    from ._contract import Snapshot, StageContextWindow
+    from .contract import Snapshot, StageContextWindow
 
     Shown = Union[Snapshot, StageContextWindow]
 

@@ -1,7 +1,7 @@
 """How cw writes for people: token counts, shares of a window, US dollars, and each category's name, letter and colour.
 
 One rule for every view: the terminal (``show``, ``statusline``), the notebook view
-(``_notebook.py``) and the live page, whose ``format.js`` and ``app.css`` follow it (tests
+(``notebook.py``) and the live page, whose ``format.js`` and ``app.css`` follow it (tests
 compare them).
 """
 

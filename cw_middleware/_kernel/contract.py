@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._errors import ConfigError
+from .errors import ConfigError
 
 MAX_ID_LENGTH = 256
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -487,14 +487,14 @@ class Snapshot(_Frozen):
         return [w.code for w in self.warnings]
 
     def _repr_html_(self) -> str:
-        """Jupyter's view: the window to scale, the categories, the top sources (_notebook.py)."""
-        from ._notebook import html_view
+        """Jupyter's view: the window to scale, the categories, the top sources (notebook.py)."""
+        from .notebook import html_view
 
         return html_view(self)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         """IPython's terminal view: a few plain lines."""
-        from ._notebook import text_view
+        from .notebook import text_view
 
         printer.text("..." if cycle else text_view(self))
 
@@ -534,14 +534,14 @@ class StageContextWindow(_Frozen):
     child_stage_ids: list[str] = Field(default_factory=list)
 
     def _repr_html_(self) -> str:
-        """Jupyter's view: the window to scale, the categories, the top sources (_notebook.py)."""
-        from ._notebook import html_view
+        """Jupyter's view: the window to scale, the categories, the top sources (notebook.py)."""
+        from .notebook import html_view
 
         return html_view(self)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         """IPython's terminal view: a few plain lines."""
-        from ._notebook import text_view
+        from .notebook import text_view
 
         printer.text("..." if cycle else text_view(self))
 

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, Optional, TypeVar
 
-from ._process import PROCESS
+from .process import PROCESS
 
 logger = logging.getLogger("cw_middleware")
 

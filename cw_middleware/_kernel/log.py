@@ -12,7 +12,7 @@ import threading
 import time
 import weakref
 
-from ._process import PROCESS
+from .process import PROCESS
 
 logger = logging.getLogger("cw_middleware")
 
