@@ -5,6 +5,7 @@ The contract, and how it travels:
     contract.py   the JSON contract's models and enums: snapshots, a stage's answer, categories, warnings
     names.py      the telemetry names: span, event, attribute and metric keys, as OpenTelemetry and Prometheus spell them
     codec.py      a snapshot <-> its span event's attributes (writers and readers share it, and nothing of each other)
+    derived.py    a stage's totals and forecast from its calls: one function each, on the writer's side and every reader's
     formats.py    how numbers are written for people: tokens, shares, dollars, each category's name and colour
     notebook.py   a snapshot or a stage's answer in Jupyter (HTML) and IPython's terminal (text)
 

@@ -33,16 +33,14 @@ from typing import Any, Optional, Protocol, Union, runtime_checkable
 
 from .._kernel.contract import (  # noqa: F401 - re-exported
     DEFAULT_THRESHOLD_PERCENT,
-    FORECAST_CALLS,
     MAX_ID_LENGTH,
     HistoryPoint,
     RunReport,
     StageContextWindow,
     Staleness,
-    forecast_from,
-    stage_totals_from,
     validate_id,
 )
+from .._kernel.derived import FORECAST_CALLS, forecast_from, stage_totals_from
 from .._kernel.errors import BackendError, ConfigError, NotFound
 from .fold import DEFAULT_HISTORY, MAX_HISTORY, Missing, RunSummary, StageSummary
 from .options import BackendURL, ReaderOptions, parse_backend_url, redact, resolve_options
@@ -221,11 +219,11 @@ def _row_key(threshold_percent: float) -> str:
 @functools.lru_cache(maxsize=1)
 def _code_digest() -> str:
     """A digest of the modules a stage's part is derived by: a row kept by other code (another release) is not read."""
-    from .._kernel import codec, contract, names
+    from .._kernel import codec, contract, derived, names
     from . import fold, summary
 
     digest = hashlib.blake2b(digest_size=8)
-    for module in (codec, names, contract, fold, summary, sys.modules[__name__]):
+    for module in (codec, names, contract, derived, fold, summary, sys.modules[__name__]):
         try:
             digest.update(Path(module.__file__ or "").read_bytes())
         except OSError:

@@ -46,7 +46,6 @@ from .._counting.cost import Prices
 from .._counting.fingerprints import PrefixChain
 from .._kernel.contract import (
     CATEGORIES,
-    FORECAST_CALLS,
     CacheMiss,
     Category,
     CategoryTotals,
@@ -58,9 +57,9 @@ from .._kernel.contract import (
     StageTotals,
     ToolItem,
     UnusedTool,
-    forecast_from,
     never_called,
 )
+from .._kernel.derived import FORECAST_CALLS, forecast_from
 from .build import MAX_REPEATED, SnapshotParts, cache_miss_item, repeated_item, trusted, unused_tool, with_stage
 
 MAX_STAGES = 1024  # stages whose totals are kept (the least recently called one falls out)
