@@ -487,6 +487,7 @@ class Call:
                 response=self._response,
                 repeated=self.estimate.repeated,
                 generated_at=None if at is None else datetime.fromtimestamp(at / 1e9, UTC),
+                unused_rows=False,  # the stage's ledger makes them, with the stage's numbers
             )
             newest = not superseded and runtime.is_newest_call(self.stage, self.call_seq)
             snap = runtime.ledgers.add(stage_key, self.call_seq, snap, self._local_conversation, newest, runtime.parts, prefix)

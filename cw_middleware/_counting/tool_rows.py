@@ -44,7 +44,7 @@ class ToolSet:
     ``rows`` merges definitions that export the same label: (label, key, local tokens, names).
     """
 
-    __slots__ = ("definitions", "keys", "labels", "names", "names_of", "rows", "single", "tokens")
+    __slots__ = ("definitions", "distinct_keys", "keys", "labels", "names", "names_of", "result_keys", "rows", "single", "tokens")
 
     def __init__(self, definitions: tuple[ToolDefinition, ...] = ()) -> None:
         self.definitions = definitions
@@ -65,6 +65,8 @@ class ToolSet:
         self.tokens = [r[2] for r in self.rows]
         self.names_of = [r[3] for r in self.rows]
         self.single = [n[0] for n in self.names_of] if all(len(n) == 1 for n in self.names_of) else None
+        self.distinct_keys = tuple(dict.fromkeys(self.keys))  # a few: every native tool has one
+        self.result_keys = [(Category.CONVERSATION, RESULT_SOURCE_PREFIX + label) for label in self.labels]
 
 
 NO_TOOL_SET = ToolSet()
@@ -173,15 +175,15 @@ class ToolRows:
 
 def tool_rows(
     use: ToolUse,
-    scale: Optional[Callable[[SourceKey, int], int]],
+    ratio_of: Optional[Callable[[SourceKey], float]],
     max_tools: int,
     response_calls: Optional[Mapping[str, int]] = None,
     make: Callable[..., ToolItem] = ToolItem,
 ) -> ToolRows:
     """The rows of ``use``, largest first (definition + result tokens; ties keep the definitions' order).
 
-    ``scale(key, local)`` gives a local count under ``key`` as the snapshot's breakdown counts it
-    (rescaled to an authoritative total; None: as counted). ``response_calls`` adds a response's
+    ``ratio_of(key)`` is how the snapshot's breakdown rescaled the local count under ``key`` (to an
+    authoritative total; None: as counted): a row's tokens under it scale alike, rounded. ``response_calls`` adds a response's
     calls to the conversation's. Beyond ``max_tools`` tools the rest fold into one row, `FOLDED_TOOLS`.
     """
     ts = use.tool_set
@@ -193,13 +195,12 @@ def tool_rows(
     else:
         produced = [sum(results.get(n, 0) for n in group) for group in ts.names_of]
         invoked = [sum(calls.get(n, 0) + answered.get(n, 0) for n in group) for group in ts.names_of]
-    if scale is None:
+    if ratio_of is None:
         defined = ts.tokens
     else:
-        defined = [scale(key, tokens) for key, tokens in zip(ts.keys, ts.tokens)]
-        produced = [
-            scale((Category.CONVERSATION, RESULT_SOURCE_PREFIX + label), n) if n else 0 for label, n in zip(ts.labels, produced)
-        ]
+        ratios = {key: ratio_of(key) for key in ts.distinct_keys}
+        defined = [round(tokens * ratios[key]) for key, tokens in zip(ts.keys, ts.tokens)]
+        produced = [round(n * ratio_of(key)) if n else 0 for key, n in zip(ts.result_keys, produced)]
     sizes = list(map(add, defined, produced))
     ranked = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)  # stable: ties keep the definitions' order
     unused = sum(d for d, n in zip(defined, invoked) if not n)

@@ -157,6 +157,7 @@ def build_snapshot(
     response: Optional[ResponseSide] = None,
     generated_at: Optional[datetime] = None,
     repeated: Iterable[tuple[int, str, Category, int, int]] = (),
+    unused_rows: bool = True,
 ) -> Snapshot:
     """A snapshot of ``by_source``, rescaled to ``total`` when one is given.
 
@@ -175,6 +176,7 @@ def build_snapshot(
     beyond the total: its tool calls, and the cached tokens that ``order`` (`Estimate.order`)
     attributes to categories in request order (cache_share.py). ``meta.prices`` prices it all.
     ``repeated`` (`Estimate.repeated`) are the long texts the request sends more than once.
+    ``unused_rows``: False where the stage's ledger makes the unused tools' rows (the call path, `ledger.Ledgers.add`).
     """
     codes = set(warnings)
     parts = parts or SnapshotParts()
@@ -197,11 +199,11 @@ def build_snapshot(
     if len(ranked) > max_details:
         codes.add(WarningCode.DETAILS_TRUNCATED)
     rows: list[ToolItem] = []
-    unused_rows: list[UnusedTool] = []
+    unused_tools: list[UnusedTool] = []
     unused = 0
     if tools.definitions:
         calls = response.tool_calls if response is not None else None
-        rows, unused_rows, unused, folded = _tool_part(tools, _scaler(local, by_source), max_tools, calls, parts)
+        rows, unused_tools, unused, folded = _tool_part(tools, _ratios(local, by_source), max_tools, calls, parts, unused_rows)
         if folded:
             codes.add(WarningCode.TOOLS_FOLDED)
     return trusted(
@@ -222,7 +224,7 @@ def build_snapshot(
             details=[parts.detail_item(c, s, t) for (c, s), t in ranked[:max_details] if t],
             tools=rows,
             unused_tool_tokens=unused,
-            unused_tools=unused_rows,
+            unused_tools=unused_tools,
             cached_tokens=sum(read.values()) if read is not None else None,
             cost=_cost(per_category, meta.prices, read, written) if meta.prices is not None else None,
             stage_totals=None,
@@ -262,33 +264,38 @@ def cache_miss_item(prefix: int, cached: int, missed: int, stage_missed: int, sa
 
 def _tool_part(
     tools: ToolUse,
-    scale: Optional[Callable[[tuple[Category, str], int], int]],
+    ratio_of: Optional[Callable[[tuple[Category, str]], float]],
     max_tools: int,
     calls: Optional[Mapping[str, int]],
     parts: SnapshotParts,
+    with_unused: bool = True,
 ) -> tuple[list[ToolItem], list[UnusedTool], int, int]:
-    """(tool rows, unused tools, unused tokens, tools folded) of a snapshot.
+    """(tool rows, unused tools, unused tokens, tools folded) of a snapshot (``with_unused`` False: no unused rows).
 
     Rows as counted (no rescaling, no response calls: every local estimate) depend on ``tools``
     alone, which the estimator hands out unchanged while the conversation and tool set are: they
     are made once per ToolUse and these parts (issue 21: ~40 us a snapshot for 30 tools), and each
     snapshot gets lists of its own.
     """
-    as_counted = scale is None and not calls
+    as_counted = ratio_of is None and not calls
     key = (_tool_part, max_tools, parts)
     made = tools.memo.get(key) if as_counted else None
     if made is None:
-        found = tool_rows(tools, scale, max_tools, calls, parts.tool_item)
-        unused_rows = [
-            unused_tool(t.name, t.category, t.source, t.definition_tokens, t.definition_tokens, 1)
-            for t in found.rows
-            if never_called(t)
-        ]
+        found = tool_rows(tools, ratio_of, max_tools, calls, parts.tool_item)
+        unused_rows = (
+            [
+                unused_tool(t.name, t.category, t.source, t.definition_tokens, t.definition_tokens, 1)
+                for t in found.rows
+                if never_called(t)
+            ]
+            if with_unused or as_counted
+            else []
+        )
         made = (found.rows, unused_rows, found.unused_tokens, found.folded)
         if as_counted:
             tools.memo[key] = made
     rows, unused_rows, unused, folded = made
-    return list(rows), list(unused_rows), unused, folded
+    return list(rows), list(unused_rows) if with_unused else [], unused, folded
 
 
 def _cost(
@@ -350,24 +357,24 @@ def unused_tool(
     return trusted(UnusedTool, dict(zip(UNUSED_FIELDS, (name, category, source, each, over, requests))))
 
 
-def _scaler(
+def _ratios(
     local: Mapping[tuple[Category, str], int], scaled: Mapping[tuple[Category, str], int]
-) -> Optional[Callable[[tuple[Category, str], int], int]]:
-    """A local count under a key as the snapshot counts it: in the proportion its key was rescaled (None: as is)."""
+) -> Optional[Callable[[tuple[Category, str]], float]]:
+    """In what proportion a key's local count was rescaled (None: not rescaled); a row under it scales alike."""
     if local is scaled:
         return None
     local_total = sum(local.values())
     overall = sum(scaled.values()) / local_total if local_total else 1.0
     ratios: dict[tuple[Category, str], float] = {}  # a snapshot's rows share a few keys (every native tool one)
 
-    def scale(key: tuple[Category, str], tokens: int) -> int:
+    def ratio_of(key: tuple[Category, str]) -> float:
         ratio = ratios.get(key)
         if ratio is None:
             base = local.get(key)
             ratio = ratios[key] = scaled.get(key, 0) / base if base else overall
-        return round(tokens * ratio)
+        return ratio
 
-    return scale
+    return ratio_of
 
 
 M = TypeVar("M", bound=BaseModel)
