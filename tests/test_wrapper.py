@@ -152,7 +152,7 @@ def test_stage_ids_follow_the_readers_rules():
 
 def test_the_fallback_after_a_bad_environment_sends_nothing_upstream(monkeypatch):
     from cw_middleware._capture.runtime import get_runtime, set_runtime
-    from cw_middleware._kernel.config import ProviderCountPolicy
+    from cw_middleware._kernel.values import ProviderCountPolicy
 
     monkeypatch.setenv("CW_PROVIDER_COUNT_TIMEOUT", "5s")
     previous = set_runtime(None)

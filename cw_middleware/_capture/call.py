@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any, Optional
 from .._counting.estimator import Estimate, Later
 from .._counting.model_facts import OPTION_CONTEXT_WINDOW, RequestMeta, min_cacheable_tokens
 from .._counting.rules import rules_for
-from .._kernel.config import ProviderCountPolicy, StreamUsagePolicy, parse_policy, parse_stream_usage
 from .._kernel.contract import Category, CountMethod, WarningCode
 from .._kernel.errors import ConfigError, TagError
+from .._kernel.values import ProviderCountPolicy, StreamUsagePolicy, parse_policy, parse_stream_usage
 from .._snapshots.build import ResponseSide, build_snapshot
 from .._snapshots.ledger import PrefixFacts
 from .._snapshots.telemetry import CallTelemetry

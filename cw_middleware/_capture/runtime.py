@@ -41,10 +41,11 @@ from opentelemetry import metrics, trace
 
 from .._counting.estimator import Estimator
 from .._counting.model_facts import ModelFacts
-from .._kernel.config import Config, ProviderCountPolicy, resolve
+from .._kernel.config import Config, resolve
 from .._kernel.contract import Snapshot, StageInfo, WarningCode
 from .._kernel.log import RateLimitedLog
 from .._kernel.process import PROCESS
+from .._kernel.values import ProviderCountPolicy
 from .._kernel.worker import Worker
 from .._snapshots.build import SnapshotParts
 from .._snapshots.ledger import Ledgers

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
-from .._kernel.config import MAX_CONTEXT_WINDOW
 from .._kernel.contract import StageInfo, WarningCode
 from .._kernel.log import RateLimitedLog
+from .._kernel.values import MAX_CONTEXT_WINDOW
 from . import model_map
 from .cost import Prices, prices_from
 from .rules import split_provider

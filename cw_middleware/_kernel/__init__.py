@@ -12,6 +12,7 @@ The contract, and how it travels:
 What every wing runs on:
 
     config.py     the settings, resolved once: the only module that reads the environment
+    values.py     how a setting's value is read: one parser a kind of value, the values a setting may take
     errors.py     the exception tree
     process.py    the one owner of process state: one part per kind, renewed in a forked child by its one at-fork hook
     worker.py     the one background-work machine

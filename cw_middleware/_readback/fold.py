@@ -25,8 +25,9 @@ from typing import Any, Optional
 
 from .._kernel import codec as codec
 from .._kernel import names
-from .._kernel.config import DEFAULT_STALE_AFTER, parse_seconds
+from .._kernel.config import DEFAULT_STALE_AFTER
 from .._kernel.contract import HistoryPoint, StageContextWindow, Staleness, UnavailableReason, WarningCode
+from .._kernel.values import parse_seconds
 from .otlp_json import Span
 
 

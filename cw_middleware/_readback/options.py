@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
-from .._kernel.config import parse_seconds, resolve_read
+from .._kernel.config import resolve_read
 from .._kernel.errors import ConfigError
+from .._kernel.values import parse_seconds
 from .fold import DEFAULT_STALE_AFTER, Horizon, parse_stale_after
 
 
