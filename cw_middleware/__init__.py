@@ -37,6 +37,7 @@ from ._capture.runtime import configure, flush
 from ._capture.stages import current_stage, stage
 from ._capture.wrapper import acompletion, aresponses, completion, estimate, responses, snapshots
 from ._counting.tags import ToolSource, message, segment, tool
+from ._kernel.config import Config
 from ._kernel.contract import (
     BreakdownItem,
     CacheMiss,
@@ -72,7 +73,6 @@ from ._kernel.errors import (
     NotFound,
     TagError,
 )
-from ._kernel.config import Config
 from ._kernel.values import ProviderCountPolicy
 
 if _TYPE_CHECKING:
