@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from functools import partial
 from itertools import chain
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 from .contract import (
     CATEGORIES,
@@ -62,7 +62,6 @@ from .names import (
     ATTR_STAGE_INPUT_COST,
     ATTR_STAGE_INPUT_TOKENS,
     ATTR_STAGE_PEAK,
-    ATTR_TOOL_NAMES,
     ATTR_UNUSED_TOOL_TOKENS,
     ATTR_UTILIZATION,
     ATTR_WARNINGS,
@@ -113,15 +112,7 @@ def flat_tools(tools: list[ToolItem]) -> tuple[Any, ...]:
     # Flat, one level of tuples (the collector untracks them at its first pass), flattened at C speed.
     return tuple(
         chain.from_iterable(
-            (
-                t.name,
-                t.category.value if t.category else None,
-                t.source,
-                t.definition_tokens,
-                t.result_tokens,
-                t.invocations,
-                t.folded,
-            )
+            (t.name, t.category and t.category.value, t.source, t.definition_tokens, t.result_tokens, t.invocations, t.folded)
             for t in tools
         )
     )
@@ -130,38 +121,26 @@ def flat_tools(tools: list[ToolItem]) -> tuple[Any, ...]:
 def flat_unused(unused: list[UnusedTool]) -> tuple[Any, ...]:
     return tuple(
         chain.from_iterable(
-            (
-                u.name,
-                u.category.value if u.category else None,
-                u.source,
-                u.definition_tokens,
-                u.stage_definition_tokens,
-                u.requests,
-            )
+            (u.name, u.category and u.category.value, u.source, u.definition_tokens, u.stage_definition_tokens, u.requests)
             for u in unused
         )
     )
 
 
-def _columns(flat: tuple[Any, ...], width: int) -> list[tuple[Any, ...]]:
-    return [flat[i::width] for i in range(width)]
-
-
-def _texts(values: tuple[Any, ...]) -> tuple[str, ...]:
-    """A label column as attributes carry it: "" for none, every value `exportable_text`."""
-    return tuple([exportable_text(v) if v else "" for v in values])
+_ROWS: dict[str, tuple[Callable[[list[Any]], tuple[Any, ...]], tuple[str, ...]]] = {
+    "details": (flat_details, DETAIL_FIELDS),
+    "tools": (flat_tools, TOOL_FIELDS),
+    "unused": (flat_unused, UNUSED_FIELDS),
+}
+_LABELS = frozenset({"name", "category", "source"})  # the text fields of a row: "" for none, made exportable
 
 
 def _arrays(flat: Flat, kind: str, items: list[Any]) -> tuple[tuple[Any, ...], ...]:
     """The parallel arrays of a snapshot's rows of ``kind``: the columns of their flat tuple, labels made exportable."""
-    if kind == "details":
-        category, source, tokens = _columns(flat(kind, items, flat_details), len(DETAIL_FIELDS))
-        return category, _texts(source), tokens
-    if kind == "tools":
-        name, category, source, *numbers = _columns(flat(kind, items, flat_tools), len(TOOL_FIELDS))
-        return (_texts(name), _texts(category), _texts(source), *numbers)
-    name, category, source, *numbers = _columns(flat(kind, items, flat_unused), len(UNUSED_FIELDS))
-    return (_texts(name), _texts(category), _texts(source), *numbers)
+    flatten, fields = _ROWS[kind]
+    rows, width = flat(kind, items, flatten), len(fields)
+    columns = (rows[i::width] for i in range(width))
+    return tuple(tuple([exportable_text(v) if v else "" for v in c]) if f in _LABELS else c for f, c in zip(fields, columns))
 
 
 _CATEGORY_NAMES = {c: c.value for c in CATEGORIES}  # a dict lookup, not the enum's value property (~0.1 us each)
@@ -305,6 +284,8 @@ _EVENT_ONLY = (
 
 # ---------------------------------------------------------------- decode
 
+_Row = TypeVar("_Row")
+
 
 def as_int(value: Any) -> int:
     """An int from whatever a backend wrote (int, float, numeric string); 0 for a damaged value."""
@@ -421,28 +402,34 @@ def window_from_attributes(
     )
 
 
-def repeated_from_attributes(attrs: Mapping[str, Any]) -> list[RepeatedContent]:
-    """The repeated segments one snapshot event carried; a row that does not decode is skipped."""
-    columns: list[Any] = [attrs.get(k) for k in REPEATED_ARRAYS]
-    columns = [c if isinstance(c, (list, tuple)) else [] for c in columns]
+def _decoded(attrs: Mapping[str, Any], keys: tuple[str, ...], make: Callable[..., _Row]) -> list[_Row]:
+    """The rows the parallel arrays under ``keys`` carry, each ``make(*fields)`` (None where a column is short):
+    the first column says how many; a row that does not decode is skipped."""
+    columns = [c if isinstance(c, (list, tuple)) else () for c in (attrs.get(k) for k in keys)]
     out = []
-    for i, target in enumerate(columns[0]):
-        cat, fp, copies, tokens, over, requests = (c[i] if i < len(c) else None for c in columns[1:])
+    for i in range(len(columns[0])):
         try:
-            out.append(
-                RepeatedContent(
-                    target=str(target),
-                    category=Category(str(cat)),
-                    fingerprint=str(fp or ""),
-                    copies=as_int(copies),
-                    tokens=as_int(tokens),
-                    stage_tokens=as_int(over),
-                    requests=as_int(requests),
-                )
-            )
-        except ValueError:
+            out.append(make(*(c[i] if i < len(c) else None for c in columns)))
+        except ValueError:  # pydantic's ValidationError too
             continue
     return out
+
+
+def repeated_from_attributes(attrs: Mapping[str, Any]) -> list[RepeatedContent]:
+    """The repeated segments one snapshot event carried."""
+    return _decoded(attrs, REPEATED_ARRAYS, _repeated)
+
+
+def _repeated(target: Any, cat: Any, fp: Any, copies: Any, tokens: Any, over: Any, requests: Any) -> RepeatedContent:
+    return RepeatedContent(
+        target=str(target),
+        category=Category(str(cat)),
+        fingerprint=str(fp or ""),
+        copies=as_int(copies),
+        tokens=as_int(tokens),
+        stage_tokens=as_int(over),
+        requests=as_int(requests),
+    )
 
 
 def cache_miss_from_attributes(attrs: Mapping[str, Any]) -> Optional[CacheMiss]:
@@ -462,26 +449,19 @@ def cache_miss_from_attributes(attrs: Mapping[str, Any]) -> Optional[CacheMiss]:
 
 
 def unused_from_attributes(attrs: Mapping[str, Any]) -> list[UnusedTool]:
-    """The unused definitions over the stage one snapshot event carried; a row that does not decode is skipped."""
-    columns: list[Any] = [attrs.get(k) for k in UNUSED_ARRAYS]
-    columns = [c if isinstance(c, (list, tuple)) else [] for c in columns]
-    out = []
-    for i, name in enumerate(columns[0]):
-        cat, source, each, over, requests = (c[i] if i < len(c) else None for c in columns[1:])
-        try:
-            out.append(
-                UnusedTool(
-                    name=str(name),
-                    category=Category(cat) if cat else None,
-                    source=str(source) if source else None,
-                    definition_tokens=as_int(each),
-                    stage_definition_tokens=as_int(over),
-                    requests=as_int(requests),
-                )
-            )
-        except ValueError:
-            continue
-    return out
+    """The unused definitions over the stage one snapshot event carried."""
+    return _decoded(attrs, UNUSED_ARRAYS, _unused)
+
+
+def _unused(name: Any, cat: Any, source: Any, each: Any, over: Any, requests: Any) -> UnusedTool:
+    return UnusedTool(
+        name=str(name),
+        category=Category(cat) if cat else None,
+        source=str(source) if source else None,
+        definition_tokens=as_int(each),
+        stage_definition_tokens=as_int(over),
+        requests=as_int(requests),
+    )
 
 
 def stage_totals_from_attributes(attrs: Mapping[str, Any]) -> Optional[StageTotals]:
@@ -541,27 +521,17 @@ def cost_from_attributes(attrs: Mapping[str, Any]) -> Optional[Cost]:
 
 
 def tools_from_attributes(attrs: Mapping[str, Any]) -> list[ToolItem]:
-    """The per-tool rows of one snapshot event; a row that does not decode is skipped."""
-    names = attrs.get(ATTR_TOOL_NAMES)
-    if not isinstance(names, (list, tuple)) or not names:
-        return []
-    columns: list[Any] = [attrs.get(k) for k in TOOL_ARRAYS[1:]]
-    columns = [c if isinstance(c, (list, tuple)) else [] for c in columns]
-    out = []
-    for i, name in enumerate(names):
-        cat, source, definition, result, invocations, folded = (c[i] if i < len(c) else None for c in columns)
-        try:
-            out.append(
-                ToolItem(
-                    name=str(name),
-                    category=Category(cat) if cat else None,
-                    source=str(source) if source else None,
-                    definition_tokens=as_int(definition),
-                    result_tokens=as_int(result),
-                    invocations=as_int(invocations),
-                    folded=as_int(folded),
-                )
-            )
-        except ValueError:
-            continue
-    return out
+    """The per-tool rows of one snapshot event."""
+    return _decoded(attrs, TOOL_ARRAYS, _tool)
+
+
+def _tool(name: Any, cat: Any, source: Any, definition: Any, result: Any, invocations: Any, folded: Any) -> ToolItem:
+    return ToolItem(
+        name=str(name),
+        category=Category(cat) if cat else None,
+        source=str(source) if source else None,
+        definition_tokens=as_int(definition),
+        result_tokens=as_int(result),
+        invocations=as_int(invocations),
+        folded=as_int(folded),
+    )
