@@ -29,9 +29,10 @@ install them into a venv beside cw, e.g.
         openinference-instrumentation-openai openinference-instrumentation-anthropic
     /tmp/peers/bin/python benchmarks/official_clients.py --peers
 
-``--parts`` takes cw's cost apart instead, as three more variants of the wrapped client in the same
+``--parts`` takes cw's cost apart instead, as more variants of the wrapped client in the same
 run: its call ends on the caller's thread (no call-end worker: what handing them over costs), no
-snapshot published (the estimate, the span and its export: what the two snapshots cost), both, and
+snapshot published (the estimate, the span and its export: what the two snapshots cost), only the
+end's snapshot published (what a call's first, local-estimate snapshot costs), both, and
 the snapshot events added through the SDK's ``add_event`` instead of handed to the file pipeline with
 their span's end (what that saves).
 """
@@ -177,10 +178,10 @@ def _peer(spec: Optional[str]) -> Callable[[bool], None]:
 def _parts() -> dict[str, Callable[[bool], None]]:
     """``--parts``: switches that take a piece of cw's work out of the wrapped client's calls (module docstring)."""
     runtime, publish = get_runtime(), _call.Call._publish
-    worker, skip = runtime.call_ends, {"publish": False}
+    worker, skip = runtime.call_ends, {"publish": False, "first": False}
 
     def published(self: Any, *args: Any, **kwargs: Any) -> None:
-        if not skip["publish"]:
+        if not skip["publish"] and not (skip["first"] and kwargs.get("live")):
             publish(self, *args, **kwargs)
 
     _call.Call._publish = published  # type: ignore[method-assign]
@@ -190,6 +191,9 @@ def _parts() -> dict[str, Callable[[bool], None]]:
 
     def unpublished(on: bool) -> None:
         skip["publish"] = on
+
+    def no_first(on: bool) -> None:
+        skip["first"] = on
 
     def both(on: bool) -> None:
         ends_here(on)
@@ -204,6 +208,7 @@ def _parts() -> dict[str, Callable[[bool], None]]:
     return {
         "cw, ends on the caller": ends_here,
         "cw, no snapshot": unpublished,
+        "cw, no first snapshot": no_first,
         "cw, neither": both,
         "cw, events through the SDK": through_the_sdk,
     }
@@ -281,7 +286,7 @@ def main() -> int:
             line = f"  {client:9} ~{tokens / 1000:5.1f}k tokens: bare {base:7.2f}"
             for name in [n for n in variants if n != "bare"]:
                 median = statistics.median(spent[name])
-                line += f"  {name} {median:7.2f} ({median / base:.2f}x, +{median - base:.2f} ms)"
+                line += f"  {name} {median:7.2f} ({median / base:.2f}x, {median - base:+.2f} ms)"
             print(line, flush=True)
     return 0
 
